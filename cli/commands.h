@@ -1,0 +1,26 @@
+// The subcommands of the one CLI. Each add_* declares its flags on `root` and returns how to run it;
+// cemfrac_main.cpp runs the one the user named. This is the only layer that sees argv.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+
+namespace cemfrac::cli {
+
+struct GlobalOptions {
+  int threads = 0;         // --threads; 0 = number of cores
+  std::string blas_core;   // --blas-core; "" = auto unless OPENBLAS_CORETYPE is set
+};
+
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<int()> run;  // returns the exit code; throws cemfrac::Error for user errors
+};
+
+Command add_info(CLI::App& root, const GlobalOptions& global);
+Command add_tokenize(CLI::App& root, const GlobalOptions& global);
+Command add_prepare(CLI::App& root, const GlobalOptions& global);
+Command add_bench(CLI::App& root, const GlobalOptions& global);
+
+}  // namespace cemfrac::cli

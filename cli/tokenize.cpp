@@ -1,0 +1,9 @@
+// PLACEHOLDER: being written (issue in progress).
+#include "cemfrac/core/check.h"
+#include "cli/commands.h"
+namespace cemfrac::cli {
+Command add_tokenize(CLI::App& root, const GlobalOptions&) {
+  CLI::App* app = root.add_subcommand("tokenize", "(in progress)");
+  return {app, [] { fail("'tokenize' is not implemented yet"); return 1; }};
+}
+}  // namespace cemfrac::cli

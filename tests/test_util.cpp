@@ -1,0 +1,80 @@
+#include "tests/test_util.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+
+namespace cemfrac::test {
+namespace fs = std::filesystem;
+
+namespace {
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += (c == '\'') ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::vector<std::string>& temp_dirs() {
+  static std::vector<std::string> dirs;
+  static bool registered = false;
+  if (!registered) {
+    registered = true;
+    std::atexit([] {
+      for (const auto& d : temp_dirs()) {
+        std::error_code ec;
+        fs::remove_all(d, ec);
+      }
+    });
+  }
+  return dirs;
+}
+}  // namespace
+
+std::string temp_dir(const std::string& tag) {
+  std::string pattern = (fs::temp_directory_path() / ("cemfrac-test-" + tag + "-XXXXXX")).string();
+  if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed for " + pattern);
+  temp_dirs().push_back(pattern);
+  return pattern;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write_file(const std::string& path, const std::string& content) {
+  std::ofstream out(path, std::ios::binary);
+  out << content;
+  if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+std::string source_path(const std::string& relative) {
+  return std::string(CEMFRAC_SOURCE_DIR) + "/" + relative;
+}
+
+RunResult run_cemfrac(const std::vector<std::string>& args, const std::string& stdin_text) {
+  const std::string dir = temp_dir("run");
+  const std::string in = dir + "/stdin", out = dir + "/stdout", err = dir + "/stderr";
+  write_file(in, stdin_text);
+  std::string cmd = shell_quote(CEMFRAC_EXE);
+  for (const auto& a : args) cmd += " " + shell_quote(a);
+  cmd += " <" + shell_quote(in) + " >" + shell_quote(out) + " 2>" + shell_quote(err);
+  const int status = std::system(cmd.c_str());
+  RunResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = read_file(out);
+  r.err = read_file(err);
+  return r;
+}
+
+}  // namespace cemfrac::test
