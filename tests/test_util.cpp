@@ -1,5 +1,7 @@
 #include "tests/test_util.h"
 
+#include "cemfrac/core/atomic_file.h"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -44,13 +46,7 @@ std::string temp_dir(const std::string& tag) {
   return pattern;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+std::string read_file(const std::string& path) { return cemfrac::read_file(path); }
 
 void write_file(const std::string& path, const std::string& content) {
   std::ofstream out(path, std::ios::binary);

@@ -26,6 +26,23 @@ std::string find_blas_core_flag(int argc, char** argv) {
   return "";
 }
 
+// The first positional word when it names no subcommand ("cemfrac trian ..."), else "".
+std::string unknown_command(int argc, char** argv, const CLI::App& app) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--threads" || a == "--blas-core") {
+      ++i;  // skip the option's value
+      continue;
+    }
+    if (a.empty() || a[0] == '-') continue;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      if (sub->check_name(a)) return "";
+    }
+    return a;
+  }
+  return "";
+}
+
 int report(const char* kind, const std::string& what) {
   std::string line = what.substr(0, what.find('\n'));
   std::fprintf(stderr, "cemfrac: %s%s\n", kind, line.c_str());
@@ -43,7 +60,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.fallthrough();
   app.add_option("--threads", global.threads, "Intra-op and BLAS threads (default: number of cores)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 4096));
   app.add_option("--blas-core", global.blas_core,
                  "OpenBLAS kernel set: auto (from the CPU flags; also ignores OPENBLAS_CORETYPE), "
                  "Prescott, Nehalem, Sandybridge, Haswell, Zen, SkylakeX, Cooperlake");
@@ -64,7 +81,13 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "cemfrac: error: %s (see cemfrac --help)\n", e.what());
+    const std::string unknown = unknown_command(argc, argv, app);
+    if (!unknown.empty()) {
+      std::fprintf(stderr, "cemfrac: error: unknown command '%s' (see cemfrac --help)\n",
+                   unknown.c_str());
+    } else {
+      std::fprintf(stderr, "cemfrac: error: %s (see cemfrac --help)\n", e.what());
+    }
     return 2;
   }
 
