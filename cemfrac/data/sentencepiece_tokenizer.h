@@ -1,0 +1,59 @@
+// "sp:N" / "sp:N:unigram": a SentencePiece model trained by train_sentencepiece (tokenizer.h has
+// the settings), run through the shim module (sentencepiece_library.h). Two things SentencePiece
+// does not do for us, done here so that decode(encode(s)) == s:
+//  - end-of-text: the model's eos control piece "<|endoftext|>" (id 1) is the eot id; SentencePiece
+//    decodes control pieces to nothing, so decode() cuts the ids at each eot and puts
+//    kEndOfText back.
+//  - U+2581 ("▁"): SentencePiece writes spaces as this character and turns it back into a
+//    space when decoding, so a literal U+2581 in the text would come back as a space. encode()
+//    therefore cuts the text at each U+2581 and writes it as its three byte pieces
+//    <0xE2><0x96><0x81>, which decode as the character itself.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cemfrac/data/sentencepiece_library.h"
+#include "cemfrac/data/tokenizer.h"
+
+namespace cemfrac {
+
+// train_sentencepiece reads at most this many training lines (a seeded sample of them beyond that).
+inline constexpr int64_t kSentencePieceMaxSentences = 2'000'000;
+// Training lines longer than this are cut (at a space where possible) before training.
+inline constexpr size_t kSentencePieceMaxLineBytes = 8192;
+
+class SentencePieceTokenizer final : public Tokenizer {
+ public:
+  static constexpr const char* kModelFile = "sentencepiece.model";
+
+  // `model` is a serialized model made by train_sentencepiece (its type, bpe or unigram, is read
+  // from it); `what` names the model in errors. Throws cemfrac::Error when the model is not one, is
+  // of another type, or lacks the end-of-text control piece or byte fallback.
+  SentencePieceTokenizer(std::string model, const std::string& what);
+
+  std::string id() const override { return id_; }
+  int64_t vocab_size() const override { return model_.vocab_size(); }
+  TokenId eot_id() const override { return eot_id_; }
+  // Throws cemfrac::Error for invalid UTF-8, naming the byte offset.
+  std::vector<TokenId> encode(std::string_view text) const override;
+  std::string decode(const std::vector<TokenId>& ids) const override;
+  // Writes sentencepiece.model, then tokenizer.json.
+  void save(const std::string& dir) const override;
+
+  const std::string& model_type() const { return model_type_; }
+  const SentencePieceModel& model() const { return model_; }
+  // The serialized model (the bytes of sentencepiece.model).
+  const std::string& model_bytes() const { return model_bytes_; }
+
+ private:
+  std::string model_bytes_;
+  std::string model_type_;
+  SentencePieceModel model_;
+  std::string id_;
+  TokenId eot_id_ = -1;
+  TokenId meta_space_bytes_[3] = {-1, -1, -1};  // <0xE2> <0x96> <0x81>
+};
+
+}  // namespace cemfrac
