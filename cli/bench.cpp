@@ -1,9 +1,414 @@
-// PLACEHOLDER: being written (issue in progress).
+// cemfrac bench: speed measured against references in the same run (DESIGN.md §6).
+//
+//   cemfrac bench ladder [--json] [--depths 1,2,4,6,8] [--ladders 1048576] [--width 1024] [--reps N]
+//                        [--peer | --no-peer] [--isa auto|baseline|avx2]
+//
+// Each area is one sub-subcommand registered in add_bench() (later: `layers`, `train`), so a new one is
+// one add_bench_* function beside add_bench_ladder.
+//
+// `ladder` times the continued-fraction ladder function f = K_{d-1}/K̂_d (cemfrac/ops/continuant.h) over
+// --ladders ladders laid out (rows, d, width), forward (inference: no reciprocal cached) and
+// forward+backward (autograd::grad with a random upstream gradient), for
+//   fused      the fused CPU kernel behind the custom autograd Function (the product);
+//   kernel     the same kernels writing into preallocated tensors (no allocation, no autograd);
+//   reference  the pure-ATen twin differentiated by autograd;
+//   literal    the nested fraction with d guarded reciprocals ("CoFrGeNet-B"), autograd;
+//   peer       bench/peers/ladder_peer.py under /usr/bin/python3 (Debian's python3-torch), same shapes
+//              and threads: a PyTorch custom autograd Function of the same math, autograd through the
+//              continuant recurrence, and the literal ladder.
+// The floor is the bytes that must move (forward: a in, f out; forward+backward: a in twice, f out,
+// upstream gradient in, grad a out) over the copy bandwidth measured in the same run (a tensor copy of
+// 2x the largest a; bytes counted once read + once written, as STREAM does). Every implementation is
+// checked against the reference once before it is timed.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+#include <torch/torch.h>
+#include <malloc.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <limits>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cemfrac/core/blas.h"
 #include "cemfrac/core/check.h"
+#include "cemfrac/kernels/kernels.h"
+#include "cemfrac/ops/continuant.h"
 #include "cli/commands.h"
+
 namespace cemfrac::cli {
-Command add_bench(CLI::App& root, const GlobalOptions&) {
-  CLI::App* app = root.add_subcommand("bench", "(in progress)");
-  return {app, [] { fail("'bench' is not implemented yet"); return 1; }};
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+struct Timing {
+  double best_ms = 0;
+  double median_ms = 0;
+};
+
+// One warm-up call, then `reps` timed calls; best and median.
+template <typename Fn>
+Timing time_it(Fn&& fn, int reps) {
+  fn();
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = Clock::now();
+    fn();
+    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  const size_t n = ms.size();
+  const double median = n % 2 == 1 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+  return {ms.front(), median};
 }
+
+std::vector<int64_t> parse_int_list(const std::string& text, const char* flag) {
+  std::vector<int64_t> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    size_t used = 0;
+    int64_t v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    CEMFRAC_CHECK(used == item.size() && v >= 1, "{}: '{}' is not a positive integer (e.g. {} 1,2,4,6,8)",
+                  flag, item, flag);
+    out.push_back(v);
+  }
+  CEMFRAC_CHECK(!out.empty(), "{} needs at least one value", flag);
+  return out;
+}
+
+// Runs a shell command and returns its stdout (throws on a non-zero exit).
+std::string run_capture(const std::string& command) {
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
+  CEMFRAC_CHECK(pipe != nullptr, "could not start: {}", command);
+  std::string out;
+  std::array<char, 4096> buf{};
+  size_t n = 0;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe.get())) > 0) out.append(buf.data(), n);
+  const int status = pclose(pipe.release());
+  CEMFRAC_CHECK(status == 0, "peer run failed (exit status {}): {}", status, command);
+  return out;
+}
+
+constexpr const char* kPeerPython = "/usr/bin/python3";
+
+bool python_torch_available() {
+  if (access(kPeerPython, X_OK) != 0) return false;
+  const std::string cmd = std::string(kPeerPython) + " -c 'import torch' >/dev/null 2>&1";
+  return std::system(cmd.c_str()) == 0;
+}
+
+// bench/peers/ladder_peer.py: $CEMFRAC_SOURCE_DIR, the working directory, or up from the executable
+// (build-*/tools/cemfrac -> the source tree).
+std::optional<fs::path> find_peer_script(const std::string& given) {
+  if (!given.empty()) return fs::path(given);
+  const fs::path rel = fs::path("bench") / "peers" / "ladder_peer.py";
+  std::vector<fs::path> roots;
+  if (const char* env = std::getenv("CEMFRAC_SOURCE_DIR")) roots.emplace_back(env);
+  roots.push_back(fs::current_path());
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (fs::path p = exe.parent_path(); !p.empty() && p != p.root_path(); p = p.parent_path()) {
+      roots.push_back(p);
+    }
+  }
+  for (const auto& root : roots) {
+    if (fs::exists(root / rel)) return root / rel;
+  }
+  return std::nullopt;
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += (c == '\'') ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// Max relative difference over elements (denominator floored at 1e-6 of the largest magnitude).
+double max_rel_diff(const at::Tensor& x, const at::Tensor& y) {
+  const at::Tensor xd = x.to(at::kDouble);
+  const at::Tensor yd = y.to(at::kDouble);
+  const double scale = std::max(yd.abs().max().item<double>(), 1e-300);
+  return ((xd - yd).abs() / yd.abs().clamp_min(scale * 1e-6)).max().item<double>();
+}
+
+struct LadderFlags {
+  bool json = false;
+  std::string depths = "1,2,4,6,8";
+  int64_t ladders = int64_t{1} << 20;
+  int64_t width = 1024;
+  int reps = 5;
+  bool peer = false;
+  bool no_peer = false;
+  std::string peer_script;
+  std::string isa = "auto";
+  bool malloc_default = false;
+};
+
+// glibc serves every allocation above 32 MiB (and, before its threshold adapts, above 128 KiB) with a
+// fresh mmap, so each call that allocates such a tensor pays a page fault per 4 KiB page (the kernel
+// zeroes it): at 2^20 ladders, d = 8, the 32 MiB gradient alone costs tens of ms on a VM, more than the
+// kernel. A training process keeps its heap; we do the same here for every implementation, the peer
+// included (through glibc's environment variables): no mmap for large blocks, no trimming of the heap.
+constexpr const char* kPeerMallocEnv = "MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4294967295 ";
+void keep_heap() {
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
+}
+
+int run_ladder(const LadderFlags& flags) {
+  CEMFRAC_CHECK(flags.width >= 1 && flags.ladders >= flags.width,
+                "--ladders ({}) must be >= --width ({}) >= 1", flags.ladders, flags.width);
+  CEMFRAC_CHECK(flags.reps >= 1, "--reps must be >= 1");
+  const std::vector<int64_t> depths = parse_int_list(flags.depths, "--depths");
+  kernels::set_continuant_cpu_isa(flags.isa);
+  if (!flags.malloc_default) keep_heap();
+  const int64_t rows = flags.ladders / flags.width;
+  const int64_t n = rows * flags.width;  // ladders actually timed
+  const int64_t max_depth = *std::max_element(depths.begin(), depths.end());
+  const int threads = at::get_num_threads();
+
+  // Copy bandwidth: a float tensor of 2x the largest a, copied into a preallocated one.
+  double copy_gbs = 0;
+  {
+    const int64_t elems = 2 * rows * max_depth * flags.width;
+    at::Tensor src = at::rand({elems});
+    at::Tensor dst = at::empty_like(src);
+    const Timing t = time_it([&] { dst.copy_(src); }, std::max(flags.reps, 5));
+    copy_gbs = 2.0 * elems * 4 / (t.best_ms * 1e-3) / 1e9;
+  }
+
+  // The Python peer, once for all depths (it prints JSON).
+  nlohmann::json peer;
+  bool want_peer = flags.peer;
+  std::string peer_note;
+  if (!flags.peer && !flags.no_peer) {
+    want_peer = python_torch_available() && find_peer_script(flags.peer_script).has_value();
+    if (!want_peer) peer_note = "peer skipped: no /usr/bin/python3 with torch or no bench/peers/ladder_peer.py";
+  }
+  if (want_peer) {
+    CEMFRAC_CHECK(python_torch_available(), "--peer needs {} with torch (Debian: python3-torch)",
+                  kPeerPython);
+    const auto script = find_peer_script(flags.peer_script);
+    CEMFRAC_CHECK(script.has_value(),
+                  "--peer: bench/peers/ladder_peer.py not found; run from the source tree, set "
+                  "CEMFRAC_SOURCE_DIR or pass --peer-script");
+    const std::string cmd = fmt::format("{}{} {} --depths {} --ladders {} --width {} --reps {} --threads {}",
+                                        flags.malloc_default ? "" : kPeerMallocEnv, kPeerPython,
+                                        shell_quote(script->string()), flags.depths,
+                                        n, flags.width, flags.reps, threads);
+    if (!flags.json) fmt::print(stderr, "running the peer: {}\n", cmd);
+    peer = nlohmann::json::parse(run_capture(cmd));
+  }
+
+  nlohmann::json results = nlohmann::json::array();
+  for (const int64_t d : depths) {
+    torch::manual_seed(0);
+    const at::Tensor a = at::rand({rows, d, flags.width}) * 6 - 3;  // U(-3, 3)
+    const at::Tensor g = at::rand({rows, flags.width}) * 2 - 1;
+    const auto fused = ContinuantOptions();
+    const auto reference = ContinuantOptions().impl(ContinuantImpl::kReference);
+    const auto literal = ContinuantOptions().impl(ContinuantImpl::kLiteral);
+
+    auto forward = [&](const ContinuantOptions& o) {
+      return [&a, o] {
+        at::NoGradGuard no_grad;
+        return continuant(a, o);
+      };
+    };
+    auto forward_backward = [&](const ContinuantOptions& o) {
+      return [&a, &g, o] {
+        at::Tensor x = a.detach().requires_grad_(true);
+        at::Tensor f = continuant(x, o);
+        return torch::autograd::grad({f}, {x}, {g})[0];
+      };
+    };
+    // Kernels alone, into preallocated tensors: forward with the cached reciprocal, then backward.
+    at::Tensor kf = at::empty({rows, flags.width});
+    at::Tensor kr = at::empty_like(kf);
+    at::Tensor kga = at::empty_like(a);
+    auto kernel_forward = [&] { kernels::continuant_forward_cpu(a, 0.01, kf, at::Tensor(), at::Tensor()); };
+    auto kernel_forward_backward = [&] {
+      kernels::continuant_forward_cpu(a, 0.01, kf, kr, at::Tensor());
+      kernels::continuant_backward_cpu(a, kr, at::Tensor(), g, 0.01, false, kga);
+    };
+
+    // Check before timing: fused (op and raw kernels) against the reference on these inputs.
+    {
+      const at::Tensor f_ref = forward(reference)();
+      const at::Tensor g_ref = forward_backward(reference)();
+      const double e_f = max_rel_diff(forward(fused)(), f_ref);
+      const double e_g = max_rel_diff(forward_backward(fused)(), g_ref);
+      kernel_forward_backward();
+      const double e_k = std::max(max_rel_diff(kf, f_ref), max_rel_diff(kga, g_ref));
+      CEMFRAC_CHECK(e_f <= 1e-6 && e_g <= 1e-6 && e_k <= 1e-6,
+                    "ladder check failed at d={}: fused vs reference max rel. diff f {:.2e}, grad "
+                    "{:.2e}, kernel {:.2e}",
+                    d, e_f, e_g, e_k);
+    }
+
+    const double bytes_fwd = 4.0 * (d + 1) * n;        // a in, f out
+    const double bytes_fb = 4.0 * (3 * d + 2) * n;     // + a in again, g in, grad a out
+    const double floor_fwd_ms = bytes_fwd / (copy_gbs * 1e9) * 1e3;
+    const double floor_fb_ms = bytes_fb / (copy_gbs * 1e9) * 1e3;
+
+    nlohmann::json row = {{"depth", d}, {"floor_forward_ms", floor_fwd_ms},
+                          {"floor_forward_backward_ms", floor_fb_ms}, {"bytes_forward", bytes_fwd},
+                          {"bytes_forward_backward", bytes_fb}};
+    auto record = [&](const std::string& name, const Timing& fwd, const Timing& fb) {
+      row[name] = {{"forward", {{"best_ms", fwd.best_ms}, {"median_ms", fwd.median_ms}}},
+                   {"forward_backward", {{"best_ms", fb.best_ms}, {"median_ms", fb.median_ms}}}};
+    };
+    record("fused", time_it(forward(fused), flags.reps), time_it(forward_backward(fused), flags.reps));
+    record("kernel", time_it(kernel_forward, flags.reps), time_it(kernel_forward_backward, flags.reps));
+    record("reference", time_it(forward(reference), flags.reps),
+           time_it(forward_backward(reference), flags.reps));
+    record("literal", time_it(forward(literal), flags.reps),
+           time_it(forward_backward(literal), flags.reps));
+    if (!peer.is_null()) {
+      for (const auto& p : peer["results"]) {
+        if (p["depth"].get<int64_t>() != d) continue;
+        for (const char* name : {"custom_function", "autograd", "literal"}) {
+          row["peer_" + std::string(name)] = p[name];
+        }
+      }
+    }
+    results.push_back(row);
+  }
+
+  auto best = [](const nlohmann::json& row, const std::string& impl, const char* pass) {
+    return row.contains(impl) ? row[impl][pass]["best_ms"].get<double>() : 0.0;
+  };
+  nlohmann::json report = {
+      {"bench", "ladder"},
+      {"cpu", read_cpu_features().model_name},
+      {"threads", threads},
+      {"isa", kernels::continuant_cpu_isa()},
+      {"blas_core", blas_status().core},
+      {"ladders", n},
+      {"rows", rows},
+      {"width", flags.width},
+      {"reps", flags.reps},
+      {"dtype", "float32"},
+      {"malloc", flags.malloc_default ? "glibc default" : "heap kept (no mmap, no trim)"},
+      {"copy_gbs", copy_gbs},
+      {"results", results},
+  };
+  if (!peer.is_null()) {
+    report["peer"] = {{"python", peer["python"]}, {"torch", peer["torch"]}, {"threads", peer["threads"]}};
+  }
+  if (flags.json) {
+    fmt::print("{}\n", report.dump(2));
+    return 0;
+  }
+
+  fmt::print("ladder bench: {} ladders = {} rows x {} (float32), {} threads, ISA {}, best of {} "
+             "(medians in --json)\n",
+             n, rows, flags.width, threads, kernels::continuant_cpu_isa(), flags.reps);
+  fmt::print("CPU {}; copy bandwidth {:.1f} GB/s (measured now); malloc: {}\n",
+             read_cpu_features().model_name, copy_gbs,
+             flags.malloc_default ? "glibc default" : "heap kept (no mmap, no trim)");
+  if (!peer.is_null()) {
+    fmt::print("peer: Python {} + torch {}, {} threads\n", peer["python"].get<std::string>(),
+               peer["torch"].get<std::string>(), peer["threads"].get<int>());
+  } else if (!peer_note.empty()) {
+    fmt::print("{}\n", peer_note);
+  }
+  fmt::print("\nforward (inference)\n");
+  fmt::print("{:>3} {:>9} {:>7} {:>7} {:>9} {:>10} {:>9} {:>9}\n", "d", "fused ms", "GB/s", "xfloor",
+             "kernel ms", "ref ms (x)", "lit (x)", "peer (x)");
+  for (const auto& row : results) {
+    const double t = best(row, "fused", "forward");
+    const double floor = row["floor_forward_ms"].get<double>();
+    const double peer_t = best(row, "peer_custom_function", "forward");
+    fmt::print("{:>3} {:>9.2f} {:>7.1f} {:>7.2f} {:>9.2f} {:>10.1f} {:>9.1f} {:>9}\n",
+               row["depth"].get<int64_t>(), t, row["bytes_forward"].get<double>() / (t * 1e6),
+               t / floor, best(row, "kernel", "forward"), best(row, "reference", "forward") / t,
+               best(row, "literal", "forward") / t,
+               peer_t > 0 ? fmt::format("{:.1f}", peer_t / t) : std::string("-"));
+  }
+  fmt::print("\nforward + backward\n");
+  fmt::print("{:>3} {:>9} {:>7} {:>7} {:>9} {:>10} {:>9} {:>9} {:>9} {:>9}\n", "d", "fused ms",
+             "GB/s", "xfloor", "kernel ms", "ref ms (x)", "lit (x)", "peerF (x)", "peerA (x)",
+             "peerL (x)");
+  for (const auto& row : results) {
+    const double t = best(row, "fused", "forward_backward");
+    const double floor = row["floor_forward_backward_ms"].get<double>();
+    auto ratio = [&](const std::string& impl) {
+      const double v = best(row, impl, "forward_backward");
+      return v > 0 ? fmt::format("{:.1f}", v / t) : std::string("-");
+    };
+    fmt::print("{:>3} {:>9.2f} {:>7.1f} {:>7.2f} {:>9.2f} {:>10} {:>9} {:>9} {:>9} {:>9}\n",
+               row["depth"].get<int64_t>(), t,
+               row["bytes_forward_backward"].get<double>() / (t * 1e6), t / floor,
+               best(row, "kernel", "forward_backward"), ratio("reference"), ratio("literal"),
+               ratio("peer_custom_function"), ratio("peer_autograd"), ratio("peer_literal"));
+  }
+  fmt::print("\n(x) = that implementation's time / fused time; xfloor = fused time / (bytes that must "
+             "move / copy bandwidth);\npeerF/peerA/peerL = Python custom autograd Function / autograd "
+             "through the continuant ops / literal ladder\n");
+  return 0;
+}
+
+Command add_bench_ladder(CLI::App& bench) {
+  auto flags = std::make_shared<LadderFlags>();
+  CLI::App* app = bench.add_subcommand(
+      "ladder", "Continued-fraction ladder kernels: fused vs ATen reference, literal ladder, floor, peer");
+  app->add_flag("--json", flags->json, "Print one JSON object (best and median times)");
+  app->add_option("--depths", flags->depths, "Ladder depths, comma-separated")->capture_default_str();
+  app->add_option("--ladders", flags->ladders, "Ladders in total (rows x width)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app->add_option("--width", flags->width, "Ladders per row")->capture_default_str()->check(CLI::PositiveNumber);
+  app->add_option("--reps", flags->reps, "Timed repetitions after one warm-up")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  app->add_flag("--peer", flags->peer,
+                "Run the Python peer (bench/peers/ladder_peer.py under /usr/bin/python3); default: on "
+                "when python3-torch is installed");
+  app->add_flag("--no-peer", flags->no_peer, "Do not run the Python peer");
+  app->add_option("--peer-script", flags->peer_script, "Path of ladder_peer.py (default: found in the source tree)");
+  app->add_flag("--malloc-default", flags->malloc_default,
+                "Leave glibc malloc as configured (large tensors then come from fresh mmaps: page "
+                "faults inside every timed call)");
+  app->add_option("--isa", flags->isa, "Ladder kernel instruction set: auto, baseline (SSE2) or avx2")
+      ->capture_default_str();
+  return {app, [flags] { return run_ladder(*flags); }};
+}
+
+}  // namespace
+
+Command add_bench(CLI::App& root, const GlobalOptions& global) {
+  (void)global;  // --threads is applied in main() before any command runs
+  CLI::App* app = root.add_subcommand("bench", "Speed against references measured in the same run");
+  app->require_subcommand(1);
+  // One entry per benchmark area; `layers` and `train` join here.
+  std::vector<Command> areas = {add_bench_ladder(*app)};
+  auto run = [areas] {
+    for (const auto& area : areas) {
+      if (area.app->parsed()) return area.run();
+    }
+    fail("cemfrac bench needs an area (see cemfrac bench --help)");
+  };
+  return {app, run};
+}
+
 }  // namespace cemfrac::cli

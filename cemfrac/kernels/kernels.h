@@ -1,0 +1,41 @@
+// Raw fused kernels. Each entry point works on contiguous tensors of one floating dtype and writes into
+// tensors its caller allocated; argument checking, dtype promotion and autograd live one level up, in
+// cemfrac/ops/. A future CUDA file declares the same signatures with a _cuda suffix behind
+// CEMFRAC_WITH_CUDA.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <string>
+
+namespace cemfrac::kernels {
+
+// Continued-fraction ladders, layout (R, d, L): R rows, depth d, L ladders, ladder index fastest.
+// The partial denominator a_k of ladder l in row n sits at a[n][k-1][l] (k = 1..d).
+// See cemfrac/kernels/cpu/continuant_cpu.cpp for the recurrences and the numerics notes.
+
+// Forward. a: (R, d, L) float or double, contiguous. Writes
+//   f: (R, L)  f = K_{d-1} / K̂_d, the fraction 1/(a_1 + 1/(a_2 + ... + 1/a_d)) with the pole guard;
+//   r: (R, L)  r = 1 / K̂_d, the one reciprocal, cached for the backward (may be undefined: inference);
+//   k_saved:   (R, d, L) K_{d-k} at [n][k-1][l] (may be undefined; only the store-instead-of-recompute
+//              variant writes it).
+// eps >= 0 is the clamp; eps = 0 is the unguarded map.
+void continuant_forward_cpu(const at::Tensor& a, double eps, const at::Tensor& f, const at::Tensor& r,
+                            const at::Tensor& k_saved);
+
+// Backward. Writes grad_a (R, d, L) = dLoss/da from grad_f (R, L) = dLoss/df.
+//   r: the reciprocal cached by the forward;
+//   k_saved: undefined -> continuants recomputed from a (the default); defined -> read from it;
+//   exact: false -> Proposition 1 with K̂_d everywhere ("surrogate" inside the clamp, the default);
+//          true  -> the exact derivative of the clamped map (inside the clamp K̂_d is constant).
+void continuant_backward_cpu(const at::Tensor& a, const at::Tensor& r, const at::Tensor& k_saved,
+                             const at::Tensor& grad_f, double eps, bool exact,
+                             const at::Tensor& grad_a);
+
+// Which instruction set the ladder loops run with ("avx2" or "baseline": x86-64 SSE2, or the host's
+// default elsewhere). Chosen once from CPUID; set_continuant_cpu_isa("baseline" | "avx2" | "auto")
+// overrides it for benchmarks and tests (throws cemfrac::Error for "avx2" on a CPU without it).
+// Both give bitwise the same results: the loops use no fused multiply-add.
+std::string continuant_cpu_isa();
+void set_continuant_cpu_isa(const std::string& isa);
+
+}  // namespace cemfrac::kernels
