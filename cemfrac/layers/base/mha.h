@@ -1,0 +1,60 @@
+// Mixer "mha": causal multi-head self-attention in two flavours chosen by the options.
+//   GPT-2: biases on the projections, no rotation (learned absolute positions live in the model).
+//   Llama: no biases, RoPE on queries and keys, optional grouped-query attention (n_kv_heads < H:
+//          each key/value head serves H / n_kv_heads consecutive query heads).
+// Parameters (checkpoint keys under blocks.<l>.attn.):
+//   w_qkv (H d_h + 2 H_kv d_h, D)  queries, keys, values stacked in that order (one matmul)
+//   b_qkv (H d_h + 2 H_kv d_h)     when bias
+//   w_o   (D, H d_h)               output projection (a residual projection: init std / sqrt(2L))
+//   b_o   (D)                      when bias
+// Decode state: K (after RoPE) and V of every position seen, (B, H_kv, T, d_h) each.
+#pragma once
+#include <torch/arg.h>
+#include <torch/types.h>
+
+#include <memory>
+
+#include "cemfrac/layers/mixer.h"
+
+namespace cemfrac {
+
+struct MhaOptions {
+  MhaOptions(int64_t d_model, int64_t n_heads) : d_model_(d_model), n_heads_(n_heads) {}
+  TORCH_ARG(int64_t, d_model);
+  TORCH_ARG(int64_t, n_heads);
+  TORCH_ARG(int64_t, n_kv_heads) = 0;  // 0 = n_heads
+  TORCH_ARG(bool, bias) = false;
+  TORCH_ARG(bool, rope) = false;       // rotate q and k with MixerContext::rope_cos/sin
+  TORCH_ARG(double, init_std) = 0.02;
+  TORCH_ARG(double, out_init_std) = 0.02;  // of w_o
+  TORCH_ARG(torch::Device, device) = torch::kCPU;
+};
+
+struct MhaState : MixerState {
+  torch::Tensor k;  // (B, H_kv, T, d_h), after RoPE; undefined before the first forward
+  torch::Tensor v;  // (B, H_kv, T, d_h)
+};
+
+class MhaImpl : public MixerImpl {
+ public:
+  explicit MhaImpl(const MhaOptions& options);
+  torch::Tensor forward(const torch::Tensor& x, const MixerContext& ctx) override;
+  std::unique_ptr<MixerState> new_state() const override;
+
+  const MhaOptions& options() const { return options_; }
+
+  torch::Tensor w_qkv, b_qkv, w_o, b_o;
+
+ private:
+  MhaOptions options_;
+  int64_t n_kv_heads_;
+  int64_t head_dim_;
+};
+
+// softmax(q k^T / sqrt(d_h) + causal mask) v. q (B, H, N, d_h) at absolute positions
+// offset..offset+N-1; k, v (B, H_kv, T, d_h) at positions 0..T-1 (T = offset + N); H a multiple of
+// H_kv. Query n sees keys 0..offset+n. -> (B, H, N, d_h)
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               int64_t offset);
+
+}  // namespace cemfrac

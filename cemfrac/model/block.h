@@ -1,0 +1,31 @@
+// One transformer block, pre-norm:  z += mixer(norm1(z));  z += ffn(norm2(z)).
+// Submodule names (checkpoint key prefixes): norm1, attn (the mixer, whatever its kind), norm2, mlp
+// (the FFN, whatever its kind).
+#pragma once
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
+#include <memory>
+
+#include "cemfrac/layers/mixer.h"
+#include "cemfrac/model/model_config.h"
+
+namespace cemfrac {
+
+class BlockImpl : public torch::nn::Module {
+ public:
+  BlockImpl(const ModelConfig& config, int64_t layer, torch::Device device);
+  // z (B, N, D) -> (B, N, D)
+  torch::Tensor forward(const torch::Tensor& z, const MixerContext& ctx);
+
+  MixerImpl& mixer() { return *mixer_; }
+  FfnImpl& ffn() { return *ffn_; }
+
+ private:
+  std::shared_ptr<NormImpl> norm1_;
+  std::shared_ptr<MixerImpl> mixer_;
+  std::shared_ptr<NormImpl> norm2_;
+  std::shared_ptr<FfnImpl> ffn_;
+};
+
+}  // namespace cemfrac

@@ -1,0 +1,120 @@
+#include "cemfrac/model/generate.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+
+#include "cemfrac/core/check.h"
+
+namespace cemfrac {
+
+const char* to_string(StopReason reason) {
+  switch (reason) {
+    case StopReason::kMaxNewTokens: return "max_new_tokens";
+    case StopReason::kEndOfText: return "end_of_text";
+    case StopReason::kContext: return "context_full";
+    case StopReason::kCallback: return "stopped_by_caller";
+  }
+  return "?";
+}
+
+torch::Generator make_sampling_generator(uint64_t seed) {
+  return at::make_generator<at::CPUGeneratorImpl>(seed);
+}
+
+namespace {
+
+void check_sampling(const SamplingOptions& o) {
+  CEMFRAC_CHECK(std::isfinite(o.temperature) && o.temperature >= 0,
+                "temperature = {}: must be a number >= 0 (0 = greedy)", o.temperature);
+  CEMFRAC_CHECK(o.top_k >= 0, "top_k = {}: must be >= 0 (0 = off)", o.top_k);
+  CEMFRAC_CHECK(o.top_p > 0 && o.top_p <= 1, "top_p = {}: must be in (0, 1] (1 = off)", o.top_p);
+}
+
+}  // namespace
+
+torch::Tensor filter_logits(const torch::Tensor& logits, const SamplingOptions& o) {
+  check_sampling(o);
+  CEMFRAC_CHECK(o.temperature > 0, "filter_logits needs temperature > 0 (0 means greedy)");
+  const double neg_inf = -std::numeric_limits<double>::infinity();
+  torch::Tensor scaled = logits / o.temperature;  // (B, V)
+  const int64_t V = scaled.size(-1);
+  if (o.top_k > 0 && o.top_k < V) {
+    // Everything below the k-th largest logit goes (ties with it stay).
+    torch::Tensor kth = std::get<0>(scaled.topk(o.top_k, -1)).narrow(-1, o.top_k - 1, 1);  // (B, 1)
+    scaled = scaled.masked_fill(scaled < kth, neg_inf);
+  }
+  if (o.top_p < 1.0) {
+    // Sorted by probability, keep a token while the mass before it is still below top_p; the most
+    // likely token always stays.
+    auto [sorted, order] = scaled.sort(-1, /*descending=*/true);  // (B, V)
+    torch::Tensor probs = torch::softmax(sorted, -1);
+    torch::Tensor mass_before = probs.cumsum(-1) - probs;
+    torch::Tensor drop_sorted = mass_before >= o.top_p;  // (B, V) in sorted order
+    torch::Tensor drop = torch::zeros_like(drop_sorted).scatter(-1, order, drop_sorted);
+    scaled = scaled.masked_fill(drop, neg_inf);
+  }
+  return scaled;
+}
+
+torch::Tensor sample_next(const torch::Tensor& logits, const SamplingOptions& o,
+                          torch::Generator& generator) {
+  check_sampling(o);
+  torch::Tensor cpu = logits.detach().to(torch::kCPU, torch::kFloat64);  // (B, V)
+  if (o.temperature == 0) return cpu.argmax(-1);
+  torch::Tensor probs = torch::softmax(filter_logits(cpu, o), -1);  // (B, V)
+  return torch::multinomial(probs, 1, /*replacement=*/false, generator).squeeze(-1);  // (B)
+}
+
+GenerateResult generate(LmModelImpl& model, const std::vector<int64_t>& prompt,
+                        const GenerateOptions& options, const TokenCallback& on_token) {
+  check_sampling(options.sampling);
+  const int64_t context = model.config().context;
+  const int64_t vocab = model.config().vocab_size;
+  CEMFRAC_CHECK(!prompt.empty(), "the prompt is empty; give at least one token (e.g. end-of-text)");
+  CEMFRAC_CHECK(static_cast<int64_t>(prompt.size()) <= context,
+                "the prompt has {} tokens but the model's context is {}; shorten the prompt",
+                prompt.size(), context);
+  CEMFRAC_CHECK(options.max_new_tokens >= 0, "max_new_tokens = {}: must be >= 0",
+                options.max_new_tokens);
+  for (int64_t id : prompt) {
+    CEMFRAC_CHECK(id >= 0 && id < vocab, "prompt token id {} is outside the vocabulary 0..{}", id,
+                  vocab - 1);
+  }
+
+  torch::NoGradGuard no_grad;
+  torch::Generator generator = make_sampling_generator(options.seed);
+  const torch::Device device = model.head_weight().device();
+  DecodeState state = model.new_decode_state();
+  GenerateResult result;
+
+  // 1. The whole prompt in one forward; the next-token logits are those of its last position.
+  torch::Tensor input = torch::tensor(prompt, torch::kInt64).view({1, -1}).to(device);  // (1, N)
+  torch::Tensor logits = model.forward(input, &state).select(1, -1);                   // (1, V)
+  // 2. One token per step, through the decode state.
+  for (int64_t step = 0; step < options.max_new_tokens; ++step) {
+    const int64_t token = sample_next(logits, options.sampling, generator).item<int64_t>();
+    if (token == options.eos_id) {
+      result.stop = StopReason::kEndOfText;
+      return result;
+    }
+    result.tokens.push_back(token);
+    if (on_token && !on_token(token)) {
+      result.stop = StopReason::kCallback;
+      return result;
+    }
+    if (step + 1 == options.max_new_tokens) break;
+    if (state.position >= context) {
+      result.stop = StopReason::kContext;
+      return result;
+    }
+    input = torch::full({1, 1}, token, torch::TensorOptions().dtype(torch::kInt64).device(device));
+    logits = model.forward(input, &state).select(1, -1);  // (1, V)
+  }
+  result.stop = StopReason::kMaxNewTokens;
+  return result;
+}
+
+}  // namespace cemfrac

@@ -1,0 +1,116 @@
+#include "cemfrac/model/lm_model.h"
+
+#include <torch/torch.h>
+
+#include <map>
+
+#include "cemfrac/core/check.h"
+#include "cemfrac/layers/registry.h"
+
+namespace cemfrac {
+
+LmModelImpl::LmModelImpl(const ModelConfig& config, torch::Device device) : config_(config) {
+  config_.validate();
+  const ModelConfig& c = config_;
+  wte_ = register_module("wte", std::make_shared<EmbeddingImpl>(c.vocab_size, c.d_model, c.init_std,
+                                                                device));
+  if (c.positions == "learned") {
+    wpe_ = register_module("wpe",
+                           std::make_shared<EmbeddingImpl>(c.context, c.d_model, c.init_std, device));
+  }
+  auto blocks = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t layer = 0; layer < c.n_layers; ++layer) {
+    blocks_.push_back(std::make_shared<BlockImpl>(c, layer, device));
+    blocks->push_back(blocks_.back());  // registered as "blocks.<layer>"
+  }
+  norm_f_ = register_module("norm_f", make_norm(c, device));
+  // Tied: the head multiplies by wte's own tensor (head_weight()); no second parameter exists.
+  if (!c.tie_embeddings) {
+    head_ = register_module("head",
+                            std::make_shared<OutputHeadImpl>(c.vocab_size, c.d_model, c.init_std, device));
+  }
+  if (c.positions == "rope") {
+    rope_ = std::make_unique<RotaryEmbedding>(c.head_dim(), c.context, c.rope_theta);
+  }
+}
+
+const torch::Tensor& LmModelImpl::head_weight() const {
+  return head_ ? head_->weight : wte_->weight;
+}
+
+DecodeState LmModelImpl::new_decode_state() const {
+  DecodeState state;
+  for (const auto& block : blocks_) state.layers.push_back(block->mixer().new_state());
+  return state;
+}
+
+torch::Tensor LmModelImpl::forward(const torch::Tensor& tokens, DecodeState* state) {
+  CEMFRAC_CHECK(tokens.dim() == 2 && tokens.scalar_type() == torch::kInt64,
+                "model input must be int64 token ids of shape (batch, length), got {} of {} dims",
+                std::string(c10::toString(tokens.scalar_type())), tokens.dim());
+  const int64_t N = tokens.size(1);
+  const int64_t offset = state ? state->position : 0;
+  CEMFRAC_CHECK(N >= 1, "model input is empty (length 0); pass at least one token");
+  CEMFRAC_CHECK(offset + N <= config_.context,
+                "sequence too long: positions {}..{} exceed the model context of {} tokens; shorten "
+                "the input (or the generation) to at most {} tokens",
+                offset, offset + N - 1, config_.context, config_.context);
+  if (state) {
+    TORCH_INTERNAL_ASSERT(state->layers.size() == blocks_.size(),
+                          "decode state made for another model (", state->layers.size(), " layers)");
+  }
+
+  // 1. Embed tokens (and add learned positions).
+  torch::Tensor z = wte_->forward(tokens);  // (B, N, D)
+  if (wpe_) z = z + wpe_->weight.narrow(0, offset, N);
+
+  // 2. The blocks; RoPE tables for these positions are computed once for all layers.
+  MixerContext ctx;
+  ctx.offset = offset;
+  if (rope_) std::tie(ctx.rope_cos, ctx.rope_sin) = rope_->tables(offset, N, z.options());
+  for (size_t l = 0; l < blocks_.size(); ++l) {
+    ctx.state = state ? state->layers[l].get() : nullptr;
+    z = blocks_[l]->forward(z, ctx);  // (B, N, D)
+  }
+
+  // 3. Final norm and the head.
+  z = norm_f_->forward(z);                                    // (B, N, D)
+  torch::Tensor logits = torch::linear(z, head_weight());     // (B, N, V)
+  if (state) state->position += N;
+  return logits;
+}
+
+std::vector<ParamInfo> LmModelImpl::parameter_table() const {
+  // Tags are declared by the module that owns each tensor; key them by the full name.
+  std::map<std::string, ParamTag> tags;
+  for (const auto& item : named_modules("", /*include_self=*/false)) {
+    auto* tagged = dynamic_cast<const TaggedModule*>(item.value().get());
+    if (tagged == nullptr) continue;
+    for (const auto& [local, tag] : tagged->param_tags()) {
+      tags.emplace(item.key().empty() ? local : item.key() + "." + local, tag);
+    }
+  }
+  std::vector<ParamInfo> table;
+  for (const auto& item : named_parameters()) {
+    auto tag = tags.find(item.key());
+    TORCH_INTERNAL_ASSERT(tag != tags.end(), "parameter ", item.key(),
+                          " was registered without a kind/group (use TaggedModule::add_parameter)");
+    ParamInfo info;
+    info.name = item.key();
+    info.shape = item.value().sizes().vec();
+    info.numel = item.value().numel();
+    info.kind = tag->second.kind;
+    info.group = tag->second.group;
+    if (config_.tie_embeddings && info.name == "wte.weight") info.tied_to = "head.weight";
+    table.push_back(std::move(info));
+  }
+  return table;
+}
+
+int64_t LmModelImpl::num_parameters() const {
+  int64_t total = 0;
+  for (const torch::Tensor& p : parameters()) total += p.numel();
+  return total;
+}
+
+}  // namespace cemfrac

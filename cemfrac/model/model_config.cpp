@@ -1,0 +1,237 @@
+#include "cemfrac/model/model_config.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "cemfrac/core/check.h"
+#include "cemfrac/core/fields.h"
+#include "cemfrac/layers/registry.h"
+
+namespace cemfrac {
+
+using nlohmann::json;
+
+namespace {
+
+// ---- JSON write: one visitor for every visit_fields struct ----
+struct JsonWriter {
+  json out = json::object();
+
+  template <typename T>
+  static json value(const T& field) {
+    if constexpr (HasVisitFields<T>::value) {
+      JsonWriter nested;
+      T copy = field;
+      copy.visit_fields(nested);
+      return nested.out;
+    } else {
+      return json(field);
+    }
+  }
+  template <typename T>
+  static json value(const std::vector<T>& items) {
+    json array = json::array();
+    for (const T& item : items) array.push_back(value(item));
+    return array;
+  }
+  template <typename T>
+  void operator()(const char* key, T& field, const char*) {
+    out[key] = value(field);
+  }
+};
+
+// ---- JSON read: rejects unknown keys and wrong types, names the key and the value ----
+struct JsonReader {
+  const json& in;
+  std::string where;  // "config.json: model" etc., for messages
+
+  [[noreturn]] void wrong_type(const std::string& key, const json& v, const char* expected) const {
+    fail("{}: {} = {}: expected {}", where, key, v.dump(), expected);
+  }
+  void read(const std::string& key, const json& v, int64_t& out) const {
+    if (!v.is_number_integer()) wrong_type(key, v, "an integer");
+    if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)) {
+      wrong_type(key, v, "an integer below 2^63");
+    }
+    out = v.get<int64_t>();
+  }
+  void read(const std::string& key, const json& v, uint64_t& out) const {
+    if (!v.is_number_unsigned()) wrong_type(key, v, "a non-negative integer");
+    out = v.get<uint64_t>();
+  }
+  void read(const std::string& key, const json& v, double& out) const {
+    if (!v.is_number()) wrong_type(key, v, "a number");
+    out = v.get<double>();
+  }
+  void read(const std::string& key, const json& v, bool& out) const {
+    if (!v.is_boolean()) wrong_type(key, v, "true or false");
+    out = v.get<bool>();
+  }
+  void read(const std::string& key, const json& v, std::string& out) const {
+    if (!v.is_string()) wrong_type(key, v, "a string");
+    out = v.get<std::string>();
+  }
+  template <typename T>
+  void read(const std::string& key, const json& v, std::vector<T>& out) const {
+    if (!v.is_array()) wrong_type(key, v, "an array");
+    out.clear();
+    for (size_t i = 0; i < v.size(); ++i) {
+      T item{};
+      read(fmt::format("{}[{}]", key, i), v[i], item);
+      out.push_back(std::move(item));
+    }
+  }
+  template <typename T, typename = std::enable_if_t<HasVisitFields<T>::value>>
+  void read(const std::string& key, const json& v, T& out) const {
+    if (!v.is_object()) wrong_type(key, v, "an object");
+    read_fields(v, out, where, key + ".");
+  }
+
+  template <typename T>
+  void operator()(const char* key, T& field, const char*) {
+    auto it = in.find(key);
+    if (it != in.end()) read(prefix + key, *it, field);
+  }
+
+  std::string prefix;
+
+  template <typename T>
+  static void read_fields(const json& obj, T& out, const std::string& where,
+                          const std::string& prefix) {
+    const std::vector<std::string> known = field_names<T>();
+    const std::set<std::string> known_set(known.begin(), known.end());
+    for (auto it = obj.begin(); it != obj.end(); ++it) {
+      CEMFRAC_CHECK(known_set.count(it.key()), "{}: unknown key '{}{}'; known keys: {}", where,
+                    prefix, it.key(), fmt::join(known, ", "));
+    }
+    JsonReader reader{obj, where, prefix};
+    out.visit_fields(reader);
+  }
+};
+
+std::optional<ConfigProblem> problem(const std::string& key, std::string message) {
+  return ConfigProblem{key, std::move(message)};
+}
+
+// The message of the Error a parse_*_kind throws, as a problem of `key`.
+template <typename Parse>
+std::optional<ConfigProblem> kind_problem(const std::string& key, Parse parse) {
+  try {
+    parse();
+  } catch (const Error& e) {
+    return problem(key, e.what());
+  }
+  return std::nullopt;
+}
+
+bool positive_finite(double x) { return std::isfinite(x) && x > 0; }
+
+}  // namespace
+
+std::optional<ConfigProblem> ModelConfig::first_problem() const {
+  auto at_least_one = [](const char* key, int64_t v) -> std::optional<ConfigProblem> {
+    if (v >= 1) return std::nullopt;
+    return problem(key, fmt::format("{} = {}: must be at least 1", key, v));
+  };
+  for (auto [key, v] : {std::pair<const char*, int64_t>{"vocab_size", vocab_size},
+                        {"d_model", d_model}, {"n_layers", n_layers}, {"n_heads", n_heads},
+                        {"d_ff", d_ff}, {"context", context}}) {
+    if (auto p = at_least_one(key, v)) return p;
+  }
+  if (d_model % n_heads != 0) {
+    return problem("n_heads", fmt::format("n_heads = {}: must divide d_model = {} (d_h = D / H)",
+                                          n_heads, d_model));
+  }
+  if (n_kv_heads < 0 || (n_kv_heads > 0 && n_heads % n_kv_heads != 0)) {
+    return problem("n_kv_heads", fmt::format("n_kv_heads = {}: must divide n_heads = {} (0 = n_heads)",
+                                             n_kv_heads, n_heads));
+  }
+  if (auto p = kind_problem("mixer", [&] { parse_mixer_kind(mixer, "mixer"); })) return p;
+  if (auto p = kind_problem("ffn", [&] { parse_ffn_kind(ffn, "ffn"); })) return p;
+  std::set<int64_t> seen;
+  for (size_t i = 0; i < layer_overrides.size(); ++i) {
+    const LayerOverride& o = layer_overrides[i];
+    const std::string at = fmt::format("layer_overrides[{}]", i);
+    if (o.layer < 0 || o.layer >= n_layers) {
+      return problem("layer_overrides", fmt::format("{}.layer = {}: must be in 0..{} (n_layers = {})",
+                                                    at, o.layer, n_layers - 1, n_layers));
+    }
+    if (!seen.insert(o.layer).second) {
+      return problem("layer_overrides",
+                     fmt::format("{}.layer = {}: layer overridden twice; merge the entries", at, o.layer));
+    }
+    if (o.mixer.empty() && o.ffn.empty()) {
+      return problem("layer_overrides",
+                     fmt::format("{} (layer {}) sets neither mixer nor ffn; set one or remove it", at,
+                                 o.layer));
+    }
+    if (!o.mixer.empty()) {
+      if (auto p = kind_problem("layer_overrides", [&] { parse_mixer_kind(o.mixer, at + ".mixer"); }))
+        return p;
+    }
+    if (!o.ffn.empty()) {
+      if (auto p = kind_problem("layer_overrides", [&] { parse_ffn_kind(o.ffn, at + ".ffn"); }))
+        return p;
+    }
+  }
+  if (auto p = kind_problem("norm", [&] { parse_norm_kind(norm, "norm"); })) return p;
+  if (!positive_finite(norm_eps)) {
+    return problem("norm_eps", fmt::format("norm_eps = {}: must be a positive number", norm_eps));
+  }
+  if (positions != "learned" && positions != "rope" && positions != "none") {
+    return problem("positions", fmt::format("positions = \"{}\": unknown; valid: learned, rope, none",
+                                            positions));
+  }
+  if (positions == "rope" && head_dim() % 2 != 0) {
+    return problem("positions",
+                   fmt::format("positions = \"rope\" needs an even head width, but d_model / n_heads = "
+                               "{} / {} = {}; change n_heads or d_model",
+                               d_model, n_heads, head_dim()));
+  }
+  if (!positive_finite(rope_theta)) {
+    return problem("rope_theta", fmt::format("rope_theta = {}: must be a positive number", rope_theta));
+  }
+  if (!positive_finite(init_std)) {
+    return problem("init_std", fmt::format("init_std = {}: must be a positive number", init_std));
+  }
+  return std::nullopt;
+}
+
+void ModelConfig::validate() const {
+  if (auto p = first_problem()) fail("model config: {}", p->message);
+}
+
+std::string ModelConfig::mixer_of(int64_t layer) const {
+  for (const LayerOverride& o : layer_overrides) {
+    if (o.layer == layer && !o.mixer.empty()) return o.mixer;
+  }
+  return mixer;
+}
+
+std::string ModelConfig::ffn_of(int64_t layer) const {
+  for (const LayerOverride& o : layer_overrides) {
+    if (o.layer == layer && !o.ffn.empty()) return o.ffn;
+  }
+  return ffn;
+}
+
+// Every field through visit_fields: two configs are equal when their JSON documents are (doubles
+// are written with round-trip precision, so this is exact).
+bool operator==(const ModelConfig& a, const ModelConfig& b) { return to_json(a) == to_json(b); }
+
+json to_json(const ModelConfig& config) { return JsonWriter::value(config); }
+
+ModelConfig model_config_from_json(const json& j, const std::string& source) {
+  CEMFRAC_CHECK(j.is_object(), "{}: expected a JSON object with the model config, got {}", source,
+                j.type_name());
+  ModelConfig config;
+  JsonReader::read_fields(j, config, source, "");
+  if (auto p = config.first_problem()) fail("{}: {}", source, p->message);
+  return config;
+}
+
+}  // namespace cemfrac

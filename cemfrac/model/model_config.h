@@ -1,0 +1,105 @@
+// The architecture of a language model. It travels with every checkpoint as config.json and is the
+// only source of truth when a checkpoint is loaded. Every field is declared once, in visit_fields():
+// that one line gives its TOML/JSON key, its default (the initialiser here), its help text, and
+// through it parsing, printing, serialisation and equality.
+#pragma once
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace cemfrac {
+
+// Per-layer replacement of the mixer and/or FFN kind ("" = keep the model-wide kind).
+struct LayerOverride {
+  int64_t layer = 0;
+  std::string mixer;
+  std::string ffn;
+
+  template <typename Visitor>
+  void visit_fields(Visitor& v) {
+    v("layer", layer, "Layer index (0-based)");
+    v("mixer", mixer, "Mixer kind of this layer (\"\" = model.mixer)");
+    v("ffn", ffn, "FFN kind of this layer (\"\" = model.ffn)");
+  }
+};
+
+// The first thing wrong with a config: the key it concerns (for the file:line of the message) and a
+// one-line message naming the key, the value and what is allowed.
+struct ConfigProblem {
+  std::string key;
+  std::string message;
+};
+
+struct ModelConfig {
+  // Shapes. Letters as in docs/glossary.md: V vocab, D width, L layers, H heads, M MLP width.
+  int64_t vocab_size = 4096;   // V; the tokenizer's vocabulary (may be padded up, never down)
+  int64_t d_model = 128;       // D
+  int64_t n_layers = 2;        // L
+  int64_t n_heads = 4;         // H; d_h = D / H
+  int64_t n_kv_heads = 0;      // grouped-query attention: key/value heads (0 = n_heads)
+  int64_t d_ff = 512;          // M; hidden width of the FFN
+  int64_t context = 128;       // N_max; longest sequence (learned positions are this long)
+
+  // Block kinds, chosen independently (layers may override). Mixers: "mha" (this issue), later
+  // "cem_attention", "cattn_u", "cattn_m", "synthesizer_dense", "sparse_attention". FFNs: "gelu_mlp",
+  // "swiglu" (this issue), later "cem_mlp", "cffn".
+  std::string mixer = "mha";
+  std::string ffn = "swiglu";
+  std::vector<LayerOverride> layer_overrides;
+
+  // Flavour. GPT-2: norm=layernorm, positions=learned, bias=true, tie_embeddings=true.
+  //          Llama: norm=rmsnorm, positions=rope, bias=false, tie_embeddings=false.
+  std::string norm = "rmsnorm";     // "layernorm" | "rmsnorm"
+  double norm_eps = 1e-5;
+  std::string positions = "rope";   // "learned" | "rope" | "none"
+  double rope_theta = 10000.0;
+  bool bias = false;                // biases in linear layers and LayerNorm
+  bool tie_embeddings = false;      // head weight == token embedding (one tensor)
+  double init_std = 0.02;           // N(0, std) for matrices; residual projections scaled by 1/sqrt(2L)
+
+  template <typename Visitor>
+  void visit_fields(Visitor& v) {
+    v("vocab_size", vocab_size, "Vocabulary size V (>= the tokenizer's)");
+    v("d_model", d_model, "Model width D");
+    v("n_layers", n_layers, "Number of blocks L");
+    v("n_heads", n_heads, "Attention heads H (D must be divisible by H)");
+    v("n_kv_heads", n_kv_heads, "Key/value heads for grouped-query attention (0 = n_heads)");
+    v("d_ff", d_ff, "FFN hidden width M");
+    v("context", context, "Maximum sequence length");
+    v("mixer", mixer, "Token mixer kind of every layer (mha, ...)");
+    v("ffn", ffn, "FFN kind of every layer (gelu_mlp, swiglu, ...)");
+    v("layer_overrides", layer_overrides, "Per-layer mixer/ffn kinds: [{layer=0, mixer=..., ffn=...}]");
+    v("norm", norm, "layernorm | rmsnorm");
+    v("norm_eps", norm_eps, "Epsilon of the norms");
+    v("positions", positions, "learned | rope | none");
+    v("rope_theta", rope_theta, "RoPE base");
+    v("bias", bias, "Biases in linear layers and norms");
+    v("tie_embeddings", tie_embeddings, "Share the token embedding and the output head");
+    v("init_std", init_std, "Standard deviation of the initial weights");
+  }
+
+  // Throws cemfrac::Error naming the field, the value and what is allowed.
+  void validate() const;
+  // The same checks, without throwing (nullopt = valid).
+  std::optional<ConfigProblem> first_problem() const;
+
+  std::string mixer_of(int64_t layer) const;  // applies layer_overrides
+  std::string ffn_of(int64_t layer) const;
+  int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
+  int64_t head_dim() const { return d_model / n_heads; }
+};
+
+bool operator==(const ModelConfig& a, const ModelConfig& b);
+inline bool operator!=(const ModelConfig& a, const ModelConfig& b) { return !(a == b); }
+
+// config.json of a checkpoint: every field, by its visit_fields key.
+nlohmann::json to_json(const ModelConfig& config);
+// Reads what to_json wrote. Unknown keys and wrong types throw cemfrac::Error naming the key and the
+// value; missing keys keep their defaults (so configs written before a field existed still load); the
+// result is validated. `source` names the document in messages (e.g. the config.json path).
+ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& source = "config.json");
+
+}  // namespace cemfrac

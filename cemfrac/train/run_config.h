@@ -1,0 +1,94 @@
+// A run = [model] + [data] + [train] + [eval] sections of a TOML file (configs/*.toml), overridden by
+// `--set section.key=value`, printed at start and saved as config.toml in the run directory. Each field
+// is declared once in its struct's visit_fields() (key, default, help).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cemfrac/model/model_config.h"
+
+namespace cemfrac {
+
+struct DataConfig {
+  std::string path = "data/brown";  // a directory written by `cemfrac prepare`
+
+  template <typename Visitor>
+  void visit_fields(Visitor& v) {
+    v("path", path, "Prepared dataset directory (cemfrac prepare --out)");
+  }
+};
+
+struct TrainConfig {
+  int64_t steps = 1000;             // optimizer steps
+  int64_t micro_batch = 8;          // sequences per forward/backward
+  int64_t seq_len = 0;              // tokens per sequence (0 = model.context)
+  int64_t tokens_per_step = 0;      // tokens per optimizer step (0 = one micro-batch); a multiple of
+                                    // micro_batch * seq_len; the quotient is the accumulation count
+  double lr_max = 3e-3;
+  double lr_min = 3e-4;             // floor of the cosine decay
+  int64_t warmup_steps = 100;       // linear warmup from 0 to lr_max
+  double weight_decay = 0.1;        // decay group only
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double adam_eps = 1e-8;
+  double grad_clip = 1.0;           // max global gradient norm (0 = off)
+  uint64_t seed = 1234;             // init and data order
+  int64_t log_every = 10;           // metrics line every N steps
+  int64_t eval_every = 100;         // validation every N steps (0 = only at the end)
+  int64_t eval_tokens = 65536;      // validation tokens per evaluation (0 = whole split)
+  int64_t checkpoint_every = 500;   // 0 = only at the end
+  int64_t keep_checkpoints = 2;     // keep the last N
+  std::string out = "runs/default"; // run directory
+
+  template <typename Visitor>
+  void visit_fields(Visitor& v) {
+    v("steps", steps, "Optimizer steps");
+    v("micro_batch", micro_batch, "Sequences per forward/backward pass");
+    v("seq_len", seq_len, "Tokens per training sequence (0 = model.context)");
+    v("tokens_per_step", tokens_per_step, "Tokens per optimizer step (0 = one micro-batch)");
+    v("lr_max", lr_max, "Peak learning rate");
+    v("lr_min", lr_min, "Learning-rate floor of the cosine decay");
+    v("warmup_steps", warmup_steps, "Linear warmup steps");
+    v("weight_decay", weight_decay, "AdamW weight decay (matrices only)");
+    v("beta1", beta1, "AdamW beta1");
+    v("beta2", beta2, "AdamW beta2");
+    v("adam_eps", adam_eps, "AdamW epsilon");
+    v("grad_clip", grad_clip, "Clip the global gradient norm to this (0 = off)");
+    v("seed", seed, "Seed of initialisation and data order");
+    v("log_every", log_every, "Write a metrics line every N steps");
+    v("eval_every", eval_every, "Evaluate on the validation split every N steps (0 = at the end)");
+    v("eval_tokens", eval_tokens, "Validation tokens per evaluation (0 = the whole split)");
+    v("checkpoint_every", checkpoint_every, "Checkpoint every N steps (0 = at the end)");
+    v("keep_checkpoints", keep_checkpoints, "Number of checkpoints kept");
+    v("out", out, "Run directory");
+  }
+};
+
+struct EvalConfig {
+  int64_t stride = 0;  // sliding-window stride for `cemfrac eval` (0 = context / 2)
+
+  template <typename Visitor>
+  void visit_fields(Visitor& v) {
+    v("stride", stride, "Sliding-window stride in tokens (0 = context / 2)");
+  }
+};
+
+struct RunConfig {
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  EvalConfig eval;
+};
+
+// Reads a TOML run config. Unknown sections/keys and invalid values throw cemfrac::Error naming the
+// key, the value and the file:line. `overrides` are "section.key=value" strings (--set), applied after
+// the file, with the same checks.
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// The checks load_run_config applies (also to a config built in code): throws cemfrac::Error naming the
+// key, the value and what is allowed.
+void validate_run_config(const RunConfig& config);
+// The resolved config as TOML (what is printed at start and saved as config.toml).
+std::string to_toml(const RunConfig& config);
+
+}  // namespace cemfrac
