@@ -1,0 +1,308 @@
+#include "cemfrac/train/checkpoint.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <regex>
+
+#include "cemfrac/core/atomic_file.h"
+#include "cemfrac/core/check.h"
+
+namespace cemfrac {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr char kBase64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+json optional_to_json(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
+
+// Reads a required field of trainer.json with the right JSON type.
+template <typename T>
+T field(const json& j, const char* key, const std::string& source) {
+  CEMFRAC_CHECK(j.contains(key), "{}: missing field '{}'", source, key);
+  try {
+    return j.at(key).get<T>();
+  } catch (const json::exception&) {
+    fail("{}: field '{}' has the wrong type ({})", source, key, j.at(key).dump());
+  }
+}
+
+std::optional<double> optional_field(const json& j, const char* key, const std::string& source) {
+  if (!j.contains(key) || j.at(key).is_null()) return std::nullopt;
+  return field<double>(j, key, source);
+}
+
+std::string value_string(const json& v) {
+  std::string s = v.dump();
+  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+}
+
+// First difference between two JSON values, as "field 'a.b' is X but ... has Y"; "" when equal.
+std::string first_difference(const json& expected, const json& found, const std::string& path) {
+  const std::string where = path.empty() ? "(root)" : path;
+  if (expected.is_object() && found.is_object()) {
+    for (auto it = expected.begin(); it != expected.end(); ++it) {
+      const std::string sub = path.empty() ? it.key() : path + "." + it.key();
+      if (!found.contains(it.key()))
+        return fmt::format("field '{}' is missing (the run's model has {})", sub,
+                           value_string(it.value()));
+      std::string d = first_difference(it.value(), found.at(it.key()), sub);
+      if (!d.empty()) return d;
+    }
+    for (auto it = found.begin(); it != found.end(); ++it)
+      if (!expected.contains(it.key()))
+        return fmt::format("field '{}' = {} is unknown to the run's model",
+                           path.empty() ? it.key() : path + "." + it.key(),
+                           value_string(it.value()));
+    return "";
+  }
+  if (expected.is_array() && found.is_array() && expected.size() == found.size()) {
+    for (size_t i = 0; i < expected.size(); ++i) {
+      std::string d = first_difference(expected[i], found[i], fmt::format("{}[{}]", path, i));
+      if (!d.empty()) return d;
+    }
+    return "";
+  }
+  // Numbers compare by value (1 and 1.0 are the same field value).
+  if (expected.is_number() && found.is_number() &&
+      expected.get<double>() == found.get<double>())
+    return "";
+  if (expected == found) return "";
+  return fmt::format("field '{}' is {} but the run's model has {}", where, value_string(found),
+                     value_string(expected));
+}
+
+bool is_checkpoint_dir(const fs::path& p) {
+  return fs::is_regular_file(p / kCheckpointTrainerFile);
+}
+
+}  // namespace
+
+std::string base64_encode(const std::string& bytes) {
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 2 < bytes.size(); i += 3) {
+    const uint32_t v = (uint8_t(bytes[i]) << 16) | (uint8_t(bytes[i + 1]) << 8) | uint8_t(bytes[i + 2]);
+    for (int k = 3; k >= 0; --k) out += kBase64[(v >> (6 * k)) & 63];
+  }
+  if (i + 1 == bytes.size()) {
+    const uint32_t v = uint8_t(bytes[i]) << 16;
+    out += kBase64[(v >> 18) & 63];
+    out += kBase64[(v >> 12) & 63];
+    out += "==";
+  } else if (i + 2 == bytes.size()) {
+    const uint32_t v = (uint8_t(bytes[i]) << 16) | (uint8_t(bytes[i + 1]) << 8);
+    out += kBase64[(v >> 18) & 63];
+    out += kBase64[(v >> 12) & 63];
+    out += kBase64[(v >> 6) & 63];
+    out += '=';
+  }
+  return out;
+}
+
+std::string base64_decode(const std::string& text, const std::string& source) {
+  CEMFRAC_CHECK(text.size() % 4 == 0, "{}: base64 text of length {} is not a multiple of 4", source,
+                text.size());
+  std::string out;
+  out.reserve(text.size() / 4 * 3);
+  for (size_t i = 0; i < text.size(); i += 4) {
+    uint32_t v = 0;
+    int pad = 0;
+    for (int k = 0; k < 4; ++k) {
+      const char c = text[i + k];
+      uint32_t d = 0;
+      if (c == '=' && i + 4 == text.size() && k >= 2) {
+        ++pad;
+      } else {
+        const char* p = c ? std::strchr(kBase64, c) : nullptr;
+        CEMFRAC_CHECK(p != nullptr && pad == 0, "{}: invalid base64 character at offset {}", source,
+                      i + k);
+        d = static_cast<uint32_t>(p - kBase64);
+      }
+      v = (v << 6) | d;
+    }
+    out += static_cast<char>((v >> 16) & 255);
+    if (pad < 2) out += static_cast<char>((v >> 8) & 255);
+    if (pad < 1) out += static_cast<char>(v & 255);
+  }
+  return out;
+}
+
+std::string torch_rng_state() {
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  const torch::Tensor state = gen.get_state();  // uint8
+  return base64_encode(std::string(static_cast<const char*>(state.data_ptr()), state.numel()));
+}
+
+void set_torch_rng_state(const std::string& base64, const std::string& source) {
+  const std::string bytes = base64_decode(base64, source);
+  torch::Tensor state = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
+  std::memcpy(state.data_ptr(), bytes.data(), bytes.size());
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  try {
+    gen.set_state(state);
+  } catch (const c10::Error&) {
+    fail("{}: the saved torch RNG state ({} bytes) is not one this LibTorch accepts", source,
+         bytes.size());
+  }
+}
+
+json trainer_state_to_json(const TrainerState& s) {
+  return json{
+      {"format", kCheckpointFormat},
+      {"format_version", kCheckpointFormatVersion},
+      {"step", s.step},
+      {"tokens", s.tokens},
+      {"data_seed", s.data_seed},
+      {"loader", {{"epoch", s.loader.epoch}, {"index", s.loader.index}}},
+      {"torch_rng", s.torch_rng},
+      {"schedule",
+       {{"kind", "cosine"},
+        {"lr_max", s.schedule.lr_max},
+        {"lr_min", s.schedule.lr_min},
+        {"warmup_steps", s.schedule.warmup_steps},
+        {"total_steps", s.schedule.total_steps}}},
+      {"lr", s.lr},
+      {"last_loss", optional_to_json(s.last_loss)},
+      {"last_val_loss", optional_to_json(s.last_val_loss)},
+      {"best_val_loss", optional_to_json(s.best_val_loss)},
+      {"elapsed_s", s.elapsed_s},
+  };
+}
+
+TrainerState trainer_state_from_json(const json& j, const std::string& source) {
+  CEMFRAC_CHECK(j.is_object(), "{}: not a JSON object", source);
+  CEMFRAC_CHECK(j.value("format", std::string()) == kCheckpointFormat,
+                "{}: 'format' is not \"{}\" (not a cemfrac checkpoint)", source, kCheckpointFormat);
+  const int version = field<int>(j, "format_version", source);
+  CEMFRAC_CHECK(version == kCheckpointFormatVersion,
+                "{}: checkpoint format version {} is not supported (this cemfrac reads version {}); "
+                "use the cemfrac that wrote it",
+                source, version, kCheckpointFormatVersion);
+  TrainerState s;
+  s.step = field<int64_t>(j, "step", source);
+  s.tokens = field<int64_t>(j, "tokens", source);
+  s.data_seed = field<uint64_t>(j, "data_seed", source);
+  const json loader = field<json>(j, "loader", source);
+  s.loader.epoch = field<int64_t>(loader, "epoch", source);
+  s.loader.index = field<int64_t>(loader, "index", source);
+  s.torch_rng = field<std::string>(j, "torch_rng", source);
+  const json schedule = field<json>(j, "schedule", source);
+  CEMFRAC_CHECK(field<std::string>(schedule, "kind", source) == "cosine",
+                "{}: unknown schedule kind {}", source, schedule.at("kind").dump());
+  s.schedule.lr_max = field<double>(schedule, "lr_max", source);
+  s.schedule.lr_min = field<double>(schedule, "lr_min", source);
+  s.schedule.warmup_steps = field<int64_t>(schedule, "warmup_steps", source);
+  s.schedule.total_steps = field<int64_t>(schedule, "total_steps", source);
+  s.lr = field<double>(j, "lr", source);
+  s.last_loss = optional_field(j, "last_loss", source);
+  s.last_val_loss = optional_field(j, "last_val_loss", source);
+  s.best_val_loss = optional_field(j, "best_val_loss", source);
+  s.elapsed_s = field<double>(j, "elapsed_s", source);
+  CEMFRAC_CHECK(s.step >= 0 && s.tokens >= 0 && s.loader.epoch >= 0 && s.loader.index >= 0,
+                "{}: negative step, token count or loader cursor", source);
+  return s;
+}
+
+std::string checkpoint_name(int64_t step) { return fmt::format("step-{:06d}", step); }
+
+std::string checkpoints_dir(const std::string& run_dir) {
+  return (fs::path(run_dir) / "checkpoints").string();
+}
+
+std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& run_dir) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  const fs::path dir = checkpoints_dir(run_dir);
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return out;
+  static const std::regex kName("step-([0-9]+)");
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string name = entry.path().filename().string();
+    if (entry.is_directory() && std::regex_match(name, m, kName))
+      out.emplace_back(std::stoll(m[1].str()), entry.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string save_checkpoint(const std::string& run_dir, const CheckpointContents& c, int64_t keep) {
+  const std::string dir = (fs::path(checkpoints_dir(run_dir)) / checkpoint_name(c.trainer.step)).string();
+  write_dir_atomic(dir, [&](const std::string& tmp) {
+    const fs::path t(tmp);
+    save_safetensors((t / kCheckpointModelFile).string(), c.model,
+                     {{"format", "pt"}, {"producer", "cemfrac"}});
+    save_safetensors((t / kCheckpointOptimizerFile).string(), c.optimizer, c.optimizer_metadata);
+    write_file_atomic((t / kCheckpointConfigFile).string(), c.config.dump(2) + "\n");
+    if (c.tokenizer) c.tokenizer->save((t / kCheckpointTokenizerDir).string());
+    write_file_atomic((t / kCheckpointTrainerFile).string(),
+                      trainer_state_to_json(c.trainer).dump(2) + "\n");
+  });
+  if (keep > 0) {
+    auto all = list_checkpoints(run_dir);
+    for (size_t i = 0; i + keep < all.size(); ++i) {
+      if (all[i].second == dir) continue;
+      std::error_code ec;
+      fs::remove_all(all[i].second, ec);
+    }
+  }
+  return dir;
+}
+
+std::string resolve_checkpoint(const std::string& path) {
+  const fs::path p(path);
+  CEMFRAC_CHECK(fs::is_directory(p), "--resume {}: no such directory", path);
+  if (is_checkpoint_dir(p)) return p.string();
+  auto found = list_checkpoints(path);
+  if (found.empty() && p.filename() == "checkpoints") found = list_checkpoints(p.parent_path().string());
+  CEMFRAC_CHECK(!found.empty(),
+                "{}: neither a checkpoint (no {}) nor a run directory with checkpoints/step-*",
+                path, kCheckpointTrainerFile);
+  return found.back().second;
+}
+
+void check_config_matches(const json& expected, const json& found, const std::string& source) {
+  const std::string d = first_difference(expected, found, "");
+  CEMFRAC_CHECK(d.empty(), "{}: {}; the checkpoint's architecture wins when loading, so drop the "
+                "conflicting setting or start a new run directory", source, d);
+}
+
+Checkpoint load_checkpoint(const std::string& dir, const LoadOptions& options) {
+  const fs::path d(dir);
+  CEMFRAC_CHECK(fs::is_directory(d), "checkpoint {}: no such directory", dir);
+  auto require = [&](const char* name) {
+    const fs::path f = d / name;
+    CEMFRAC_CHECK(fs::is_regular_file(f), "checkpoint {}: {} is missing (incomplete or not a checkpoint)",
+                  dir, name);
+    return f.string();
+  };
+  Checkpoint c;
+  c.dir = dir;
+  {
+    const std::string path = require(kCheckpointTrainerFile);
+    json j = json::parse(read_file(path), nullptr, false);
+    CEMFRAC_CHECK(!j.is_discarded(), "{}: not valid JSON", path);
+    c.trainer = trainer_state_from_json(j, path);
+  }
+  {
+    const std::string path = require(kCheckpointConfigFile);
+    c.config = json::parse(read_file(path), nullptr, false);
+    CEMFRAC_CHECK(!c.config.is_discarded() && c.config.is_object(), "{}: not a JSON object", path);
+    if (options.expected_config) check_config_matches(*options.expected_config, c.config, path);
+  }
+  c.model = load_safetensors(require(kCheckpointModelFile));
+  if (options.optimizer) c.optimizer = load_safetensors(require(kCheckpointOptimizerFile));
+  c.has_tokenizer = fs::is_directory(d / kCheckpointTokenizerDir);
+  return c;
+}
+
+}  // namespace cemfrac

@@ -1,0 +1,114 @@
+// Checkpoints (DESIGN.md §4). A checkpoint is a directory <run>/checkpoints/step-000123/ holding
+//   model.safetensors      the parameters by name (one entry per distinct tensor: tied ones once)
+//   optimizer.safetensors  AdamW moments and step per parameter name (train/optimizer.h)
+//   trainer.json           format + version, step, tokens, RNG state, loader cursor, schedule, losses
+//   config.json            the model architecture: the only source of truth when loading
+//   tokenizer/             Tokenizer::save output (when the run has a tokenizer)
+// The directory is filled under a temporary name beside it and renamed when complete
+// (core/atomic_file.h), so a directory named step-N is always complete; older checkpoints are
+// deleted only after the new one is in place.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cemfrac/data/loader.h"
+#include "cemfrac/data/tokenizer.h"
+#include "cemfrac/io/safetensors.h"
+#include "cemfrac/train/schedule.h"
+
+namespace cemfrac {
+
+inline constexpr const char* kCheckpointFormat = "cemfrac-checkpoint";
+inline constexpr int kCheckpointFormatVersion = 1;
+inline constexpr const char* kCheckpointModelFile = "model.safetensors";
+inline constexpr const char* kCheckpointOptimizerFile = "optimizer.safetensors";
+inline constexpr const char* kCheckpointTrainerFile = "trainer.json";
+inline constexpr const char* kCheckpointConfigFile = "config.json";
+inline constexpr const char* kCheckpointTokenizerDir = "tokenizer";
+
+// trainer.json: everything besides tensors that resuming needs.
+struct TrainerState {
+  int64_t step = 0;          // optimizer steps completed
+  int64_t tokens = 0;        // training tokens consumed (all ranks)
+  uint64_t data_seed = 0;    // seed of the data order (the loader's permutation)
+  LoaderState loader;        // cursor of the next batch (rank 0's; every rank's index is the same)
+  std::string torch_rng;     // CPU generator state, base64 (dropout and other torch sampling)
+  CosineSchedule schedule;   // the schedule the run follows (lr is a function of the step)
+  double lr = 0;             // lr of the last step taken
+  std::optional<double> last_loss;
+  std::optional<double> last_val_loss;
+  std::optional<double> best_val_loss;
+  double elapsed_s = 0;      // training wall time so far, across resumes
+};
+
+nlohmann::json trainer_state_to_json(const TrainerState& state);
+// Throws cemfrac::Error naming `source` for another format, another version or missing fields.
+TrainerState trainer_state_from_json(const nlohmann::json& j, const std::string& source);
+
+// The default CPU generator's state as base64, and back.
+std::string torch_rng_state();
+void set_torch_rng_state(const std::string& base64, const std::string& source);
+
+std::string base64_encode(const std::string& bytes);
+// Throws cemfrac::Error for characters outside the base64 alphabet or a bad length.
+std::string base64_decode(const std::string& text, const std::string& source);
+
+// What save_checkpoint writes.
+struct CheckpointContents {
+  TensorMap model;
+  TensorMap optimizer;
+  std::map<std::string, std::string> optimizer_metadata;
+  TrainerState trainer;
+  nlohmann::json config;
+  const Tokenizer* tokenizer = nullptr;  // optional
+};
+
+// "step-000123".
+std::string checkpoint_name(int64_t step);
+// <run_dir>/checkpoints
+std::string checkpoints_dir(const std::string& run_dir);
+
+// Writes <run_dir>/checkpoints/step-NNNNNN atomically, then deletes all but the newest `keep`
+// checkpoints (keep <= 0 keeps all). Returns the checkpoint directory.
+std::string save_checkpoint(const std::string& run_dir, const CheckpointContents& contents,
+                            int64_t keep);
+
+// Complete checkpoints of a run (directories named step-N, temporaries ignored), by step, oldest
+// first.
+std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& run_dir);
+
+// `path` is a checkpoint directory (holds trainer.json) -> itself; a run directory -> its newest
+// complete checkpoint; a checkpoints/ directory -> its newest. Throws naming `path` otherwise.
+std::string resolve_checkpoint(const std::string& path);
+
+struct LoadOptions {
+  bool optimizer = true;  // also read optimizer.safetensors (training); false for eval/generate
+  // When set, config.json must equal it (resume: the run's architecture); the error names the first
+  // field that differs.
+  const nlohmann::json* expected_config = nullptr;
+};
+
+struct Checkpoint {
+  std::string dir;
+  nlohmann::json config;
+  SafetensorsFile model;
+  SafetensorsFile optimizer;  // empty unless LoadOptions::optimizer
+  TrainerState trainer;
+  bool has_tokenizer = false;  // dir/tokenizer/ exists: load_tokenizer(dir + "/tokenizer")
+};
+
+// Reads and validates a checkpoint directory (not a run directory: see resolve_checkpoint). Missing
+// files, bad trainer.json (format, version, fields), corrupt safetensors and a config that differs
+// from the expected one each give one cemfrac::Error line naming the file. Whether the tensors fit
+// the model is checked when they are loaded into it (load_into, Optimizer::load_state).
+Checkpoint load_checkpoint(const std::string& dir, const LoadOptions& options = {});
+
+// Throws naming the first field where `found` differs from `expected` (missing, extra, or another
+// value), e.g. "<source>: config.json field 'd_model' is 256 but the run's model has 128".
+void check_config_matches(const nlohmann::json& expected, const nlohmann::json& found,
+                          const std::string& source);
+
+}  // namespace cemfrac

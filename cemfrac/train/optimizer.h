@@ -1,0 +1,83 @@
+// AdamW with parameter groups from the model's parameter table (ParamInfo::group):
+//   kDecay    matrices: weight decay
+//   kNoDecay  norms, biases, embeddings: no weight decay
+//   kFrozen   not given to torch::optim::AdamW at all (no update, no decay, no state) and
+//             requires_grad(false) while frozen.
+// Dyadic depth activation (DESIGN.md §5) calls unfreeze(name, group) at its step: the parameter gets
+// requires_grad(true) and joins the decay or no-decay group; its AdamW state starts at the next step,
+// as for a fresh parameter. The set of unfrozen parameters is saved with the optimizer state, so a
+// resumed run has the same groups.
+//
+// Optimizer state is saved by parameter name (never by index): for each parameter with state,
+// "<name>.exp_avg", "<name>.exp_avg_sq" (parameter's shape and dtype) and "<name>.step" (I64 scalar).
+#pragma once
+#include <torch/nn/module.h>
+#include <torch/optim/adamw.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cemfrac/io/safetensors.h"
+#include "cemfrac/model/lm_model.h"  // ParamInfo, ParamGroup
+
+namespace cemfrac {
+
+struct AdamWConfig {
+  double lr = 1e-3;  // replaced every step by the schedule
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;  // decay group only
+};
+
+// name -> parameter tensor for every entry of `params`, looked up in module.named_parameters().
+// Throws when the table names a parameter the module lacks (a model bug, reported by name).
+std::map<std::string, torch::Tensor> parameters_by_name(const torch::nn::Module& module,
+                                                        const std::vector<ParamInfo>& params);
+
+class Optimizer {
+ public:
+  Optimizer(const torch::nn::Module& module, const std::vector<ParamInfo>& params,
+            const AdamWConfig& config);
+
+  void set_lr(double lr);
+  double lr() const { return lr_; }
+  void zero_grad();
+  void step();
+
+  // Moves a frozen parameter into the decay or no-decay group (see the file comment).
+  void unfreeze(const std::string& name, ParamGroup group);
+  bool is_frozen(const std::string& name) const;
+  std::vector<std::string> frozen() const;
+
+  // Every trainable parameter, in table order (what gradient clipping and the NaN guard look at).
+  std::vector<torch::Tensor> trainable() const;
+
+  // State as tensors by name (see the file comment) and the group membership as metadata.
+  TensorMap state_tensors() const;
+  std::map<std::string, std::string> state_metadata() const;
+  // Restores what state_tensors()/state_metadata() gave. Parameters frozen here but trainable in the
+  // saved state are unfrozen first. Throws one cemfrac::Error line naming `source` for unknown
+  // parameters, missing moments and shape mismatches.
+  void load_state(const SafetensorsFile& file, const std::string& source);
+
+  torch::optim::AdamW& adamw() { return *adamw_; }
+
+ private:
+  int group_index(ParamGroup group) const;
+
+  std::vector<std::string> names_;  // table order
+  std::map<std::string, torch::Tensor> params_;
+  std::map<std::string, ParamGroup> groups_;  // current group of each parameter
+  std::unique_ptr<torch::optim::AdamW> adamw_;
+  double lr_ = 0;
+};
+
+// Scales all gradients so their global L2 norm is at most max_norm (max_norm <= 0: no clipping) and
+// returns the norm before clipping (NaN/Inf when a gradient is not finite; then nothing is scaled).
+// Parameters without a gradient are skipped.
+double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
+
+}  // namespace cemfrac

@@ -1,0 +1,429 @@
+#include "cemfrac/train/trainer.h"
+
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "cemfrac/core/atomic_file.h"
+#include "cemfrac/io/safetensors.h"
+
+namespace cemfrac {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+// Set by SIGINT/SIGTERM (and request_stop); read after every step. Lock-free atomics are
+// async-signal-safe.
+std::atomic<bool> g_stop_requested{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+
+void on_stop_signal(int) { g_stop_requested.store(true); }
+
+// Installs the handlers for the duration of run() and restores the previous ones. SA_RESETHAND: a
+// second Ctrl-C gets the default action, so a stuck step can still be killed.
+class StopSignals {
+ public:
+  explicit StopSignals(bool enable) : enabled_(enable) {
+    if (!enabled_) return;
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESETHAND;
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~StopSignals() {
+    if (!enabled_) return;
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+
+ private:
+  bool enabled_;
+  struct sigaction old_int_ {};
+  struct sigaction old_term_ {};
+};
+
+json optional_json(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  if (s >= 3600) return fmt::format("{}h{:02d}m", s / 3600, (s / 60) % 60);
+  if (s >= 60) return fmt::format("{}m{:02d}s", s / 60, s % 60);
+  return fmt::format("{}s", s);
+}
+
+std::string format_rate(double tokens_per_s) {
+  if (tokens_per_s >= 1e6) return fmt::format("{:.2f}M", tokens_per_s / 1e6);
+  if (tokens_per_s >= 1e3) return fmt::format("{:.1f}k", tokens_per_s / 1e3);
+  return fmt::format("{:.0f}", tokens_per_s);
+}
+
+std::shared_ptr<const ShardReader> open_split(const std::string& data_dir, const char* split,
+                                              int64_t vocab_size) {
+  const std::string path = (fs::path(data_dir) / (std::string(split) + ".bin")).string();
+  CEMFRAC_CHECK(fs::is_regular_file(path),
+                "{}: no such file; data.path must be a directory written by `cemfrac prepare`", path);
+  auto shard = std::make_shared<const ShardReader>(path);
+  CEMFRAC_CHECK(vocab_size <= 0 || shard->header().vocab_size <= vocab_size,
+                "{}: the data's vocabulary ({}) is larger than the model's vocab_size ({}); set "
+                "model.vocab_size to at least {}",
+                path, shard->header().vocab_size, vocab_size, shard->header().vocab_size);
+  return shard;
+}
+
+}  // namespace
+
+const char* to_string(TrainStatus status) {
+  switch (status) {
+    case TrainStatus::kCompleted: return "completed";
+    case TrainStatus::kInterrupted: return "interrupted";
+    case TrainStatus::kStopped: return "stopped";
+  }
+  return "?";
+}
+
+json to_json(const StepMetrics& m) {
+  // Key order is part of the format (stable keys, one object per line).
+  json j = json::object();
+  j["step"] = m.step;
+  j["tokens"] = m.tokens;
+  j["loss"] = m.loss;
+  j["val_loss"] = optional_json(m.val_loss);
+  j["lr"] = m.lr;
+  j["grad_norm"] = m.grad_norm;
+  j["tokens_per_s"] = m.tokens_per_s;
+  j["elapsed_s"] = m.elapsed_s;
+  return j;
+}
+
+void seed_everything(uint64_t seed) { torch::manual_seed(seed); }
+
+TrainModel make_train_model(LmModel model) {
+  TrainModel tm;
+  tm.module = model.ptr();
+  tm.logits = [model](const torch::Tensor& tokens) mutable { return model->forward(tokens); };
+  tm.params = model->parameter_table();
+  tm.config = to_json(model->config());
+  tm.context = model->config().context;
+  tm.vocab_size = model->config().vocab_size;
+  const auto params = model->parameters();
+  if (!params.empty()) tm.device = params.front().device();
+  return tm;
+}
+
+void Trainer::request_stop() { g_stop_requested.store(true); }
+
+Trainer::Trainer(TrainModel model, TrainerOptions options)
+    : model_(std::move(model)), options_(std::move(options)) {
+  const TrainConfig& t = options_.train;
+  TORCH_INTERNAL_ASSERT(model_.module && model_.logits, "TrainModel needs a module and logits");
+  CEMFRAC_CHECK(t.steps >= 1, "train.steps = {} must be at least 1", t.steps);
+  CEMFRAC_CHECK(t.micro_batch >= 1, "train.micro_batch = {} must be at least 1", t.micro_batch);
+  seq_len_ = t.seq_len > 0 ? t.seq_len : model_.context;
+  CEMFRAC_CHECK(seq_len_ >= 1, "train.seq_len = {} and the model has no context length; set "
+                "train.seq_len", t.seq_len);
+  CEMFRAC_CHECK(model_.context <= 0 || seq_len_ <= model_.context,
+                "train.seq_len = {} exceeds the model's context {}; lower it or raise model.context",
+                seq_len_, model_.context);
+  const int64_t micro_tokens = t.micro_batch * seq_len_;
+  if (t.tokens_per_step > 0) {
+    CEMFRAC_CHECK(t.tokens_per_step % micro_tokens == 0,
+                  "train.tokens_per_step = {} is not a multiple of micro_batch x seq_len = {} x {} "
+                  "= {}",
+                  t.tokens_per_step, t.micro_batch, seq_len_, micro_tokens);
+    accum_ = t.tokens_per_step / micro_tokens;
+  }
+  tokens_per_step_ = accum_ * micro_tokens * options_.world_size;
+  CEMFRAC_CHECK(t.warmup_steps >= 0, "train.warmup_steps = {} must not be negative", t.warmup_steps);
+  CEMFRAC_CHECK(t.lr_max >= 0 && t.lr_min >= 0 && t.lr_min <= t.lr_max,
+                "train.lr_min = {} and train.lr_max = {} must satisfy 0 <= lr_min <= lr_max",
+                t.lr_min, t.lr_max);
+  CEMFRAC_CHECK(t.log_every >= 1, "train.log_every = {} must be at least 1", t.log_every);
+  CEMFRAC_CHECK(t.eval_every >= 0 && t.checkpoint_every >= 0 && t.eval_tokens >= 0,
+                "train.eval_every, train.checkpoint_every and train.eval_tokens must not be negative");
+  schedule_ = CosineSchedule{t.lr_max, t.lr_min, t.warmup_steps, t.steps};
+
+  train_shard_ = open_split(options_.data_dir, "train", model_.vocab_size);
+  val_shard_ = open_split(options_.data_dir, "val", model_.vocab_size);
+  CEMFRAC_CHECK(val_shard_->size() > static_cast<uint64_t>(seq_len_),
+                "{}: {} tokens, fewer than one validation window of seq_len + 1 = {}",
+                val_shard_->path(), val_shard_->size(), seq_len_ + 1);
+  LoaderOptions lo;
+  lo.batch_size = t.micro_batch;
+  lo.seq_len = seq_len_;
+  lo.seed = t.seed;
+  lo.rank = options_.rank;
+  lo.world_size = options_.world_size;
+  loader_ = std::make_unique<TokenLoader>(train_shard_, lo);
+
+  AdamWConfig ac;
+  ac.lr = schedule_.lr(0);
+  ac.beta1 = t.beta1;
+  ac.beta2 = t.beta2;
+  ac.eps = t.adam_eps;
+  ac.weight_decay = t.weight_decay;
+  optimizer_ = std::make_unique<Optimizer>(*model_.module, model_.params, ac);
+
+  state_.data_seed = t.seed;
+  state_.schedule = schedule_;
+  if (options_.resume.empty()) {
+    CEMFRAC_CHECK(list_checkpoints(t.out).empty(),
+                  "{} already holds checkpoints; pass --resume {} to continue that run or choose "
+                  "another train.out",
+                  t.out, t.out);
+    return;
+  }
+  const std::string dir = resolve_checkpoint(options_.resume);
+  LoadOptions load;
+  load.expected_config = &model_.config;
+  Checkpoint ckpt = load_checkpoint(dir, load);
+  std::vector<NamedTarget> targets;
+  for (const auto& [name, tensor] : parameters_by_name(*model_.module, model_.params))
+    targets.push_back({name, tensor});
+  load_into(ckpt.model.tensors, targets, (fs::path(dir) / kCheckpointModelFile).string());
+  optimizer_->load_state(ckpt.optimizer, (fs::path(dir) / kCheckpointOptimizerFile).string());
+  state_ = ckpt.trainer;
+  const std::string trainer_json = (fs::path(dir) / kCheckpointTrainerFile).string();
+  set_torch_rng_state(state_.torch_rng, trainer_json);
+  // The run continues its own data order whatever seed the new invocation was given.
+  loader_ = std::make_unique<TokenLoader>(train_shard_, [&] {
+    LoaderOptions o = lo;
+    o.seed = state_.data_seed;
+    return o;
+  }());
+  loader_->restore(state_.loader);
+  state_.schedule = schedule_;  // the current config's schedule (it may extend the run)
+  last_checkpoint_ = dir;
+}
+
+Trainer::~Trainer() = default;
+
+double Trainer::evaluate() {
+  torch::NoGradGuard no_grad;
+  model_.module->eval();
+  const int64_t S = seq_len_, B = options_.train.micro_batch;
+  const int64_t available = static_cast<int64_t>((val_shard_->size() - 1) / S);
+  const int64_t eval_tokens = options_.train.eval_tokens;
+  const int64_t windows =
+      eval_tokens > 0 ? std::min(available, (eval_tokens + S - 1) / S) : available;
+  double total = 0;
+  for (int64_t first = 0; first < windows; first += B) {
+    const int64_t b = std::min(B, windows - first);
+    torch::Tensor window = torch::empty({b, S + 1}, torch::kInt64);
+    for (int64_t i = 0; i < b; ++i)
+      val_shard_->copy_to(static_cast<uint64_t>((first + i) * S), static_cast<uint64_t>(S + 1),
+                          window.data_ptr<int64_t>() + i * (S + 1));
+    const torch::Tensor on_device = window.to(model_.device);
+    const torch::Tensor logits = model_.logits(on_device.narrow(1, 0, S).contiguous());  // (b, S, V)
+    const torch::Tensor losses = torch::nn::functional::cross_entropy(
+        logits.reshape({b * S, -1}), on_device.narrow(1, 1, S).reshape({b * S}),
+        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+    total += losses.to(torch::kFloat64).sum().item<double>();
+  }
+  model_.module->train();
+  return total / static_cast<double>(windows * S);
+}
+
+double Trainer::train_step(double* grad_norm) {
+  model_.module->train();
+  optimizer_->zero_grad();
+  step_position_ = loader_->state();
+  double loss_sum = 0;
+  for (int64_t a = 0; a < accum_; ++a) {
+    Batch batch = loader_->next();
+    const torch::Tensor logits = model_.logits(batch.inputs.to(model_.device));  // (B, S, V)
+    const int64_t V = logits.size(-1);
+    // Every micro-batch has B x S targets, so the step's loss is the mean of the micro-batch means;
+    // dividing before backward makes the accumulated gradient that mean's gradient.
+    const torch::Tensor loss =
+        torch::nn::functional::cross_entropy(logits.reshape({-1, V}),
+                                             batch.targets.to(model_.device).reshape({-1}));
+    (loss / static_cast<double>(accum_)).backward();
+    loss_sum += loss.item<double>();
+  }
+  *grad_norm = clip_grad_norm(optimizer_->trainable(), options_.train.grad_clip);
+  return loss_sum / static_cast<double>(accum_);
+}
+
+std::string Trainer::write_checkpoint() {
+  if (options_.rank != 0) return last_checkpoint_;
+  CheckpointContents c;
+  for (const auto& [name, tensor] : parameters_by_name(*model_.module, model_.params))
+    c.model[name] = tensor;
+  c.optimizer = optimizer_->state_tensors();
+  c.optimizer_metadata = optimizer_->state_metadata();
+  state_.torch_rng = torch_rng_state();
+  state_.loader = loader_->state();
+  c.trainer = state_;
+  c.config = model_.config;
+  c.tokenizer = options_.tokenizer;
+  last_checkpoint_ = save_checkpoint(options_.train.out, c, options_.train.keep_checkpoints);
+  return last_checkpoint_;
+}
+
+void Trainer::append_metrics(const StepMetrics& m) {
+  if (options_.rank != 0) return;
+  const std::string path = (fs::path(options_.train.out) / "metrics.jsonl").string();
+  std::ofstream out(path, std::ios::app);
+  CEMFRAC_CHECK(out.good(), "cannot append to {}", path);
+  out << to_json(m).dump() << "\n";
+  out.flush();
+  CEMFRAC_CHECK(out.good(), "cannot write {} (disk full?)", path);
+}
+
+void Trainer::write_summary(const std::string& status, const std::string& report) {
+  if (options_.rank != 0) return;
+  json j = json::object();
+  j["status"] = status;
+  j["step"] = state_.step;
+  j["steps"] = options_.train.steps;
+  j["tokens"] = state_.tokens;
+  j["last_loss"] = optional_json(state_.last_loss);
+  j["last_val_loss"] = optional_json(state_.last_val_loss);
+  j["best_val_loss"] = optional_json(state_.best_val_loss);
+  j["elapsed_s"] = state_.elapsed_s;
+  j["tokens_per_s"] = state_.elapsed_s > 0 ? state_.tokens / state_.elapsed_s : 0.0;
+  j["seq_len"] = seq_len_;
+  j["micro_batch"] = options_.train.micro_batch;
+  j["accumulation_steps"] = accum_;
+  j["tokens_per_step"] = tokens_per_step_;
+  j["last_checkpoint"] = last_checkpoint_.empty() ? json(nullptr) : json(last_checkpoint_);
+  if (!report.empty()) j["report"] = report;
+  write_file_atomic((fs::path(options_.train.out) / "summary.json").string(), j.dump(2) + "\n");
+}
+
+TrainResult Trainer::run() {
+  using Clock = std::chrono::steady_clock;
+  const TrainConfig& t = options_.train;
+  const bool fresh = state_.step == 0 && last_checkpoint_.empty();
+  if (fresh) torch::manual_seed(t.seed);
+  g_stop_requested.store(false);
+  StopSignals signals(options_.handle_signals);
+
+  // metrics.jsonl: a fresh run starts it; a resumed one keeps the lines up to its checkpoint's step
+  // (a killed run may have logged steps after it, which are about to be redone).
+  if (options_.rank == 0) {
+    std::error_code ec;
+    fs::create_directories(t.out, ec);
+    CEMFRAC_CHECK(fs::is_directory(t.out), "cannot create the run directory {}", t.out);
+    const std::string path = (fs::path(t.out) / "metrics.jsonl").string();
+    std::string kept;
+    if (!fresh && fs::exists(path)) {
+      std::istringstream in(read_file(path));
+      for (std::string line; std::getline(in, line);) {
+        json j = json::parse(line, nullptr, false);
+        if (!j.is_discarded() && j.is_object() && j.value("step", int64_t{0}) <= state_.step)
+          kept += line + "\n";
+      }
+    }
+    write_file_atomic(path, kept);
+  }
+
+  const int64_t last_step = options_.stop_at_step > 0 ? std::min(options_.stop_at_step, t.steps)
+                                                      : t.steps;
+  const bool tty = options_.progress && isatty(STDERR_FILENO);
+  const auto session_start = Clock::now();
+  const double elapsed_before = state_.elapsed_s;
+  const int64_t first_step = state_.step;
+  TrainStatus status = TrainStatus::kCompleted;
+
+  while (state_.step < last_step) {
+    const auto step_start = Clock::now();
+    const double lr = schedule_.lr(state_.step);
+    optimizer_->set_lr(lr);
+    double grad_norm = 0;
+    const double loss = train_step(&grad_norm);
+    if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
+      if (tty) std::cerr << "\n";
+      const std::string report = fmt::format(
+          "training stopped at step {}/{}: non-finite {} (loss {}, grad norm {}) at lr {:.6g}, "
+          "batch position epoch {} window {} ({} micro-batch(es) of {}); the step was not applied "
+          "and nothing was saved; last good checkpoint: {}",
+          state_.step + 1, t.steps, std::isfinite(loss) ? "gradient norm" : "loss", loss,
+          grad_norm, lr, step_position_.epoch, step_position_.index, accum_, t.micro_batch,
+          last_checkpoint_.empty() ? "none" : last_checkpoint_);
+      state_.elapsed_s =
+          elapsed_before + std::chrono::duration<double>(Clock::now() - session_start).count();
+      write_summary("diverged", report);
+      throw TrainingDiverged(report);
+    }
+    optimizer_->step();
+    const double step_s = std::chrono::duration<double>(Clock::now() - step_start).count();
+    state_.step += 1;
+    state_.tokens += tokens_per_step_;
+    state_.lr = lr;
+    state_.last_loss = loss;
+
+    StepMetrics m;
+    m.step = state_.step;
+    m.tokens = state_.tokens;
+    m.loss = loss;
+    m.lr = lr;
+    m.grad_norm = grad_norm;
+    m.tokens_per_s = step_s > 0 ? tokens_per_step_ / step_s : 0.0;
+    const bool stopping = g_stop_requested.load() || state_.step == last_step;
+    if ((t.eval_every > 0 && state_.step % t.eval_every == 0) || state_.step == t.steps) {
+      m.val_loss = evaluate();
+      state_.last_val_loss = m.val_loss;
+      if (!state_.best_val_loss || *m.val_loss < *state_.best_val_loss)
+        state_.best_val_loss = m.val_loss;
+    }
+    state_.elapsed_s =
+        elapsed_before + std::chrono::duration<double>(Clock::now() - session_start).count();
+    m.elapsed_s = state_.elapsed_s;
+    if (state_.step % t.log_every == 0 || m.val_loss || stopping) append_metrics(m);
+
+    if (options_.progress && options_.rank == 0 && (tty || state_.step % t.log_every == 0 || stopping)) {
+      const double per_step = std::chrono::duration<double>(Clock::now() - session_start).count() /
+                              static_cast<double>(state_.step - first_step);
+      std::string line = fmt::format("step {}/{} | loss {:.4f}", state_.step, t.steps, loss);
+      if (m.val_loss) line += fmt::format(" | val {:.4f}", *m.val_loss);
+      line += fmt::format(" | lr {:.2e} | norm {:.3f} | {} tok/s | ETA {}", lr, grad_norm,
+                          format_rate(m.tokens_per_s),
+                          format_duration(per_step * static_cast<double>(t.steps - state_.step)));
+      if (tty)
+        std::cerr << "\r" << line << "\033[K" << std::flush;
+      else
+        std::cerr << line << "\n";
+    }
+
+    bool saved = false;
+    if ((t.checkpoint_every > 0 && state_.step % t.checkpoint_every == 0) || stopping) {
+      write_checkpoint();
+      saved = true;
+    }
+    if (options_.on_step) options_.on_step(*this, m);
+    if (g_stop_requested.load()) {
+      status = TrainStatus::kInterrupted;
+      if (!saved) write_checkpoint();
+      break;
+    }
+  }
+  if (tty) std::cerr << "\n";
+  if (status == TrainStatus::kCompleted && state_.step < t.steps) status = TrainStatus::kStopped;
+  write_summary(to_string(status), "");
+
+  TrainResult r;
+  r.status = status;
+  r.step = state_.step;
+  r.tokens = state_.tokens;
+  r.last_loss = state_.last_loss.value_or(0.0);
+  r.last_val_loss = state_.last_val_loss;
+  r.best_val_loss = state_.best_val_loss;
+  r.last_checkpoint = last_checkpoint_;
+  r.elapsed_s = state_.elapsed_s;
+  return r;
+}
+
+}  // namespace cemfrac

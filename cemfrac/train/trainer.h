@@ -1,0 +1,161 @@
+// The training loop: gradient accumulation, clipping, AdamW groups, the cosine schedule, validation,
+// metrics (<run>/metrics.jsonl), progress on stderr, checkpoints (train/checkpoint.h), the NaN/Inf
+// guard, SIGINT/SIGTERM and exact resume. Generic over the model: it sees a TrainModel, so any
+// torch::nn::Module with a logits function and a parameter table plugs in. For LmModel:
+//
+//   seed_everything(run.train.seed);             // deterministic init
+//   TrainModel tm = make_train_model(LmModel(run.model));
+//   TrainerOptions opt;  opt.train = run.train;  opt.data_dir = run.data.path;
+//   opt.tokenizer = tokenizer.get();  opt.resume = resume_arg;      // "" for a fresh run
+//   TrainResult r = Trainer(std::move(tm), opt).run();               // throws TrainingDiverged
+//
+// Determinism: a fresh run seeds torch with train.seed at the start of run(); the data order comes
+// from the loader's own PRNG seeded with train.seed. Resuming restores parameters, AdamW state, the
+// torch RNG, the loader cursor and the step, so every later step's loss equals the uninterrupted
+// run's bit for bit at the same thread count.
+#pragma once
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cemfrac/core/check.h"
+#include "cemfrac/data/loader.h"
+#include "cemfrac/data/tokenizer.h"
+#include "cemfrac/model/lm_model.h"  // ParamInfo
+#include "cemfrac/train/checkpoint.h"
+#include "cemfrac/train/optimizer.h"
+#include "cemfrac/train/run_config.h"  // TrainConfig
+#include "cemfrac/train/schedule.h"
+
+namespace cemfrac {
+
+// What the trainer needs of a model.
+struct TrainModel {
+  std::shared_ptr<torch::nn::Module> module;  // named_parameters() keys are the ParamInfo names
+  std::function<torch::Tensor(const torch::Tensor&)> logits;  // (B, N) int64 -> (B, N, V) float
+  std::vector<ParamInfo> params;  // one entry per distinct tensor; also the checkpoint keys
+  nlohmann::json config;          // the architecture, saved as config.json
+  int64_t context = 0;            // longest sequence the model takes (train.seq_len = 0 uses it)
+  int64_t vocab_size = 0;         // V; the shards' vocabulary must not exceed it (0 = unchecked)
+  // Where the batches go (the module's device). Only the CPU generator's state is checkpointed so
+  // far; a CUDA run resumes exactly only while it samples nothing on the GPU (no dropout yet).
+  torch::Device device = torch::kCPU;
+};
+
+// The TrainModel of an LmModel (it shares the module): logits = forward, params = parameter_table(),
+// config = to_json(config()), context and vocab_size from the config.
+TrainModel make_train_model(LmModel model);
+
+// One line of metrics.jsonl (keys: step, tokens, loss, val_loss, lr, grad_norm, tokens_per_s,
+// elapsed_s; val_loss is null when the step did not evaluate).
+struct StepMetrics {
+  int64_t step = 0;    // optimizer steps completed, 1-based
+  int64_t tokens = 0;  // training tokens consumed so far (all ranks)
+  double loss = 0;     // mean training loss of the step's tokens (nats)
+  std::optional<double> val_loss;
+  double lr = 0;         // lr used by this step
+  double grad_norm = 0;  // global norm before clipping
+  double tokens_per_s = 0;
+  double elapsed_s = 0;  // training wall time so far, across resumes
+};
+nlohmann::json to_json(const StepMetrics& m);
+
+class Trainer;
+
+struct TrainerOptions {
+  TrainConfig train;
+  std::string data_dir;   // prepared dataset: train.bin and val.bin (docs/formats.md)
+  const Tokenizer* tokenizer = nullptr;  // saved into every checkpoint when given
+  std::string resume;     // "" = fresh run; a run directory (newest checkpoint) or a checkpoint
+  int64_t rank = 0;       // data parallel later; rank 0 writes files
+  int64_t world_size = 1;
+  bool handle_signals = true;  // SIGINT/SIGTERM: finish the step, checkpoint, return kInterrupted
+  bool progress = true;        // progress line on stderr
+  // Stop after this many completed steps (0 = train.steps), writing a checkpoint as on a signal;
+  // the schedule still spans train.steps. For time-boxed runs and resume tests.
+  int64_t stop_at_step = 0;
+  // Called after every step (and after its checkpoint, if one was due). The hook for step-dependent
+  // changes such as unfreezing a parameter (trainer.optimizer().unfreeze(name, group)): a change
+  // made at step t applies from step t + 1 on.
+  std::function<void(Trainer&, const StepMetrics&)> on_step;
+};
+
+enum class TrainStatus { kCompleted, kInterrupted, kStopped };
+const char* to_string(TrainStatus status);
+
+struct TrainResult {
+  TrainStatus status = TrainStatus::kCompleted;
+  int64_t step = 0;
+  int64_t tokens = 0;
+  double last_loss = 0;
+  std::optional<double> last_val_loss;
+  std::optional<double> best_val_loss;
+  std::string last_checkpoint;  // "" when none was written
+  double elapsed_s = 0;
+};
+
+// A non-finite loss or gradient norm. what() is the one-line report (step, lr, batch position, the
+// last good checkpoint); nothing was saved for the failing step.
+class TrainingDiverged : public Error {
+ public:
+  using Error::Error;
+};
+
+class Trainer {
+ public:
+  // Opens the data, builds the optimizer and, with options.resume, loads the checkpoint (its
+  // config.json must equal model.config). Throws cemfrac::Error for bad settings or files.
+  Trainer(TrainModel model, TrainerOptions options);
+  ~Trainer();
+
+  // Trains up to train.steps (or stop_at_step). Writes metrics.jsonl, checkpoints and summary.json
+  // under train.out. Throws TrainingDiverged on a non-finite loss or gradient norm.
+  TrainResult run();
+
+  // Mean validation loss (nats per token) over the first eval_tokens of val.bin (0 = all), cut into
+  // consecutive windows of seq_len + 1 tokens at stride seq_len: the same tokens every time.
+  double evaluate();
+
+  Optimizer& optimizer() { return *optimizer_; }
+  const TrainModel& model() const { return model_; }
+  int64_t step() const { return state_.step; }
+  int64_t seq_len() const { return seq_len_; }
+  int64_t accumulation_steps() const { return accum_; }
+  const std::string& run_dir() const { return options_.train.out; }
+
+  // Asks run() to stop after the current step with a checkpoint (what SIGINT/SIGTERM do).
+  static void request_stop();
+
+ private:
+  double train_step(double* grad_norm);  // returns the step's mean loss
+  std::string write_checkpoint();
+  void write_summary(const std::string& status, const std::string& report);
+  void append_metrics(const StepMetrics& m);
+
+  TrainModel model_;
+  TrainerOptions options_;
+  int64_t seq_len_ = 0;
+  int64_t accum_ = 1;
+  int64_t tokens_per_step_ = 0;  // all ranks
+  CosineSchedule schedule_;
+  std::shared_ptr<const ShardReader> train_shard_;
+  std::shared_ptr<const ShardReader> val_shard_;
+  std::unique_ptr<TokenLoader> loader_;
+  std::unique_ptr<Optimizer> optimizer_;
+  TrainerState state_;
+  std::string last_checkpoint_;
+  LoaderState step_position_;  // loader cursor at the start of the current step (for reports)
+};
+
+// Seeds torch's generators (model init, dropout): call before constructing the model.
+void seed_everything(uint64_t seed);
+
+}  // namespace cemfrac
