@@ -70,6 +70,10 @@ int main(int argc, char** argv) {
       cli::add_tokenize(app, global),
       cli::add_prepare(app, global),
       cli::add_bench(app, global),
+      cli::add_params(app, global),
+      cli::add_train(app, global),
+      cli::add_eval(app, global),
+      cli::add_generate(app, global),
   };
 
   try {

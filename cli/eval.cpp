@@ -1,0 +1,123 @@
+// cemfrac eval: loss, perplexity and bits per byte of a checkpoint on a prepared split or any text,
+// with sliding windows that score every token exactly once (the protocol is printed).
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cemfrac/core/atomic_file.h"
+#include "cemfrac/core/check.h"
+#include "cemfrac/data/shard.h"
+#include "cemfrac/eval/perplexity.h"
+#include "cemfrac/train/model_loader.h"
+#include "cli/commands.h"
+
+namespace cemfrac::cli {
+namespace {
+
+// The UTF-8 bytes that `tokens` decode to (end-of-text separators excluded).
+int64_t decoded_bytes(const Tokenizer& tokenizer, const std::vector<TokenId>& ids) {
+  int64_t bytes = 0;
+  std::vector<TokenId> run;
+  auto flush = [&] {
+    if (!run.empty()) bytes += static_cast<int64_t>(tokenizer.decode(run).size());
+    run.clear();
+  };
+  for (TokenId id : ids) {
+    if (id == tokenizer.eot_id()) {
+      flush();
+    } else {
+      run.push_back(id);
+    }
+  }
+  flush();
+  return bytes;
+}
+
+}  // namespace
+
+Command add_eval(CLI::App& root, const GlobalOptions& global) {
+  struct Flags {
+    std::string checkpoint;
+    std::string data;
+    std::string text;
+    int64_t stride = 0;
+    int64_t batch = 8;
+    bool json = false;
+  };
+  auto f = std::make_shared<Flags>();
+  CLI::App* app = root.add_subcommand("eval", "Loss, perplexity and bits per byte of a checkpoint");
+  app->add_option("--checkpoint", f->checkpoint, "Checkpoint directory, or a run directory (newest)")
+      ->required();
+  auto* data = app->add_option("--data", f->data, "PREPARED_DIR:SPLIT, e.g. data/brown:test");
+  auto* text = app->add_option("--text", f->text, "A UTF-8 text file");
+  data->excludes(text);
+  app->add_option("--stride", f->stride, "Window stride in tokens (default: context / 2)");
+  app->add_option("--batch", f->batch, "Windows per forward pass")->check(CLI::Range(1, 4096));
+  app->add_flag("--json", f->json, "Print one JSON object");
+  auto run = [f]() {
+    CEMFRAC_CHECK(!f->data.empty() || !f->text.empty(), "eval needs --data DIR:SPLIT or --text FILE");
+    LoadedModel loaded = load_model(f->checkpoint);
+    CEMFRAC_CHECK(loaded.tokenizer != nullptr,
+                  "{} has no tokenizer/ directory: cannot read data for it", loaded.checkpoint);
+    const Tokenizer& tok = *loaded.tokenizer;
+    std::vector<TokenId> ids;
+    std::string source;
+    if (!f->text.empty()) {
+      const std::string text = read_file(f->text);
+      CEMFRAC_CHECK(!text.empty(), "{} is empty: nothing to evaluate", f->text);
+      // The end-of-text id in front gives the text's first token a (document-start) history, as in
+      // the shards, where every document follows an end-of-text.
+      ids.push_back(tok.eot_id());
+      const auto body = tok.encode(text);
+      ids.insert(ids.end(), body.begin(), body.end());
+      source = f->text;
+    } else {
+      const auto colon = f->data.rfind(':');
+      CEMFRAC_CHECK(colon != std::string::npos && colon + 1 < f->data.size(),
+                    "--data '{}' must be PREPARED_DIR:SPLIT (train, val or test)", f->data);
+      const std::string dir = f->data.substr(0, colon), split = f->data.substr(colon + 1);
+      CEMFRAC_CHECK(split == "train" || split == "val" || split == "test",
+                    "--data split '{}' must be train, val or test", split);
+      ShardExpectation expect;
+      expect.tokenizer_id = tok.id();
+      expect.vocab_size = tok.vocab_size();
+      ShardReader shard(dir + "/" + split + ".bin", expect);
+      ids.reserve(shard.size() + 1);
+      ids.push_back(tok.eot_id());  // the first document, like every later one, follows an eot
+      for (uint64_t i = 0; i < shard.size(); ++i) ids.push_back(shard.at(i));
+      source = f->data;
+    }
+    const int64_t bytes = decoded_bytes(tok, ids);
+    auto tokens = torch::tensor(std::vector<int64_t>(ids.begin(), ids.end()), torch::kInt64);
+    PerplexityOptions options;
+    options.context = loaded.model->config().context;
+    options.stride = f->stride;
+    options.batch_size = f->batch;
+    LmModel model = loaded.model;
+    PerplexityResult r = evaluate_perplexity(
+        [model](const torch::Tensor& x) mutable { return model->forward(x); }, tokens, options, bytes);
+    if (f->json) {
+      nlohmann::json j = to_json(r);
+      j["checkpoint"] = loaded.checkpoint;
+      j["step"] = loaded.step;
+      j["source"] = source;
+      j["tokenizer"] = tok.id();
+      fmt::print("{}\n", j.dump(2));
+      return 0;
+    }
+    fmt::print("checkpoint   {} (step {})\n", loaded.checkpoint, loaded.step);
+    fmt::print("source       {} ({} tokens with {}, {} UTF-8 bytes)\n", source, ids.size(), tok.id(),
+               bytes);
+    fmt::print("protocol     {}\n", r.protocol);
+    fmt::print("scored       {} tokens in {} windows (context {}, stride {})\n", r.tokens_scored,
+               r.windows, r.context, r.stride);
+    fmt::print("loss         {:.4f} nats/token\n", r.mean_loss);
+    fmt::print("perplexity   {:.3f}\n", r.perplexity);
+    if (r.bits_per_byte) fmt::print("bits/byte    {:.4f}\n", *r.bits_per_byte);
+    return 0;
+  };
+  (void)global;
+  return {app, run};
+}
+
+}  // namespace cemfrac::cli
