@@ -401,7 +401,7 @@ Command add_bench(CLI::App& root, const GlobalOptions& global) {
   CLI::App* app = root.add_subcommand("bench", "Speed against references measured in the same run");
   app->require_subcommand(1);
   // One entry per benchmark area; `layers` and `train` join here.
-  std::vector<Command> areas = {add_bench_ladder(*app)};
+  std::vector<Command> areas = {add_bench_ladder(*app), add_bench_train(*app, global)};
   auto run = [areas] {
     for (const auto& area : areas) {
       if (area.app->parsed()) return area.run();

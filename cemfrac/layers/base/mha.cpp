@@ -52,14 +52,24 @@ class SerialBlasGuard {
   int previous_ = 1;
 };
 
-// In place on a contiguous (N, N) block of scores: row n keeps scale * s[n, t] for t <= n, -inf after.
+// From a contiguous (N, N) block of scores s = q k^T to probabilities p (same layout): row n is
+// softmax(scale * s[n, 0..n]) followed by exact zeros (the keys after n are hidden from query n).
 template <typename scalar_t>
-void scale_and_mask_rows(scalar_t* s, int64_t n_rows, scalar_t scale) {
-  const scalar_t hidden = -std::numeric_limits<scalar_t>::infinity();
+void causal_softmax_rows(const scalar_t* s, scalar_t* p, int64_t n_rows, double scale) {
   for (int64_t n = 0; n < n_rows; ++n) {
-    scalar_t* row = s + n * n_rows;
-    for (int64_t t = 0; t <= n; ++t) row[t] *= scale;
-    for (int64_t t = n + 1; t < n_rows; ++t) row[t] = hidden;
+    const scalar_t* in = s + n * n_rows;
+    scalar_t* out = p + n * n_rows;
+    scalar_t top = in[0];
+    for (int64_t t = 1; t <= n; ++t) top = std::max(top, in[t]);
+    const auto c = static_cast<scalar_t>(scale);
+    double total = 0;
+    for (int64_t t = 0; t <= n; ++t) {
+      out[t] = std::exp((in[t] - top) * c);
+      total += out[t];
+    }
+    const auto inv = static_cast<scalar_t>(1.0 / total);
+    for (int64_t t = 0; t <= n; ++t) out[t] *= inv;
+    for (int64_t t = n + 1; t < n_rows; ++t) out[t] = 0;
   }
 }
 
@@ -97,14 +107,13 @@ class FusedCausalAttention : public torch::autograd::Function<FusedCausalAttenti
         torch::Tensor scores = at::empty({N, N}, q.options());
         for (int64_t i = begin; i < end; ++i) {
           const int64_t b = i / H, h = i % H, j = h / group;
-          // scores = q k^T, scaled, then the causal mask: key t is hidden from query n when t > n.
+          // scores = q k^T; then scale, causal mask (key t is hidden from query n when t > n), softmax.
           at::mm_out(scores, q[b][h], k[b][j].t());
-          AT_DISPATCH_FLOATING_TYPES(scores.scalar_type(), "causal_scale_mask", [&] {
-            scale_and_mask_rows<scalar_t>(scores.data_ptr<scalar_t>(), N, static_cast<scalar_t>(scale));
-          });
           torch::Tensor p_i = p[b][h];
           torch::Tensor out_i = out[b].select(1, h);  // (N, d_h), rows H d_h apart
-          at::_softmax_out(p_i, scores, 1, false);
+          AT_DISPATCH_FLOATING_TYPES(scores.scalar_type(), "causal_softmax", [&] {
+            causal_softmax_rows<scalar_t>(scores.data_ptr<scalar_t>(), p_i.data_ptr<scalar_t>(), N, scale);
+          });
           at::mm_out(out_i, p_i, v[b][j]);
         }
       });

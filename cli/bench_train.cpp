@@ -1,0 +1,448 @@
+// cemfrac bench train: the speed of one optimizer step of a run config's model (issue 3).
+//
+//   cemfrac bench train --config C [--set k=v]... [--steps N] [--warmup N] [--json] [--peer | --no-peer]
+//
+// The step is the trainer's (cemfrac/train/trainer.cpp): zero_grad, forward, cross-entropy, backward,
+// gradient clipping, AdamW (cemfrac::Optimizer: the run config's betas, eps and weight decay on the
+// decay group). Its input is one batch of random token ids (seeded by train.seed) of shape
+// (train.micro_batch, seq_len + 1), reused every step; `warmup` untimed steps come first, then `steps`
+// timed ones, each timed whole (and split into forward, backward, clip + optimizer).
+//
+// Model FLOPs per step (the PaLM convention, attention counted as if not causal):
+//   F = B S (6 P_mm + 12 L_attn H d_h S)
+// with B the micro-batch, S the sequence length, P_mm the parameters that multiply activations (every
+// matrix but the embeddings, plus the head's V x D, counted even when tied to the embedding), L_attn
+// the mha layers, H the heads and d_h the head width. MFU = F / step time / the sgemm rate measured in
+// this run (at::mm, n x n x n float32, best of 5) at n = 2048 and at a size near the model's matmuls
+// (the geometric mean of B S, D and M, rounded to a multiple of 64); the higher of the two is the
+// denominator.
+//
+// The peer is bench/peers/train_step_peer.py under /usr/bin/python3 (Debian's python3-torch): the
+// same model, batch, AdamW, steps and threads in PyTorch eager, started with OPENBLAS_CORETYPE set to
+// the core this process runs. It runs right after the C++ steps; the ratio is C++ / PyTorch step time.
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+#include <malloc.h>
+#include <sys/resource.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cemfrac/core/blas.h"
+#include "cemfrac/core/check.h"
+#include "cemfrac/model/lm_model.h"
+#include "cemfrac/train/optimizer.h"
+#include "cemfrac/train/run_config.h"
+#include "cli/commands.h"
+
+namespace cemfrac::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+constexpr const char* kPython = "/usr/bin/python3";
+constexpr const char* kPeerRelPath = "bench/peers/train_step_peer.py";
+constexpr double kTargetMfu = 0.55;
+constexpr double kTargetRatio = 0.85;
+
+struct TrainBenchFlags {
+  std::string config;
+  std::vector<std::string> sets;
+  int steps = 5;
+  int warmup = 1;
+  bool json = false;
+  bool peer = false;
+  bool no_peer = false;
+  std::string peer_script;
+  bool malloc_default = false;
+  bool peer_keep_heap = false;
+};
+
+// Every large tensor of a step (attention probabilities, logits and their gradients: tens of MB)
+// would otherwise come from a fresh mmap that the kernel zeroes page by page, every step. A training
+// process keeps its heap: no mmap for large blocks, no trimming.
+constexpr const char* kKeepHeapEnv = "MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4294967295 ";
+void keep_heap() {
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
+}
+
+// User + system CPU seconds of this process so far (all threads).
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string quote_for_shell(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += (c == '\'') ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// stdout of `command`; throws cemfrac::Error when it cannot start or exits non-zero.
+std::string capture_stdout(const std::string& command) {
+  FILE* pipe = popen(command.c_str(), "r");
+  CEMFRAC_CHECK(pipe != nullptr, "could not start: {}", command);
+  std::string out;
+  std::array<char, 4096> buf{};
+  size_t n = 0;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  CEMFRAC_CHECK(status == 0, "the PyTorch peer failed (exit status {}); its message is above: {}",
+                status, command);
+  return out;
+}
+
+bool python_with_torch() {
+  if (access(kPython, X_OK) != 0) return false;
+  const std::string cmd = std::string(kPython) + " -c 'import torch' >/dev/null 2>&1";
+  return std::system(cmd.c_str()) == 0;
+}
+
+// --peer-script, else $CEMFRAC_SOURCE_DIR, the working directory, or a folder above the executable.
+std::optional<fs::path> locate_peer(const std::string& given) {
+  if (!given.empty()) {
+    CEMFRAC_CHECK(fs::exists(given), "--peer-script {}: no such file", given);
+    return fs::path(given);
+  }
+  std::vector<fs::path> roots;
+  if (const char* env = std::getenv("CEMFRAC_SOURCE_DIR")) roots.emplace_back(env);
+  roots.push_back(fs::current_path());
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (fs::path p = exe.parent_path(); !p.empty() && p != p.root_path(); p = p.parent_path())
+      roots.push_back(p);
+  }
+  for (const auto& root : roots)
+    if (fs::exists(root / kPeerRelPath)) return root / kPeerRelPath;
+  return std::nullopt;
+}
+
+// Why the peer cannot model this config ("" when it can).
+std::string peer_unsupported(const ModelConfig& m) {
+  for (int64_t l = 0; l < m.n_layers; ++l) {
+    if (m.mixer_of(l) != "mha") return fmt::format("layer {} mixer '{}'", l, m.mixer_of(l));
+    if (m.ffn_of(l) != "swiglu" && m.ffn_of(l) != "gelu_mlp")
+      return fmt::format("layer {} ffn '{}'", l, m.ffn_of(l));
+  }
+  if (m.norm == "layernorm" && !m.bias) return "layernorm without bias";
+  return "";
+}
+
+struct Flops {
+  int64_t matmul_params = 0;   // P_mm
+  int64_t attn_layers = 0;     // L_attn
+  double per_token = 0;        // 6 P_mm + 12 L_attn H d_h S
+  double per_step = 0;         // B S per_token
+  std::string formula;         // with the numbers
+};
+
+Flops model_flops(LmModelImpl& model, int64_t B, int64_t S) {
+  const ModelConfig& c = model.config();
+  Flops f;
+  for (const ParamInfo& p : model.parameter_table()) {
+    if (p.shape.size() == 2 && p.kind != ParamKind::kEmbedding) f.matmul_params += p.numel;
+  }
+  if (c.tie_embeddings) f.matmul_params += c.vocab_size * c.d_model;  // the head multiplies by wte
+  for (int64_t l = 0; l < c.n_layers; ++l) f.attn_layers += c.mixer_of(l) == "mha" ? 1 : 0;
+  const double attn = 12.0 * f.attn_layers * c.n_heads * c.head_dim() * S;
+  f.per_token = 6.0 * f.matmul_params + attn;
+  f.per_step = double(B) * S * f.per_token;
+  f.formula = fmt::format("B*S*(6*P_mm + 12*L*H*d_h*S) = {}*{}*(6*{} + 12*{}*{}*{}*{}) = {:.4e}", B, S,
+                          f.matmul_params, f.attn_layers, c.n_heads, c.head_dim(), S, f.per_step);
+  return f;
+}
+
+struct StepTimes {
+  std::vector<double> step_s, cpu_s, forward_s, backward_s, optimizer_s;
+  double first_loss = 0, last_loss = 0;
+};
+
+StepTimes run_cpp_steps(const RunConfig& rc, int64_t S, const TrainBenchFlags& flags, LmModel& model) {
+  const TrainConfig& t = rc.train;
+  const int64_t B = t.micro_batch, V = rc.model.vocab_size;
+  AdamWConfig adam;
+  adam.lr = t.lr_max;
+  adam.beta1 = t.beta1;
+  adam.beta2 = t.beta2;
+  adam.eps = t.adam_eps;
+  adam.weight_decay = t.weight_decay;
+  Optimizer optimizer(*model, model->parameter_table(), adam);
+  const std::vector<torch::Tensor> trainable = optimizer.trainable();
+
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(t.seed);
+  const torch::Tensor data = torch::randint(0, V, {B, S + 1}, gen, torch::kInt64);
+  const torch::Tensor inputs = data.narrow(1, 0, S).contiguous();
+  const torch::Tensor targets = data.narrow(1, 1, S).contiguous().reshape({-1});
+
+  model->train();
+  StepTimes out;
+  for (int i = 0; i < flags.warmup + flags.steps; ++i) {
+    const double c0 = cpu_seconds();
+    const auto t0 = Clock::now();
+    optimizer.zero_grad();
+    const torch::Tensor logits = model->forward(inputs);  // (B, S, V)
+    const torch::Tensor loss = torch::nn::functional::cross_entropy(logits.reshape({-1, V}), targets);
+    const double fwd = seconds_since(t0);
+    const auto t1 = Clock::now();
+    loss.backward();
+    const double bwd = seconds_since(t1);
+    const auto t2 = Clock::now();
+    clip_grad_norm(trainable, t.grad_clip);
+    optimizer.step();
+    const double opt = seconds_since(t2);
+    const double step = seconds_since(t0);
+    const double cpu = cpu_seconds() - c0;
+    const double loss_value = loss.item<double>();
+    if (i == 0) out.first_loss = loss_value;
+    out.last_loss = loss_value;
+    if (i < flags.warmup) continue;
+    out.step_s.push_back(step);
+    out.cpu_s.push_back(cpu);
+    out.forward_s.push_back(fwd);
+    out.backward_s.push_back(bwd);
+    out.optimizer_s.push_back(opt);
+  }
+  return out;
+}
+
+int run_train_bench(const TrainBenchFlags& flags) {
+  CEMFRAC_CHECK(!(flags.peer && flags.no_peer), "--peer and --no-peer exclude each other");
+  CEMFRAC_CHECK(flags.steps >= 1, "--steps must be >= 1 (got {})", flags.steps);
+  CEMFRAC_CHECK(flags.warmup >= 0, "--warmup must be >= 0 (got {})", flags.warmup);
+  const RunConfig rc = load_run_config(flags.config, flags.sets);
+  if (!flags.malloc_default) keep_heap();
+  const TrainConfig& t = rc.train;
+  const int64_t B = t.micro_batch;
+  const int64_t S = t.seq_len > 0 ? t.seq_len : rc.model.context;
+  CEMFRAC_CHECK(S <= rc.model.context, "train.seq_len {} exceeds model.context {}", S, rc.model.context);
+  const int threads = at::get_num_threads();
+  const std::string core = blas_status().core;
+
+  // Decide on the peer before spending minutes on the C++ side.
+  std::optional<fs::path> peer_script;
+  std::string peer_note;
+  if (!flags.no_peer) {
+    const std::string why_not = peer_unsupported(rc.model);
+    const bool have_python = python_with_torch();
+    peer_script = locate_peer(flags.peer_script);
+    if (flags.peer) {
+      CEMFRAC_CHECK(have_python, "--peer needs {} with torch (Debian: python3-torch)", kPython);
+      CEMFRAC_CHECK(peer_script.has_value(),
+                    "--peer: {} not found; run from the source tree, set CEMFRAC_SOURCE_DIR or pass "
+                    "--peer-script", kPeerRelPath);
+      CEMFRAC_CHECK(why_not.empty(), "--peer: the PyTorch peer does not model {}", why_not);
+    } else if (!have_python || !peer_script || !why_not.empty()) {
+      peer_note = !have_python     ? fmt::format("peer skipped: no {} with torch", kPython)
+                  : !peer_script ? fmt::format("peer skipped: {} not found", kPeerRelPath)
+                                 : fmt::format("peer skipped: it does not model {}", why_not);
+      peer_script.reset();
+    }
+  }
+
+  torch::manual_seed(t.seed);
+  LmModel model(rc.model);
+  const int64_t n_params = model->num_parameters();
+  const Flops flops = model_flops(*model, B, S);
+
+  // The sgemm rate now, at the model's size and at 2048.
+  const auto geo = std::cbrt(double(B * S) * double(rc.model.d_model) * double(rc.model.d_ff));
+  const int n_model = static_cast<int>(std::clamp<double>(std::round(geo / 64.0) * 64.0, 64.0, 2048.0));
+  const double gflops_model = measure_sgemm_gflops(n_model, 5);
+  const double gflops_2048 = measure_sgemm_gflops(2048, 5);
+  const double peak_gflops = std::max(gflops_model, gflops_2048);
+
+  if (!flags.json) {
+    fmt::print(stderr, "timing {} warm-up + {} steps of {} ({} parameters, batch {} x {})...\n",
+               flags.warmup, flags.steps, flags.config, n_params, B, S);
+  }
+  const StepTimes cpp = run_cpp_steps(rc, S, flags, model);
+  model = nullptr;  // free the C++ model before the peer starts
+
+  json peer;
+  if (peer_script) {
+    json cfg = {{"model", to_json(rc.model)},
+                {"train",
+                 {{"micro_batch", B}, {"seq_len", S}, {"lr", t.lr_max}, {"beta1", t.beta1},
+                  {"beta2", t.beta2}, {"adam_eps", t.adam_eps}, {"weight_decay", t.weight_decay},
+                  {"grad_clip", t.grad_clip}, {"seed", t.seed}}}};
+    const std::string cmd = fmt::format(
+        "{}OPENBLAS_CORETYPE={} {} {} --config-json {} --steps {} --warmup {} --threads {}",
+        flags.peer_keep_heap ? kKeepHeapEnv : "", quote_for_shell(core), kPython, quote_for_shell(peer_script->string()),
+        quote_for_shell(cfg.dump()), flags.steps, flags.warmup, threads);
+    if (!flags.json) fmt::print(stderr, "running the PyTorch peer: {}\n", cmd);
+    peer = json::parse(capture_stdout(cmd), nullptr, /*allow_exceptions=*/false);
+    CEMFRAC_CHECK(peer.is_object() && peer.contains("median_s"),
+                  "the PyTorch peer printed no JSON result: {}", cmd);
+    CEMFRAC_CHECK(peer["parameters"].get<int64_t>() == n_params,
+                  "the PyTorch peer built {} parameters, cemfrac {}: the models differ",
+                  peer["parameters"].get<int64_t>(), n_params);
+  }
+
+  const int64_t tokens = B * S;
+  const double med = median_of(cpp.step_s);
+  const double best = *std::min_element(cpp.step_s.begin(), cpp.step_s.end());
+  auto side = [&](double median_s, double min_s) {
+    return json{{"median_s", median_s},
+                {"min_s", min_s},
+                {"tokens_per_s", tokens / median_s},
+                {"achieved_gflops", flops.per_step / median_s / 1e9},
+                {"mfu", flops.per_step / median_s / (peak_gflops * 1e9)},
+                {"mfu_best", flops.per_step / min_s / (peak_gflops * 1e9)}};
+  };
+  json cpp_j = side(med, best);
+  cpp_j["step_s"] = cpp.step_s;
+  cpp_j["cpu_s"] = cpp.cpu_s;
+  cpp_j["cpu_median_s"] = median_of(cpp.cpu_s);
+  cpp_j["malloc"] = flags.malloc_default ? "glibc default" : "heap kept (no mmap, no trim)";
+  cpp_j["phases_median_s"] = {{"forward", median_of(cpp.forward_s)},
+                              {"backward", median_of(cpp.backward_s)},
+                              {"clip_and_optimizer", median_of(cpp.optimizer_s)}};
+  cpp_j["first_loss"] = cpp.first_loss;
+  cpp_j["last_loss"] = cpp.last_loss;
+  cpp_j["blas_core"] = core;
+  cpp_j["threads"] = threads;
+
+  json report = {
+      {"bench", "train"},
+      {"config", flags.config},
+      {"overrides", flags.sets},
+      {"cpu", read_cpu_features().model_name},
+      {"threads", threads},
+      {"blas_core", core},
+      {"blas_library", blas_status().library},
+      {"parameters", n_params},
+      {"matmul_parameters", flops.matmul_params},
+      {"micro_batch", B},
+      {"seq_len", S},
+      {"tokens_per_step", tokens},
+      {"flops_per_token", flops.per_token},
+      {"flops_per_step", flops.per_step},
+      {"flops_formula", flops.formula},
+      {"sgemm_gflops", {{"n_model", n_model}, {"at_n_model", gflops_model}, {"at_2048", gflops_2048},
+                        {"peak", peak_gflops}}},
+      {"steps", flags.steps},
+      {"warmup", flags.warmup},
+      {"cpp", cpp_j},
+  };
+  bool met = cpp_j["mfu"].get<double>() >= kTargetMfu;
+  if (!peer.is_null()) {
+    json peer_j = side(peer["median_s"].get<double>(), peer["min_s"].get<double>());
+    for (const char* key : {"step_s", "cpu_s", "cpu_median_s", "phases_median_s", "first_loss", "last_loss", "blas_core",
+                            "threads", "python", "torch", "adamw_foreach"})
+      peer_j[key] = peer[key];
+    report["peer"] = peer_j;
+    report["ratio_median"] = med / peer["median_s"].get<double>();
+    report["ratio_min"] = best / peer["min_s"].get<double>();
+    report["ratio_cpu_median"] = median_of(cpp.cpu_s) / peer["cpu_median_s"].get<double>();
+    report["peer"]["malloc"] = flags.peer_keep_heap ? "heap kept (no mmap, no trim)" : "glibc default";
+    met = met && report["ratio_median"].get<double>() <= kTargetRatio;
+  } else if (!peer_note.empty()) {
+    report["peer_note"] = peer_note;
+  }
+  report["targets"] = {{"mfu_at_least", kTargetMfu},
+                       {"ratio_at_most", peer.is_null() ? json(nullptr) : json(kTargetRatio)},
+                       {"met", met}};
+
+  if (flags.json) {
+    fmt::print("{}\n", report.dump(2));
+    return 0;
+  }
+  fmt::print("train-step bench: {} ({} parameters), micro-batch {} x {} = {} tokens, {} threads\n",
+             flags.config, n_params, B, S, tokens, threads);
+  fmt::print("CPU {}; BLAS {} core {}\n", read_cpu_features().model_name, blas_status().library, core);
+  fmt::print("model FLOPs/step = {}\n", flops.formula);
+  fmt::print("sgemm now: {:.1f} GFLOP/s at {}^3, {:.1f} at 2048^3 (MFU denominator: {:.1f})\n",
+             gflops_model, n_model, gflops_2048, peak_gflops);
+  fmt::print("{} warm-up + {} timed steps each side; CPU s = user + system seconds of the process per "
+             "step (median; all threads)\n\n", flags.warmup, flags.steps);
+  fmt::print("{:<9} {:>9} {:>9} {:>9} {:>6} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7}  {}\n", "", "median s",
+             "min s", "tokens/s", "MFU", "CPU s", "fwd s", "bwd s", "opt s", "loss0", "lossN",
+             "BLAS core, malloc");
+  auto row = [&](const char* name, const json& j) {
+    const json& ph = j["phases_median_s"];
+    fmt::print("{:<9} {:>9.3f} {:>9.3f} {:>9.0f} {:>5.1f}% {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>7.3f} {:>7.3f}  {}, {}\n",
+               name, j["median_s"].get<double>(), j["min_s"].get<double>(),
+               j["tokens_per_s"].get<double>(), 100 * j["mfu"].get<double>(),
+               j["cpu_median_s"].get<double>(),
+               ph["forward"].get<double>(), ph["backward"].get<double>(),
+               ph["clip_and_optimizer"].get<double>(), j["first_loss"].get<double>(),
+               j["last_loss"].get<double>(), j["blas_core"].get<std::string>(),
+               j["malloc"].get<std::string>());
+  };
+  row("cemfrac", report["cpp"]);
+  if (report.contains("peer")) {
+    row("pytorch", report["peer"]);
+    fmt::print("\nC++ / PyTorch step time: {:.3f} (median), {:.3f} (min), CPU time {:.3f}; PyTorch {} "
+               "under Python {}\n",
+               report["ratio_median"].get<double>(), report["ratio_min"].get<double>(),
+               report["ratio_cpu_median"].get<double>(),
+               peer["torch"].get<std::string>(), peer["python"].get<std::string>());
+  } else if (!peer_note.empty()) {
+    fmt::print("\n{}\n", peer_note);
+  }
+  fmt::print("targets (issue 3): MFU >= {:.0f}%{}: {}\n", 100 * kTargetMfu,
+             peer.is_null() ? "" : fmt::format(", C++/PyTorch <= {:.2f}", kTargetRatio),
+             met ? "met" : "NOT met");
+  return 0;
+}
+
+}  // namespace
+
+Command add_bench_train(CLI::App& bench, const GlobalOptions& global) {
+  (void)global;  // --threads and --blas-core are applied in main() before any command runs
+  auto flags = std::make_shared<TrainBenchFlags>();
+  CLI::App* app = bench.add_subcommand(
+      "train", "Time per optimizer step, tokens/s and MFU of a run config's model, against PyTorch eager");
+  app->add_option("--config", flags->config, "Run config (TOML), e.g. configs/small-llama.toml")
+      ->required();
+  app->add_option("--set", flags->sets, "Override a config field: section.key=value (repeatable)");
+  app->add_option("--steps", flags->steps, "Timed optimizer steps")->capture_default_str()->check(
+      CLI::Range(1, 100000));
+  app->add_option("--warmup", flags->warmup, "Untimed steps first")->capture_default_str()->check(
+      CLI::Range(0, 100000));
+  app->add_flag("--json", flags->json, "Print one JSON object");
+  app->add_flag("--peer", flags->peer,
+                "Run the PyTorch peer (bench/peers/train_step_peer.py under /usr/bin/python3); "
+                "default: on when python3-torch is installed");
+  app->add_flag("--no-peer", flags->no_peer, "Do not run the PyTorch peer");
+  app->add_option("--peer-script", flags->peer_script,
+                  "Path of train_step_peer.py (default: found in the source tree)");
+  app->add_flag("--malloc-default", flags->malloc_default,
+                "Leave glibc malloc as configured (large tensors then come from fresh mmaps: page "
+                "faults inside every step)");
+  app->add_flag("--peer-keep-heap", flags->peer_keep_heap,
+                "Run the peer with the same heap policy as cemfrac (MALLOC_MMAP_MAX_=0, "
+                "MALLOC_TRIM_THRESHOLD_ max); default: Python's glibc defaults");
+  return {app, [flags] { return run_train_bench(*flags); }};
+}
+
+}  // namespace cemfrac::cli

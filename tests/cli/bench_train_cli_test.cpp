@@ -1,0 +1,50 @@
+// `cemfrac bench train`: the report's fields on a tiny model (no timing claims: speed is not a unit
+// test), and one-line errors for bad input.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "tests/test_util.h"
+
+namespace cemfrac {
+namespace {
+
+using test::run_cemfrac;
+
+TEST(BenchTrainCli, TinyLlamaJsonHasPositiveFields) {
+  auto r = run_cemfrac({"--threads", "1", "bench", "train", "--config",
+                        test::source_path("configs/tiny-llama.toml"), "--steps", "2", "--warmup", "1",
+                        "--no-peer", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["bench"], "train");
+  EXPECT_EQ(j["threads"], 1);
+  EXPECT_FALSE(j["blas_core"].get<std::string>().empty());
+  for (const char* key : {"parameters", "matmul_parameters", "tokens_per_step", "flops_per_step",
+                          "flops_per_token"})
+    EXPECT_GT(j[key].get<double>(), 0) << key;
+  EXPECT_EQ(j["tokens_per_step"].get<int64_t>(), 8 * 64);  // tiny-llama: micro-batch 8, context 64
+  for (const char* key : {"at_n_model", "at_2048", "peak"})
+    EXPECT_GT(j["sgemm_gflops"][key].get<double>(), 0) << key;
+  const auto& cpp = j["cpp"];
+  for (const char* key : {"median_s", "min_s", "tokens_per_s", "achieved_gflops", "mfu"})
+    EXPECT_GT(cpp[key].get<double>(), 0) << key;
+  EXPECT_EQ(cpp["step_s"].size(), 2u);
+  EXPECT_LE(cpp["min_s"].get<double>(), cpp["median_s"].get<double>());
+  EXPECT_FALSE(j.contains("peer"));
+  EXPECT_TRUE(std::isfinite(cpp["last_loss"].get<double>()));
+}
+
+TEST(BenchTrainCli, BadConfigPathIsOneLineError) {
+  auto r = run_cemfrac({"bench", "train", "--config", "no/such/config.toml", "--no-peer"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_LT(r.exit_code, 128) << "killed by a signal: " << r.err;
+  EXPECT_EQ(r.err.rfind("cemfrac: error: ", 0), 0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find("no/such/config.toml"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace cemfrac
