@@ -2,9 +2,11 @@
 
 #include "cemfrac/core/atomic_file.h"
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -56,6 +58,14 @@ void write_file(const std::string& path, const std::string& content) {
 
 std::string source_path(const std::string& relative) {
   return std::string(CEMFRAC_SOURCE_DIR) + "/" + relative;
+}
+
+void expect_one_line_error(const RunResult& r, const std::string& needle) {
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_LT(r.exit_code, 128) << "killed by a signal: " << r.err;
+  EXPECT_EQ(r.err.rfind("cemfrac: error: ", 0), 0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.err;
 }
 
 RunResult run_cemfrac(const std::vector<std::string>& args, const std::string& stdin_text) {

@@ -14,6 +14,10 @@ struct RunResult {
 // Runs the built cemfrac executable with `args` (each passed as one argument), optional stdin text.
 RunResult run_cemfrac(const std::vector<std::string>& args, const std::string& stdin_text = "");
 
+// Expects a failed run that printed exactly one line on stderr, "cemfrac: error: ...", containing
+// `needle`, and exited non-zero without a signal.
+void expect_one_line_error(const RunResult& r, const std::string& needle);
+
 // A fresh empty directory under the system temp dir, removed at process exit.
 std::string temp_dir(const std::string& tag);
 

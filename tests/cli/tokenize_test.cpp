@@ -12,13 +12,7 @@ namespace {
 
 using test::run_cemfrac;
 
-void expect_one_line_error(const test::RunResult& r, const std::string& needle) {
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_LT(r.exit_code, 128) << "killed by a signal: " << r.err;
-  EXPECT_EQ(r.err.rfind("cemfrac: error: ", 0), 0u) << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  EXPECT_NE(r.err.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.err;
-}
+using test::expect_one_line_error;
 
 TEST(Tokenize, ByteFromStdin) {
   const auto r = run_cemfrac({"tokenize", "--tokenizer", "byte"}, "Hi!\n");
