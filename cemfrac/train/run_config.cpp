@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -181,23 +182,33 @@ bool is_name(const std::string& s) {
   return true;
 }
 
-// "section.key=value": the value is TOML (20, 3e-4, true, "text", [..]); text that is not TOML is
-// taken as a string, so --set model.mixer=mha works without quotes.
+// "section.key=value" or "section.table.key=value" (a field of a nested table such as model.cem): the
+// value is TOML (20, 3e-4, true, "text", [..]); text that is not TOML is taken as a string, so
+// --set model.mixer=mha works without quotes.
 void apply_override(const std::string& text, Locations& locations, RunConfig& config) {
   const size_t eq = text.find('=');
-  const std::string lhs = text.substr(0, eq);
-  const size_t dot = lhs.find('.');
-  CEMFRAC_CHECK(eq != std::string::npos && dot != std::string::npos &&
-                    is_name(lhs.substr(0, dot)) && is_name(lhs.substr(dot + 1)),
+  const std::string lhs = eq == std::string::npos ? text : text.substr(0, eq);
+  std::vector<std::string> parts;
+  for (size_t start = 0;;) {
+    const size_t dot = lhs.find('.', start);
+    parts.push_back(lhs.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  CEMFRAC_CHECK(eq != std::string::npos && parts.size() >= 2 &&
+                    std::all_of(parts.begin(), parts.end(), is_name),
                 "--set {}: expected section.key=value (e.g. --set train.steps=20)", text);
-  const std::string section = lhs.substr(0, dot), key = lhs.substr(dot + 1);
+  const std::string section = parts.front();
+  const std::string key = lhs.substr(section.size() + 1);  // dotted: a key of a nested table
   const std::string value = text.substr(eq + 1);
   toml::table doc;
   try {
     const std::string source = fmt::format("[{}]\n{} = {}\n", section, key, value);
     doc = toml::parse(std::string_view(source), std::string_view("--set"));
   } catch (const toml::parse_error&) {
-    doc = toml::table{{section, toml::table{{key, value}}}};
+    toml::table inner{{parts.back(), value}};
+    for (size_t i = parts.size() - 2; i >= 1; --i) inner = toml::table{{parts[i], std::move(inner)}};
+    doc = toml::table{{section, std::move(inner)}};
   }
   read_document(doc, Origin{"", text}, locations, config);
 }

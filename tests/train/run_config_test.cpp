@@ -151,6 +151,14 @@ TEST(RunConfig, SetOverridesAndIsValidated) {
   EXPECT_CONTAINS(e, "section.key=value");
   e = load_error(kSmall, {"model.mixer=cem"});
   EXPECT_CONTAINS(e, "unknown mixer kind");
+  // Dotted keys reach into nested tables; a dotted path through a plain field is an error.
+  e = load_error(kSmall, {"model.nope.steps=2"});
+  EXPECT_CONTAINS(e, "unknown key 'model.nope'");
+  e = load_error(kSmall, {"model.d_model.x=2"});
+  EXPECT_CONTAINS(e, "model.d_model");
+  EXPECT_CONTAINS(e, "expected an integer");
+  e = load_error(kSmall, {"model..x=2"});
+  EXPECT_CONTAINS(e, "section.key=value");
 }
 
 TEST(RunConfig, LayerOverridesAsArrayOfTables) {
