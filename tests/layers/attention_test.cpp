@@ -210,6 +210,21 @@ TEST(Ffn, SwiGluEqualsFormula) {
   EXPECT_EQ(ffn.named_parameters().size(), 3u);  // no biases
 }
 
+TEST(Ffn, SwiGluWithBiasesEqualsFormula) {
+  SwiGluImpl ffn(FfnOptions(6, 10).bias(true));
+  ffn.to(torch::kFloat64);
+  ASSERT_EQ(ffn.named_parameters().size(), 6u);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : ffn.parameters()) p.normal_();  // biases start at 0: make them matter
+  }
+  torch::Tensor x = torch::randn({2, 3, 6}, kF64);
+  torch::Tensor a = torch::matmul(x, ffn.w_gate.t()) + ffn.b_gate;
+  torch::Tensor u = torch::matmul(x, ffn.w_up.t()) + ffn.b_up;
+  torch::Tensor expected = torch::matmul(a / (1 + torch::exp(-a)) * u, ffn.w_down.t()) + ffn.b_down;
+  EXPECT_TRUE(torch::allclose(ffn.forward(x), expected, 1e-12, 1e-12));
+}
+
 TEST(Ffn, GeluMlpEqualsFormula) {
   GeluMlpImpl ffn(FfnOptions(6, 10).bias(true));
   ffn.to(torch::kFloat64);

@@ -6,18 +6,25 @@ namespace cemfrac {
 
 SwiGluImpl::SwiGluImpl(const FfnOptions& o) {
   const int64_t D = o.d_model(), M = o.d_ff();
+  auto bias = [&](const char* name, int64_t n) {
+    return add_parameter(name, init_constant({n}, 0.0, o.device()), ParamKind::kFfn,
+                         ParamGroup::kNoDecay);
+  };
   w_gate = add_parameter("w_gate", init_normal({M, D}, o.init_std(), o.device()), ParamKind::kFfn,
                          ParamGroup::kDecay);
+  if (o.bias()) b_gate = bias("b_gate", M);
   w_up = add_parameter("w_up", init_normal({M, D}, o.init_std(), o.device()), ParamKind::kFfn,
                        ParamGroup::kDecay);
+  if (o.bias()) b_up = bias("b_up", M);
   w_down = add_parameter("w_down", init_normal({D, M}, o.out_init_std(), o.device()),
                          ParamKind::kFfn, ParamGroup::kDecay);
+  if (o.bias()) b_down = bias("b_down", D);
 }
 
 torch::Tensor SwiGluImpl::forward(const torch::Tensor& x) {
-  torch::Tensor gate = torch::silu(torch::linear(x, w_gate));  // (B, N, M)
-  torch::Tensor up = torch::linear(x, w_up);                   // (B, N, M)
-  return torch::linear(gate * up, w_down);                     // (B, N, D)
+  torch::Tensor gate = torch::silu(torch::linear(x, w_gate, b_gate));  // (B, N, M)
+  torch::Tensor up = torch::linear(x, w_up, b_up);                     // (B, N, M)
+  return torch::linear(gate * up, w_down, b_down);                     // (B, N, D)
 }
 
 }  // namespace cemfrac

@@ -1,0 +1,368 @@
+// The contract every mixer and FFN kind keeps, checked for every kind the registry knows (a new kind is
+// picked up without editing this file) under one or more tiny configs:
+//   mixers: shapes; causality (bitwise outputs and exactly-zero gradients towards the future); batch
+//           independence; every trainable parameter gets a finite, non-zero gradient; determinism of
+//           init and forward; decoding through the state (chunks and single tokens) equals the full
+//           forward; the meta-device module has the same parameters; and, in a whole model, cached
+//           decoding gives the full forward's logits in float32 and float64.
+//   FFNs:   shapes; position-wise (bitwise); gradients; determinism; meta device.
+// A kind that needs settings the base tiny config lacks, or that has flavours worth checking, adds
+// variants in mixer_variants() / ffn_variants() below (the only per-kind code in this file).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <map>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "cemfrac/layers/base/rope.h"
+#include "cemfrac/layers/registry.h"
+#include "cemfrac/model/lm_model.h"
+#include "cemfrac/model/model_config.h"
+
+namespace cemfrac {
+namespace {
+
+struct Variant {
+  std::string kind;
+  std::string name;  // flavour, for the test name
+  ModelConfig config;
+};
+
+void PrintTo(const Variant& v, std::ostream* os) { *os << v.kind << " (" << v.name << ")"; }
+
+// Small enough for float64 loops over every position, big enough for two heads and a context the
+// decode checks can split.
+ModelConfig tiny_base() {
+  ModelConfig c;
+  c.vocab_size = 37;
+  c.d_model = 16;
+  c.n_layers = 2;
+  c.n_heads = 2;
+  c.d_ff = 24;
+  c.context = 12;
+  return c;  // Llama flavour: rmsnorm, rope, no biases, untied
+}
+
+ModelConfig gpt2_flavour(ModelConfig c) {
+  c.norm = "layernorm";
+  c.positions = "learned";
+  c.bias = true;
+  c.tie_embeddings = true;
+  return c;
+}
+
+// ---- Per-kind hooks ------------------------------------------------------------------------------
+
+std::vector<Variant> mixer_variants(const std::string& kind) {
+  ModelConfig base = tiny_base();
+  base.mixer = kind;
+  std::vector<Variant> variants;
+  if (kind == "mha") {
+    variants.push_back({kind, "llama", base});
+    variants.push_back({kind, "gpt2", gpt2_flavour(base)});
+    ModelConfig gqa = base;
+    gqa.n_heads = 4;
+    gqa.n_kv_heads = 2;
+    variants.push_back({kind, "gqa", gqa});
+    return variants;
+  }
+  variants.push_back({kind, "base", base});
+  return variants;
+}
+
+std::vector<Variant> ffn_variants(const std::string& kind) {
+  ModelConfig base = tiny_base();
+  base.ffn = kind;
+  std::vector<Variant> variants{{kind, "base", base}};
+  if (kind == "gelu_mlp" || kind == "swiglu") variants.push_back({kind, "bias", gpt2_flavour(base)});
+  return variants;
+}
+
+// ---- Shared machinery ----------------------------------------------------------------------------
+
+template <typename Hook>
+std::vector<Variant> all_variants(const std::vector<std::string>& kinds, Hook hook) {
+  std::vector<Variant> out;
+  for (const std::string& kind : kinds) {
+    for (Variant& v : hook(kind)) out.push_back(std::move(v));
+  }
+  return out;
+}
+
+std::string variant_name(const testing::TestParamInfo<Variant>& info) {
+  return info.param.kind + "_" + info.param.name;
+}
+
+const auto kF64 = torch::TensorOptions().dtype(torch::kFloat64);
+constexpr int64_t kBatch = 2;
+
+// Moves every parameter a little off its initial value, so that zero-initialised tensors (biases,
+// low-rank factors, diagonals) take part in the checks like the others.
+void perturb(torch::nn::Module& module, uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(seed);
+  for (auto& p : module.parameters()) p.add_(torch::randn_like(p) * 0.05);
+}
+
+bool bitwise_equal(const torch::Tensor& a, const torch::Tensor& b) {
+  return a.sizes() == b.sizes() && a.dtype() == b.dtype() && torch::equal(a, b);
+}
+
+// The mixer of layer 0 of the variant's config, in float64, slightly perturbed.
+std::shared_ptr<MixerImpl> build_mixer(const ModelConfig& c, uint64_t seed = 1) {
+  torch::manual_seed(seed);
+  auto mixer = make_mixer(c, 0, torch::kCPU);
+  mixer->to(torch::kFloat64);
+  perturb(*mixer, seed + 100);
+  return mixer;
+}
+
+std::shared_ptr<FfnImpl> build_ffn(const ModelConfig& c, uint64_t seed = 1) {
+  torch::manual_seed(seed);
+  auto ffn = make_ffn(c, 0, torch::kCPU);
+  ffn->to(torch::kFloat64);
+  perturb(*ffn, seed + 100);
+  return ffn;
+}
+
+// Runs the mixer on x (B, n, D) as positions offset..offset+n-1, with RoPE tables when the config
+// rotates, and the given decode state.
+struct MixerRunner {
+  const ModelConfig& config;
+  MixerImpl& mixer;
+  std::unique_ptr<RotaryEmbedding> rope;
+
+  MixerRunner(const ModelConfig& c, MixerImpl& m) : config(c), mixer(m) {
+    if (c.positions == "rope") rope = std::make_unique<RotaryEmbedding>(c.head_dim(), c.context, c.rope_theta);
+  }
+  torch::Tensor operator()(const torch::Tensor& x, int64_t offset = 0, MixerState* state = nullptr) {
+    MixerContext ctx;
+    ctx.offset = offset;
+    ctx.state = state;
+    if (rope) std::tie(ctx.rope_cos, ctx.rope_sin) = rope->tables(offset, x.size(1), x.options());
+    return mixer.forward(x, ctx);
+  }
+};
+
+std::vector<std::pair<std::string, std::vector<int64_t>>> parameter_shapes(torch::nn::Module& m) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
+  for (const auto& item : m.named_parameters()) shapes.emplace_back(item.key(), item.value().sizes().vec());
+  return shapes;
+}
+
+void expect_gradients_reach_every_parameter(torch::nn::Module& module, const torch::Tensor& out) {
+  torch::manual_seed(7);
+  (out * torch::randn_like(out)).sum().backward();
+  for (const auto& item : module.named_parameters()) {
+    const torch::Tensor& p = item.value();
+    if (!p.requires_grad()) continue;  // frozen by design (e.g. a depth before its dyadic step)
+    ASSERT_TRUE(p.grad().defined()) << item.key() << " received no gradient";
+    EXPECT_TRUE(torch::isfinite(p.grad()).all().item<bool>()) << item.key();
+    EXPECT_GT(p.grad().abs().max().item<double>(), 0.0) << item.key() << " has an all-zero gradient";
+  }
+}
+
+// ---- Mixers --------------------------------------------------------------------------------------
+
+class MixerContract : public testing::TestWithParam<Variant> {};
+
+TEST_P(MixerContract, KeepsShapeAndDtype) {
+  const ModelConfig& c = GetParam().config;
+  auto mixer = build_mixer(c);
+  MixerRunner run(c, *mixer);
+  for (int64_t n : {int64_t(1), int64_t(5), c.context}) {
+    torch::Tensor y = run(torch::randn({kBatch, n, c.d_model}, kF64));
+    EXPECT_EQ(y.sizes(), (std::vector<int64_t>{kBatch, n, c.d_model})) << "n = " << n;
+    EXPECT_EQ(y.scalar_type(), torch::kFloat64);
+    EXPECT_TRUE(torch::isfinite(y).all().item<bool>());
+  }
+  mixer->to(torch::kFloat32);
+  torch::Tensor y = run(torch::randn({kBatch, c.context, c.d_model}));
+  EXPECT_EQ(y.scalar_type(), torch::kFloat32);
+}
+
+TEST_P(MixerContract, IsCausalBitwise) {
+  const ModelConfig& c = GetParam().config;
+  auto mixer = build_mixer(c);
+  MixerRunner run(c, *mixer);
+  const int64_t N = c.context;
+  torch::Tensor x = torch::randn({kBatch, N, c.d_model}, kF64);
+  torch::NoGradGuard no_grad;
+  torch::Tensor y = run(x);
+  for (int64_t j = 1; j < N; ++j) {
+    torch::Tensor x2 = x.clone();
+    x2.select(1, j).add_(torch::randn({kBatch, c.d_model}, kF64));  // change position j only
+    torch::Tensor y2 = run(x2);
+    EXPECT_TRUE(bitwise_equal(y.narrow(1, 0, j), y2.narrow(1, 0, j)))
+        << "changing position " << j << " changed an earlier output";
+    EXPECT_FALSE(torch::equal(y.select(1, j), y2.select(1, j))) << "position " << j << " ignores its input";
+  }
+}
+
+TEST_P(MixerContract, HasNoGradientTowardsTheFuture) {
+  const ModelConfig& c = GetParam().config;
+  auto mixer = build_mixer(c);
+  MixerRunner run(c, *mixer);
+  const int64_t N = c.context;
+  for (int64_t i : {int64_t(0), N / 2, N - 2}) {
+    torch::Tensor x = torch::randn({kBatch, N, c.d_model}, kF64).requires_grad_();
+    run(x).select(1, i).pow(2).sum().backward();
+    torch::Tensor future = x.grad().narrow(1, i + 1, N - i - 1);
+    EXPECT_EQ(future.abs().max().item<double>(), 0.0) << "output " << i << " has a gradient from later inputs";
+    EXPECT_GT(x.grad().select(1, i).abs().max().item<double>(), 0.0);
+  }
+}
+
+TEST_P(MixerContract, BatchItemsAreIndependent) {
+  const ModelConfig& c = GetParam().config;
+  auto mixer = build_mixer(c);
+  MixerRunner run(c, *mixer);
+  torch::NoGradGuard no_grad;
+  torch::Tensor x = torch::randn({3, c.context, c.d_model}, kF64);
+  torch::Tensor y = run(x);
+  for (int64_t b = 0; b < 3; ++b) {
+    EXPECT_TRUE(torch::allclose(y.narrow(0, b, 1), run(x.narrow(0, b, 1)), 1e-12, 1e-12)) << "item " << b;
+  }
+}
+
+TEST_P(MixerContract, EveryParameterGetsAGradient) {
+  const ModelConfig& c = GetParam().config;
+  auto mixer = build_mixer(c);
+  MixerRunner run(c, *mixer);
+  expect_gradients_reach_every_parameter(*mixer, run(torch::randn({kBatch, c.context, c.d_model}, kF64)));
+}
+
+TEST_P(MixerContract, IsDeterministic) {
+  const ModelConfig& c = GetParam().config;
+  auto a = build_mixer(c, 5), b = build_mixer(c, 5);
+  const auto pa = a->named_parameters(), pb = b->named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(bitwise_equal(pa[i].value(), pb[i].value())) << pa[i].key();
+  MixerRunner run(c, *a);
+  torch::NoGradGuard no_grad;
+  torch::Tensor x = torch::randn({kBatch, c.context, c.d_model}, kF64);
+  EXPECT_TRUE(bitwise_equal(run(x), run(x)));
+}
+
+TEST_P(MixerContract, DecodingThroughTheStateEqualsTheFullForward) {
+  const ModelConfig& c = GetParam().config;
+  auto mixer = build_mixer(c);
+  MixerRunner run(c, *mixer);
+  torch::NoGradGuard no_grad;
+  const int64_t N = c.context;
+  torch::Tensor x = torch::randn({kBatch, N, c.d_model}, kF64);
+  torch::Tensor full = run(x);
+  // Uneven chunks (a prompt, then one token, then the rest) and single tokens.
+  for (const std::vector<int64_t>& chunks : {std::vector<int64_t>{3, 1, N - 4}, std::vector<int64_t>(N, 1)}) {
+    auto state = mixer->new_state();
+    ASSERT_NE(state, nullptr);
+    std::vector<torch::Tensor> parts;
+    int64_t offset = 0;
+    for (int64_t n : chunks) {
+      parts.push_back(run(x.narrow(1, offset, n), offset, state.get()));
+      offset += n;
+    }
+    torch::Tensor decoded = torch::cat(parts, 1);
+    EXPECT_TRUE(torch::allclose(decoded, full, 1e-10, 1e-10))
+        << chunks.size() << " chunks: max difference " << (decoded - full).abs().max().item<double>();
+  }
+}
+
+TEST_P(MixerContract, MetaDeviceModuleHasTheSameParameters) {
+  const ModelConfig& c = GetParam().config;
+  auto real = make_mixer(c, 0, torch::kCPU);
+  auto meta = make_mixer(c, 0, torch::kMeta);
+  EXPECT_EQ(parameter_shapes(*real), parameter_shapes(*meta));
+}
+
+// The kind inside a whole model: cached decoding reproduces the full forward's logits.
+TEST_P(MixerContract, ModelDecodingEqualsFullForward) {
+  const ModelConfig& c = GetParam().config;
+  for (auto dtype : {torch::kFloat64, torch::kFloat32}) {
+    torch::manual_seed(3);
+    LmModel model(c);
+    EXPECT_EQ(model->parameter_table().size(), model->named_parameters().size());  // all tagged
+    model->to(dtype);
+    perturb(*model, 4);
+    torch::NoGradGuard no_grad;
+    torch::Tensor tokens = torch::randint(c.vocab_size, {kBatch, c.context}, torch::kInt64);
+    torch::Tensor full = model->forward(tokens);
+    DecodeState state = model->new_decode_state();
+    std::vector<torch::Tensor> parts{model->forward(tokens.narrow(1, 0, 4), &state)};
+    for (int64_t n = 4; n < c.context; ++n) parts.push_back(model->forward(tokens.narrow(1, n, 1), &state));
+    torch::Tensor decoded = torch::cat(parts, 1);
+    const double tol = dtype == torch::kFloat64 ? 1e-10 : 1e-5;
+    EXPECT_TRUE(torch::allclose(decoded, full, tol, tol))
+        << c10::toString(dtype) << ": max difference " << (decoded - full).abs().max().item<double>();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllKinds, MixerContract,
+                         testing::ValuesIn(all_variants(mixer_kind_names(), mixer_variants)), variant_name);
+
+// ---- FFNs ----------------------------------------------------------------------------------------
+
+class FfnContract : public testing::TestWithParam<Variant> {};
+
+TEST_P(FfnContract, KeepsShapeAndIsPositionWise) {
+  const ModelConfig& c = GetParam().config;
+  auto ffn = build_ffn(c);
+  torch::NoGradGuard no_grad;
+  const int64_t N = c.context;
+  torch::Tensor x = torch::randn({kBatch, N, c.d_model}, kF64);
+  torch::Tensor y = ffn->forward(x);
+  ASSERT_EQ(y.sizes(), x.sizes());
+  EXPECT_TRUE(torch::isfinite(y).all().item<bool>());
+  for (int64_t j = 0; j < N; j += 3) {
+    torch::Tensor x2 = x.clone();
+    x2.select(1, j).add_(torch::randn({kBatch, c.d_model}, kF64));
+    torch::Tensor y2 = ffn->forward(x2);
+    torch::Tensor changed = (y2 != y).any(-1).any(0);  // (N): which positions moved
+    for (int64_t n = 0; n < N; ++n) {
+      EXPECT_EQ(changed[n].item<bool>(), n == j) << "changing position " << j << " moved position " << n;
+    }
+  }
+  ffn->to(torch::kFloat32);
+  EXPECT_EQ(ffn->forward(torch::randn({kBatch, 3, c.d_model})).scalar_type(), torch::kFloat32);
+}
+
+TEST_P(FfnContract, EveryParameterGetsAGradient) {
+  const ModelConfig& c = GetParam().config;
+  auto ffn = build_ffn(c);
+  expect_gradients_reach_every_parameter(*ffn, ffn->forward(torch::randn({kBatch, c.context, c.d_model}, kF64)));
+}
+
+TEST_P(FfnContract, IsDeterministic) {
+  const ModelConfig& c = GetParam().config;
+  auto a = build_ffn(c, 5), b = build_ffn(c, 5);
+  const auto pa = a->named_parameters(), pb = b->named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(bitwise_equal(pa[i].value(), pb[i].value())) << pa[i].key();
+  torch::NoGradGuard no_grad;
+  torch::Tensor x = torch::randn({kBatch, c.context, c.d_model}, kF64);
+  EXPECT_TRUE(bitwise_equal(a->forward(x), a->forward(x)));
+}
+
+TEST_P(FfnContract, MetaDeviceModuleHasTheSameParameters) {
+  const ModelConfig& c = GetParam().config;
+  auto real = make_ffn(c, 0, torch::kCPU);
+  auto meta = make_ffn(c, 0, torch::kMeta);
+  EXPECT_EQ(parameter_shapes(*real), parameter_shapes(*meta));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllKinds, FfnContract,
+                         testing::ValuesIn(all_variants(ffn_kind_names(), ffn_variants)), variant_name);
+
+// Every registered kind is covered: the hooks must not drop one.
+TEST(Contract, CoversEveryRegisteredKind) {
+  std::map<std::string, int> mixers, ffns;
+  for (const Variant& v : all_variants(mixer_kind_names(), mixer_variants)) ++mixers[v.kind];
+  for (const Variant& v : all_variants(ffn_kind_names(), ffn_variants)) ++ffns[v.kind];
+  for (const std::string& k : mixer_kind_names()) EXPECT_GE(mixers[k], 1) << k;
+  for (const std::string& k : ffn_kind_names()) EXPECT_GE(ffns[k], 1) << k;
+}
+
+}  // namespace
+}  // namespace cemfrac
