@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "cemfrac/core/check.h"
+#include "cemfrac/core/random.h"
 
 namespace cemfrac {
 
@@ -13,31 +14,12 @@ bool operator==(const LoaderState& a, const LoaderState& b) {
   return a.epoch == b.epoch && a.index == b.index;
 }
 
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 std::vector<int64_t> window_permutation(int64_t n, uint64_t seed, int64_t epoch) {
-  std::vector<int64_t> perm(n);
-  std::iota(perm.begin(), perm.end(), int64_t{0});
   // One stream per (seed, epoch): the epoch is mixed in through a splitmix64 step of its own so that
   // nearby seeds and epochs give unrelated streams.
-  uint64_t mix = static_cast<uint64_t>(epoch);
-  uint64_t state = seed ^ splitmix64(mix);
-  for (int64_t i = n - 1; i > 0; --i) {
-    // Uniform j in [0, i] by rejection: no modulo bias.
-    const uint64_t bound = static_cast<uint64_t>(i) + 1;
-    const uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
-    uint64_t r;
-    do {
-      r = splitmix64(state);
-    } while (r >= limit);
-    std::swap(perm[i], perm[static_cast<int64_t>(r % bound)]);
-  }
-  return perm;
+  const uint64_t stream = seed ^ SplitMix64(static_cast<uint64_t>(epoch)).next();
+  const std::vector<size_t> order = seeded_permutation(static_cast<size_t>(n), stream);
+  return std::vector<int64_t>(order.begin(), order.end());
 }
 
 TokenLoader::TokenLoader(std::shared_ptr<const ShardReader> shard, const LoaderOptions& options)

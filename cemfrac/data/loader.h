@@ -42,9 +42,8 @@ struct Batch {
   LoaderState position;   // cursor of the batch's first window (for reports)
 };
 
-// splitmix64 (Steele, Lea, Flood 2014): the PRNG of the data order.
-uint64_t splitmix64(uint64_t& state);
-// The permutation of [0, n) for (seed, epoch): Fisher-Yates driven by splitmix64.
+// The permutation of [0, n) for (seed, epoch): seeded_permutation (core/random.h) of a stream derived
+// from both.
 std::vector<int64_t> window_permutation(int64_t n, uint64_t seed, int64_t epoch);
 
 class TokenLoader {

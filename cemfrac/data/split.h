@@ -1,7 +1,7 @@
 // Deterministic, seeded, document-level train / val / test split.
 //
-// The documents are permuted with Fisher-Yates driven by splitmix64(seed) (both written here, so
-// the permutation is the same with every compiler and standard library), the first n_train of the
+// The documents are permuted by seeded_permutation(n, seed) (core/random.h: our own splitmix64 and
+// Fisher-Yates, so the permutation is the same with every compiler and standard library), the first n_train of the
 // permutation go to train, the next n_val to val, the rest to test; inside each split documents
 // keep their input order. Sizes: n_val = round(n * f_val) and n_test = round(n * f_test), each
 // raised to 1 when its fraction is positive, then lowered (largest first, never below 1) until
@@ -13,22 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "cemfrac/core/random.h"  // SplitMix64, seeded_permutation
+
 namespace cemfrac {
-
-// splitmix64 (Steele, Lea, Flood 2014): a 64-bit counter passed through a mixing function.
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
-  uint64_t next();
-  // Uniform in [0, bound), bound > 0, without modulo bias (rejection sampling).
-  uint64_t next_below(uint64_t bound);
-
- private:
-  uint64_t state_;
-};
-
-// A permutation of 0..n-1 (Fisher-Yates, from the back).
-std::vector<size_t> seeded_permutation(size_t n, uint64_t seed);
 
 struct SplitFractions {
   double train = 0.90;

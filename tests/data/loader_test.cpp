@@ -60,14 +60,6 @@ std::vector<int64_t> window_indices(const Batch& batch, int64_t S) {
   return out;
 }
 
-TEST(Loader, SplitMix64MatchesTheReference) {
-  // First outputs of splitmix64 seeded with 0 (Vigna's reference implementation).
-  uint64_t state = 0;
-  EXPECT_EQ(splitmix64(state), 0xe220a8397b1dcdafull);
-  EXPECT_EQ(splitmix64(state), 0x6e789e6aa1b965f4ull);
-  EXPECT_EQ(splitmix64(state), 0x06c45d188009454full);
-}
-
 TEST(Loader, PermutationIsAPermutationAndDependsOnSeedAndEpoch) {
   const auto p = window_permutation(1000, 42, 0);
   std::vector<int64_t> sorted = p;
