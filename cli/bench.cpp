@@ -3,8 +3,8 @@
 //   cemfrac bench ladder [--json] [--depths 1,2,4,6,8] [--ladders 1048576] [--width 1024] [--reps N]
 //                        [--peer | --no-peer] [--isa auto|baseline|avx2]
 //
-// Each area is one sub-subcommand registered in add_bench() (later: `layers`, `train`), so a new one is
-// one add_bench_* function beside add_bench_ladder.
+// Each area is one sub-subcommand registered in add_bench() (`ladder` here; `train` in bench_train.cpp,
+// `layers` in bench_layers.cpp), so a new one is one add_bench_* function.
 //
 // `ladder` times the continued-fraction ladder function f = K_{d-1}/K̂_d (cemfrac/ops/continuant.h) over
 // --ladders ladders laid out (rows, d, width), forward (inference: no reciprocal cached) and
@@ -44,6 +44,7 @@
 #include "cemfrac/core/check.h"
 #include "cemfrac/kernels/kernels.h"
 #include "cemfrac/ops/continuant.h"
+#include "cli/bench_util.h"
 #include "cli/commands.h"
 
 namespace cemfrac::cli {
@@ -51,27 +52,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-struct Timing {
-  double best_ms = 0;
-  double median_ms = 0;
-};
-
-// One warm-up call, then `reps` timed calls; best and median.
-template <typename Fn>
-Timing time_it(Fn&& fn, int reps) {
-  fn();
-  std::vector<double> ms;
-  for (int i = 0; i < reps; ++i) {
-    const auto t0 = Clock::now();
-    fn();
-    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-  }
-  std::sort(ms.begin(), ms.end());
-  const size_t n = ms.size();
-  const double median = n % 2 == 1 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
-  return {ms.front(), median};
-}
 
 std::vector<int64_t> parse_int_list(const std::string& text, const char* flag) {
   std::vector<int64_t> out;
@@ -169,10 +149,6 @@ struct LadderFlags {
 // kernel. A training process keeps its heap; we do the same here for every implementation, the peer
 // included (through glibc's environment variables): no mmap for large blocks, no trimming of the heap.
 constexpr const char* kPeerMallocEnv = "MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4294967295 ";
-void keep_heap() {
-  mallopt(M_MMAP_MAX, 0);
-  mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
-}
 
 int run_ladder(const LadderFlags& flags) {
   CEMFRAC_CHECK(flags.width >= 1 && flags.ladders >= flags.width,
@@ -400,8 +376,9 @@ Command add_bench(CLI::App& root, const GlobalOptions& global) {
   (void)global;  // --threads is applied in main() before any command runs
   CLI::App* app = root.add_subcommand("bench", "Speed against references measured in the same run");
   app->require_subcommand(1);
-  // One entry per benchmark area; `layers` and `train` join here.
-  std::vector<Command> areas = {add_bench_ladder(*app), add_bench_train(*app, global)};
+  // One entry per benchmark area.
+  std::vector<Command> areas = {add_bench_ladder(*app), add_bench_train(*app, global),
+                                add_bench_layers(*app, global)};
   auto run = [areas] {
     for (const auto& area : areas) {
       if (area.app->parsed()) return area.run();

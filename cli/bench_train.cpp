@@ -46,6 +46,7 @@
 #include "cemfrac/model/lm_model.h"
 #include "cemfrac/train/optimizer.h"
 #include "cemfrac/train/run_config.h"
+#include "cli/bench_util.h"
 #include "cli/commands.h"
 
 namespace cemfrac::cli {
@@ -77,10 +78,6 @@ struct TrainBenchFlags {
 // would otherwise come from a fresh mmap that the kernel zeroes page by page, every step. A training
 // process keeps its heap: no mmap for large blocks, no trimming.
 constexpr const char* kKeepHeapEnv = "MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4294967295 ";
-void keep_heap() {
-  mallopt(M_MMAP_MAX, 0);
-  mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
-}
 
 // User + system CPU seconds of this process so far (all threads).
 double cpu_seconds() {

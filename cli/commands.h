@@ -25,6 +25,8 @@ Command add_bench(CLI::App& root, const GlobalOptions& global);
 Command add_params(CLI::App& root, const GlobalOptions& global);
 // `cemfrac bench train` (cli/bench_train.cpp), registered by add_bench on its `bench` app.
 Command add_bench_train(CLI::App& bench, const GlobalOptions& global);
+// `cemfrac bench layers` (cli/bench_layers.cpp), likewise.
+Command add_bench_layers(CLI::App& bench, const GlobalOptions& global);
 Command add_train(CLI::App& root, const GlobalOptions& global);
 Command add_eval(CLI::App& root, const GlobalOptions& global);
 Command add_generate(CLI::App& root, const GlobalOptions& global);

@@ -354,6 +354,17 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
   return config;
 }
 
+RunConfig with_overrides(RunConfig config, const std::vector<std::string>& overrides) {
+  Locations locations;
+  for (const std::string& text : overrides) apply_override(text, locations, config);
+  if (auto p = run_problem(config)) {
+    auto where = locations.find(p->key);
+    if (where != locations.end()) fail("{}: {}", where->second, p->message);
+    fail("{}", p->message);
+  }
+  return config;
+}
+
 std::string to_toml(const RunConfig& config) {
   std::string out;
   write_section(out, "model", config.model);

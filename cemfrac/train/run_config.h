@@ -85,6 +85,9 @@ struct RunConfig {
 // key, the value and the file:line. `overrides` are "section.key=value" strings (--set), applied after
 // the file, with the same checks.
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// `overrides` applied to a config built in code (defaults, or a checkpoint's model), then validated;
+// errors name the --set text.
+RunConfig with_overrides(RunConfig config, const std::vector<std::string>& overrides);
 // The checks load_run_config applies (also to a config built in code): throws cemfrac::Error naming the
 // key, the value and what is allowed.
 void validate_run_config(const RunConfig& config);

@@ -1,11 +1,14 @@
-// `cemfrac bench train`: the report's fields on a tiny model (no timing claims: speed is not a unit
-// test), and one-line errors for bad input.
+// `cemfrac bench train` and `cemfrac bench layers`: the reports' fields on tiny shapes (no timing
+// claims: speed is not a unit test), and one-line errors for bad input.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <string>
 
+#include "cemfrac/layers/registry.h"
 #include "tests/test_util.h"
 
 namespace cemfrac {
@@ -44,6 +47,34 @@ TEST(BenchTrainCli, BadConfigPathIsOneLineError) {
   EXPECT_EQ(r.err.rfind("cemfrac: error: ", 0), 0u) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_NE(r.err.find("no/such/config.toml"), std::string::npos) << r.err;
+}
+
+TEST(BenchLayersCli, TinyJsonHasEveryKindAndTheBaselines) {
+  auto r = run_cemfrac({"--threads", "1", "bench", "layers", "--width", "32", "--context", "16",
+                        "--batch", "1", "--reps", "1", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["bench"], "layers");
+  EXPECT_EQ(j["width"], 32);
+  std::set<std::string> kinds;
+  for (const auto& row : j["rows"]) {
+    const std::string kind = row["kind"];
+    kinds.insert(kind);
+    EXPECT_GT(row["parameters"].get<int64_t>(), 0) << kind;
+    EXPECT_GT(row["forward_ms"]["best"].get<double>(), 0) << kind;
+    EXPECT_LE(row["forward_ms"]["best"].get<double>(), row["forward_ms"]["median"].get<double>()) << kind;
+    EXPECT_GT(row["forward_backward_us_per_token"].get<double>(), 0) << kind;
+    if (row["variant"] == "default" && (kind == "mha" || kind == "gelu_mlp")) {
+      EXPECT_DOUBLE_EQ(row["ratio_vs_baseline"].get<double>(), 1.0) << kind;
+    }
+  }
+  for (const std::string& k : mixer_kind_names()) EXPECT_TRUE(kinds.count(k)) << k;
+  for (const std::string& k : ffn_kind_names()) EXPECT_TRUE(kinds.count(k)) << k;
+}
+
+TEST(BenchLayersCli, UnknownKindIsOneLineError) {
+  auto r = run_cemfrac({"bench", "layers", "--kinds", "mha,nope", "--width", "32", "--context", "8"});
+  test::expect_one_line_error(r, "'nope' is not a mixer or FFN kind");
 }
 
 }  // namespace

@@ -1,0 +1,267 @@
+// cemfrac bench layers: forward and forward+backward time of every mixer and FFN kind on its own, at one
+// width and context, against MHA (mixers) and the GELU MLP (FFNs) timed in the same run.
+//
+//   cemfrac bench layers [--json] [--width 512] [--context 256] [--batch 4] [--reps 5]
+//                        [--kinds k1,k2] [--set model.key=value]...
+//
+// Every kind the registry knows is timed with the model-config defaults at the given shape (heads =
+// width / 64, d_ff = 4 width, RoPE), plus the variants listed in kVariants (CEM at T = 2, 4). One
+// sub-layer = the module make_mixer / make_ffn builds for layer 0, fed x (B, N, D) in float32; forward
+// runs without autograd, forward+backward takes the gradient of <y, g> for a fixed random g with
+// respect to x and every parameter. Times are best and median of --reps calls after one warm-up; the
+// ratio column is best / the baseline's best.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cemfrac/core/blas.h"
+#include "cemfrac/core/check.h"
+#include "cemfrac/layers/base/rope.h"
+#include "cemfrac/layers/registry.h"
+#include "cemfrac/train/run_config.h"
+#include "cli/bench_util.h"
+#include "cli/commands.h"
+
+namespace cemfrac::cli {
+namespace {
+
+using nlohmann::json;
+
+struct LayersFlags {
+  bool json = false;
+  int64_t width = 512;
+  int64_t context = 256;
+  int64_t batch = 4;
+  int reps = 5;
+  std::string kinds;  // comma-separated filter; empty = all
+  std::vector<std::string> sets;
+  bool malloc_default = false;
+};
+
+// Extra rows beyond each kind's defaults: (kind, label, overrides).
+struct Variant {
+  const char* kind;
+  const char* label;
+  std::vector<std::string> sets;
+};
+const std::vector<Variant> kVariants = {
+    {"cem_attention", "T=2", {"model.cem.steps=2"}},
+    {"cem_attention", "T=4", {"model.cem.steps=4"}},
+    {"cem_mlp", "T=2", {"model.cem.steps=2"}},
+    {"cem_mlp", "T=4", {"model.cem.steps=4"}},
+};
+
+constexpr const char* kMixerBaseline = "mha";
+constexpr const char* kFfnBaseline = "gelu_mlp";
+
+struct Row {
+  std::string sublayer;  // "mixer" | "ffn"
+  std::string kind;
+  std::string variant;
+  int64_t params = 0;
+  Timing forward;
+  Timing forward_backward;
+};
+
+std::vector<std::string> split_names(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!item.empty()) out.push_back(item);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+int64_t count_params(torch::nn::Module& m) {
+  int64_t n = 0;
+  for (const auto& p : m.parameters()) n += p.numel();
+  return n;
+}
+
+// Times one module given how to call it on x.
+template <typename Call>
+Row time_module(torch::nn::Module& module, Call call, const ModelConfig& c, const LayersFlags& flags) {
+  Row row;
+  row.params = count_params(module);
+  torch::Tensor x = torch::randn({flags.batch, c.context, c.d_model});
+  torch::Tensor g = torch::randn_like(x);
+  {
+    torch::NoGradGuard no_grad;
+    row.forward = time_it([&] { call(x); }, flags.reps);
+  }
+  torch::Tensor xg = x.clone().requires_grad_();
+  auto params = module.parameters();
+  row.forward_backward = time_it(
+      [&] {
+        for (auto& p : params) {
+          if (p.grad().defined()) p.mutable_grad().reset();  // assign, as a training step does
+        }
+        xg.mutable_grad().reset();
+        torch::Tensor y = call(xg);
+        y.backward(g);
+      },
+      flags.reps);
+  return row;
+}
+
+int run_layers(const LayersFlags& flags) {
+  if (!flags.malloc_default) keep_heap();
+  RunConfig base;
+  base.model.d_model = flags.width;
+  base.model.n_heads = std::max<int64_t>(1, flags.width / 64);
+  base.model.d_ff = 4 * flags.width;
+  base.model.context = flags.context;
+  base.model.n_layers = 12;  // only scales the residual-projection init
+  base = with_overrides(base, flags.sets);
+  const std::vector<std::string> only = split_names(flags.kinds);
+  auto wanted = [&](const std::string& kind) {
+    return only.empty() || std::find(only.begin(), only.end(), kind) != only.end();
+  };
+  for (const std::string& k : only) {
+    const auto& m = mixer_kind_names();
+    const auto& f = ffn_kind_names();
+    CEMFRAC_CHECK(std::find(m.begin(), m.end(), k) != m.end() || std::find(f.begin(), f.end(), k) != f.end(),
+                  "--kinds: '{}' is not a mixer or FFN kind (mixers: {}; FFNs: {})", k,
+                  fmt::join(m, ", "), fmt::join(f, ", "));
+  }
+
+  // The rows: every mixer kind (defaults, then its variants), then every FFN kind likewise; the
+  // baselines always run.
+  struct Job {
+    std::string sublayer, kind, variant;
+    std::vector<std::string> sets;
+  };
+  std::vector<Job> jobs;
+  auto add_kind = [&](const char* sublayer, const std::string& kind, const char* baseline) {
+    if (kind != baseline && !wanted(kind)) return;
+    const std::string field = std::string("model.") + (sublayer == std::string("mixer") ? "mixer=" : "ffn=");
+    jobs.push_back({sublayer, kind, "default", {field + kind}});
+    for (const Variant& v : kVariants) {
+      if (v.kind != kind) continue;
+      std::vector<std::string> sets = v.sets;
+      sets.push_back(field + kind);
+      jobs.push_back({sublayer, kind, v.label, sets});
+    }
+  };
+  for (const std::string& k : mixer_kind_names()) add_kind("mixer", k, kMixerBaseline);
+  for (const std::string& k : ffn_kind_names()) add_kind("ffn", k, kFfnBaseline);
+
+  std::vector<Row> rows;
+  for (const Job& job : jobs) {
+    const ModelConfig c = with_overrides(base, job.sets).model;
+    torch::manual_seed(1);
+    Row row;
+    if (job.sublayer == "mixer") {
+      auto mixer = make_mixer(c, 0, torch::kCPU);
+      std::unique_ptr<RotaryEmbedding> rope;
+      if (c.positions == "rope") rope = std::make_unique<RotaryEmbedding>(c.head_dim(), c.context, c.rope_theta);
+      MixerContext ctx;
+      if (rope) std::tie(ctx.rope_cos, ctx.rope_sin) = rope->tables(0, c.context, torch::TensorOptions().dtype(torch::kFloat32));
+      row = time_module(*mixer, [&](const torch::Tensor& x) { return mixer->forward(x, ctx); }, c, flags);
+    } else {
+      auto ffn = make_ffn(c, 0, torch::kCPU);
+      row = time_module(*ffn, [&](const torch::Tensor& x) { return ffn->forward(x); }, c, flags);
+    }
+    row.sublayer = job.sublayer;
+    row.kind = job.kind;
+    row.variant = job.variant;
+    if (!flags.json) {
+      fmt::print(stderr, "  {} {} ({}): {:.2f} ms fwd+bwd\n", row.sublayer, row.kind, row.variant,
+                 row.forward_backward.best_ms);
+    }
+    rows.push_back(row);
+  }
+
+  auto baseline_ms = [&](const std::string& sublayer) {
+    const std::string kind = sublayer == "mixer" ? kMixerBaseline : kFfnBaseline;
+    for (const Row& r : rows)
+      if (r.sublayer == sublayer && r.kind == kind && r.variant == "default") return r.forward_backward.best_ms;
+    return 0.0;
+  };
+  const double tokens = static_cast<double>(flags.batch * base.model.context);
+  json report = {{"bench", "layers"},
+                 {"cpu", read_cpu_features().model_name},
+                 {"blas_core", blas_status().core},
+                 {"threads", at::get_num_threads()},
+                 {"width", base.model.d_model},
+                 {"heads", base.model.n_heads},
+                 {"d_ff", base.model.d_ff},
+                 {"context", base.model.context},
+                 {"batch", flags.batch},
+                 {"reps", flags.reps},
+                 {"rows", json::array()}};
+  for (const Row& r : rows) {
+    const double base_ms = baseline_ms(r.sublayer);
+    report["rows"].push_back({{"sublayer", r.sublayer},
+                              {"kind", r.kind},
+                              {"variant", r.variant},
+                              {"parameters", r.params},
+                              {"forward_ms", {{"best", r.forward.best_ms}, {"median", r.forward.median_ms}}},
+                              {"forward_backward_ms",
+                               {{"best", r.forward_backward.best_ms}, {"median", r.forward_backward.median_ms}}},
+                              {"forward_backward_us_per_token", 1e3 * r.forward_backward.best_ms / tokens},
+                              {"ratio_vs_baseline", base_ms > 0 ? r.forward_backward.best_ms / base_ms : 0.0}});
+  }
+  if (flags.json) {
+    fmt::print("{}\n", report.dump(2));
+    return 0;
+  }
+  fmt::print("cemfrac bench layers: width {}, heads {}, d_ff {}, context {}, batch {}, {} threads, best of "
+             "{} after a warm-up\nCPU {}; BLAS core {}\n\n",
+             base.model.d_model, base.model.n_heads, base.model.d_ff, base.model.context, flags.batch,
+             at::get_num_threads(), flags.reps, read_cpu_features().model_name, blas_status().core);
+  fmt::print("{:<6} {:<18} {:<8} {:>10} {:>9} {:>10} {:>9} {:>8}\n", "", "kind", "variant", "params",
+             "fwd ms", "f+b ms", "f+b us/t", "x base");
+  for (const json& r : report["rows"]) {
+    fmt::print("{:<6} {:<18} {:<8} {:>10} {:>9.2f} {:>10.2f} {:>9.2f} {:>8.2f}\n",
+               r["sublayer"].get<std::string>(), r["kind"].get<std::string>(),
+               r["variant"].get<std::string>(), r["parameters"].get<int64_t>(),
+               r["forward_ms"]["best"].get<double>(), r["forward_backward_ms"]["best"].get<double>(),
+               r["forward_backward_us_per_token"].get<double>(), r["ratio_vs_baseline"].get<double>());
+  }
+  fmt::print("\nf+b = forward + backward (gradients of x and every parameter); us/t = microseconds per "
+             "token;\nx base = f+b time / that of {} (mixers) or {} (FFNs) in this run\n",
+             kMixerBaseline, kFfnBaseline);
+  return 0;
+}
+
+}  // namespace
+
+Command add_bench_layers(CLI::App& bench, const GlobalOptions& global) {
+  (void)global;  // --threads and --blas-core are applied in main() before any command runs
+  auto flags = std::make_shared<LayersFlags>();
+  CLI::App* app = bench.add_subcommand(
+      "layers", "Forward and forward+backward time of every mixer and FFN kind, against MHA and the GELU MLP");
+  app->add_flag("--json", flags->json, "Print one JSON object");
+  app->add_option("--width", flags->width, "Model width D (heads = D / 64, d_ff = 4 D)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{2}, int64_t{1} << 16));
+  app->add_option("--context", flags->context, "Sequence length N")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app->add_option("--batch", flags->batch, "Sequences per call")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app->add_option("--reps", flags->reps, "Timed calls after one warm-up")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  app->add_option("--kinds", flags->kinds, "Only these kinds (comma-separated; the baselines always run)");
+  app->add_option("--set", flags->sets,
+                  "Override a model field for every row: model.key=value (repeatable), e.g. "
+                  "--set model.n_heads=4");
+  app->add_flag("--malloc-default", flags->malloc_default,
+                "Leave glibc malloc as configured (large tensors then come from fresh mmaps)");
+  return {app, [flags] { return run_layers(*flags); }};
+}
+
+}  // namespace cemfrac::cli
