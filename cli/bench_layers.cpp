@@ -164,7 +164,9 @@ int run_layers(const LayersFlags& flags) {
     if (job.sublayer == "mixer") {
       auto mixer = make_mixer(c, 0, torch::kCPU);
       std::unique_ptr<RotaryEmbedding> rope;
-      if (c.positions == "rope") rope = std::make_unique<RotaryEmbedding>(c.head_dim(), c.context, c.rope_theta);
+      if (c.positions == "rope") {
+        rope = std::make_unique<RotaryEmbedding>(c.head_dim(), c.context, c.rope_theta, c.rope_scaling);
+      }
       MixerContext ctx;
       if (rope) std::tie(ctx.rope_cos, ctx.rope_sin) = rope->tables(0, c.context, torch::TensorOptions().dtype(torch::kFloat32));
       row = time_module(*mixer, [&](const torch::Tensor& x) { return mixer->forward(x, ctx); }, c, flags);

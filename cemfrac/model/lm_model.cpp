@@ -30,7 +30,8 @@ LmModelImpl::LmModelImpl(const ModelConfig& config, torch::Device device) : conf
                             std::make_shared<OutputHeadImpl>(c.vocab_size, c.d_model, c.init_std, device));
   }
   if (c.positions == "rope") {
-    rope_ = std::make_unique<RotaryEmbedding>(c.head_dim(), c.context, c.rope_theta);
+    rope_ = std::make_unique<RotaryEmbedding>(c.head_dim(), c.context, c.rope_theta,
+                                              c.rope_scaling);
   }
 }
 

@@ -195,6 +195,29 @@ std::optional<ConfigProblem> ModelConfig::first_problem() const {
   if (!positive_finite(rope_theta)) {
     return problem("rope_theta", fmt::format("rope_theta = {}: must be a positive number", rope_theta));
   }
+  const RopeScaling& rs = rope_scaling;
+  if (rs.type != "none" && rs.type != "llama3") {
+    return problem("rope_scaling.type",
+                   fmt::format("rope_scaling.type = \"{}\": unknown; valid: none, llama3", rs.type));
+  }
+  if (rs.type == "llama3") {
+    if (!(std::isfinite(rs.factor) && rs.factor >= 1)) {
+      return problem("rope_scaling.factor",
+                     fmt::format("rope_scaling.factor = {}: must be at least 1", rs.factor));
+    }
+    if (!(positive_finite(rs.low_freq_factor) && positive_finite(rs.high_freq_factor) &&
+          rs.low_freq_factor < rs.high_freq_factor)) {
+      return problem("rope_scaling.high_freq_factor",
+                     fmt::format("rope_scaling: low_freq_factor = {} and high_freq_factor = {} must be "
+                                 "positive with low < high",
+                                 rs.low_freq_factor, rs.high_freq_factor));
+    }
+    if (rs.original_context < 1) {
+      return problem("rope_scaling.original_context",
+                     fmt::format("rope_scaling.original_context = {}: must be at least 1",
+                                 rs.original_context));
+    }
+  }
   if (!positive_finite(init_std)) {
     return problem("init_std", fmt::format("init_std = {}: must be a positive number", init_std));
   }

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "cemfrac/layers/base/rope_scaling.h"
+
 namespace cemfrac {
 
 // Per-layer replacement of the mixer and/or FFN kind ("" = keep the model-wide kind).
@@ -56,6 +58,7 @@ struct ModelConfig {
   double norm_eps = 1e-5;
   std::string positions = "rope";   // "learned" | "rope" | "none"
   double rope_theta = 10000.0;
+  RopeScaling rope_scaling;         // long-context frequency scaling (Llama 3.1+: type = "llama3")
   bool bias = false;                // biases in linear layers and LayerNorm
   bool tie_embeddings = false;      // head weight == token embedding (one tensor)
   double init_std = 0.02;           // N(0, std) for matrices; residual projections scaled by 1/sqrt(2L)
@@ -76,6 +79,7 @@ struct ModelConfig {
     v("norm_eps", norm_eps, "Epsilon of the norms");
     v("positions", positions, "learned | rope | none");
     v("rope_theta", rope_theta, "RoPE base");
+    v("rope_scaling", rope_scaling, "RoPE frequency scaling: { type = \"none\" | \"llama3\", factor, ... }");
     v("bias", bias, "Biases in linear layers and norms");
     v("tie_embeddings", tie_embeddings, "Share the token embedding and the output head");
     v("init_std", init_std, "Standard deviation of the initial weights");

@@ -200,6 +200,46 @@ TEST(Norms, LayerNormEqualsFormulaWithAndWithoutBias) {
   }
 }
 
+// Llama 3.2's published scaling (factor 32, low/high 1/4, original context 8192) at d_h = 128,
+// theta = 500000: frequency 0 (wavelength 2 pi) is kept, frequency 63 (wavelength ~2.6e6) is divided
+// by 32, and frequency 33 (wavelength ~5.45e3, between 8192 / 4 and 8192 / 1) is interpolated.
+TEST(Rope, Llama3ScalingKeepsShortStretchesLongAndBlendsBetween) {
+  RopeScaling s;
+  s.type = "llama3";
+  s.factor = 32;
+  s.low_freq_factor = 1;
+  s.high_freq_factor = 4;
+  s.original_context = 8192;
+  const std::vector<double> plain = rope_frequencies(128, 500000.0);
+  const std::vector<double> scaled = rope_frequencies(128, 500000.0, s);
+  ASSERT_EQ(plain.size(), 64u);
+  ASSERT_EQ(scaled.size(), 64u);
+  EXPECT_DOUBLE_EQ(plain[0], 1.0);
+  EXPECT_DOUBLE_EQ(plain[33], std::pow(500000.0, -66.0 / 128.0));
+  EXPECT_EQ(scaled[0], plain[0]);
+  EXPECT_DOUBLE_EQ(scaled[63], plain[63] / 32);
+  const double wavelength = 2 * M_PI / plain[33];
+  ASSERT_GT(wavelength, 2048.0);
+  ASSERT_LT(wavelength, 8192.0);
+  const double blend = (8192.0 / wavelength - 1.0) / 3.0;
+  EXPECT_DOUBLE_EQ(scaled[33], (1 - blend) * plain[33] / 32 + blend * plain[33]);
+  int kept = 0, divided = 0;
+  for (size_t i = 0; i < 64; ++i) {
+    EXPECT_LE(scaled[i], plain[i]);
+    EXPECT_GE(scaled[i], plain[i] / 32 * (1 - 1e-15));
+    kept += scaled[i] == plain[i];
+    divided += scaled[i] == plain[i] / 32;
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(divided, 0);
+  EXPECT_LT(kept + divided, 64) << "some frequencies lie in the blended band";
+  // The tables of a RotaryEmbedding use the scaled frequencies: angle(p, i) = p * w_i.
+  RotaryEmbedding rope(128, 16, 500000.0, s);
+  auto [cos, sin] = rope.tables(0, 16, kF64);
+  EXPECT_NEAR(cos[10][63].item<double>(), std::cos(10 * scaled[63]), 1e-15);
+  EXPECT_NEAR(sin[10][33].item<double>(), std::sin(10 * scaled[33]), 1e-15);
+}
+
 TEST(Ffn, SwiGluEqualsFormula) {
   SwiGluImpl ffn(FfnOptions(6, 10));
   ffn.to(torch::kFloat64);

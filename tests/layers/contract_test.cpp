@@ -135,7 +135,9 @@ struct MixerRunner {
   std::unique_ptr<RotaryEmbedding> rope;
 
   MixerRunner(const ModelConfig& c, MixerImpl& m) : config(c), mixer(m) {
-    if (c.positions == "rope") rope = std::make_unique<RotaryEmbedding>(c.head_dim(), c.context, c.rope_theta);
+    if (c.positions == "rope") {
+      rope = std::make_unique<RotaryEmbedding>(c.head_dim(), c.context, c.rope_theta, c.rope_scaling);
+    }
   }
   torch::Tensor operator()(const torch::Tensor& x, int64_t offset = 0, MixerState* state = nullptr) {
     MixerContext ctx;

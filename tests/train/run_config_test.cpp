@@ -159,6 +159,19 @@ TEST(RunConfig, SetOverridesAndIsValidated) {
   EXPECT_CONTAINS(e, "expected an integer");
   e = load_error(kSmall, {"model..x=2"});
   EXPECT_CONTAINS(e, "section.key=value");
+  // A nested table field through --set, and its checks.
+  const RunConfig scaled = load_run_config(path, {"model.rope_scaling.type=llama3",
+                                                  "model.rope_scaling.factor=32"});
+  EXPECT_EQ(scaled.model.rope_scaling.type, "llama3");
+  EXPECT_DOUBLE_EQ(scaled.model.rope_scaling.factor, 32.0);
+  EXPECT_EQ(scaled.model.rope_scaling.original_context, 8192) << "other fields keep their values";
+  e = load_error(kSmall, {"model.rope_scaling.type=yarn"});
+  EXPECT_CONTAINS(e, "--set model.rope_scaling.type=yarn");
+  EXPECT_CONTAINS(e, "valid: none, llama3");
+  e = load_error(kSmall, {"model.rope_scaling.type=llama3", "model.rope_scaling.factor=0.5"});
+  EXPECT_CONTAINS(e, "rope_scaling.factor = 0.5");
+  e = load_error(kSmall, {"model.rope_scaling.typo=1"});
+  EXPECT_CONTAINS(e, "unknown key 'model.rope_scaling.typo'");
 }
 
 TEST(RunConfig, LayerOverridesAsArrayOfTables) {

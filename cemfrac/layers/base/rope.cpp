@@ -2,14 +2,43 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <sstream>
 
 #include "cemfrac/core/check.h"
 
 namespace cemfrac {
 
-RotaryEmbedding::RotaryEmbedding(int64_t head_dim, int64_t context, double theta)
-    : head_dim_(head_dim), context_(context), theta_(theta) {
+std::vector<double> rope_frequencies(int64_t head_dim, double theta, const RopeScaling& scaling) {
+  const int64_t half = head_dim / 2;
+  std::vector<double> freq(half);
+  for (int64_t i = 0; i < half; ++i) {
+    freq[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+  }
+  if (scaling.type == "llama3") {
+    const double context = static_cast<double>(scaling.original_context);
+    const double short_wavelength = context / scaling.high_freq_factor;
+    const double long_wavelength = context / scaling.low_freq_factor;
+    for (double& w : freq) {
+      const double wavelength = 2.0 * M_PI / w;
+      if (wavelength < short_wavelength) continue;
+      if (wavelength > long_wavelength) {
+        w /= scaling.factor;
+        continue;
+      }
+      const double s = (context / wavelength - scaling.low_freq_factor) /
+                       (scaling.high_freq_factor - scaling.low_freq_factor);
+      w = (1.0 - s) * w / scaling.factor + s * w;
+    }
+  } else {
+    TORCH_INTERNAL_ASSERT(scaling.type == "none", "unknown RoPE scaling ", scaling.type);
+  }
+  return freq;
+}
+
+RotaryEmbedding::RotaryEmbedding(int64_t head_dim, int64_t context, double theta,
+                                 const RopeScaling& scaling)
+    : head_dim_(head_dim), context_(context), theta_(theta), scaling_(scaling) {
   CEMFRAC_CHECK(head_dim % 2 == 0, "RoPE needs an even head width, got d_h = {}", head_dim);
 }
 
@@ -21,10 +50,9 @@ std::pair<torch::Tensor, torch::Tensor> RotaryEmbedding::tables(int64_t offset, 
   auto it = cache_.find(key.str());
   if (it == cache_.end()) {
     torch::NoGradGuard no_grad;
-    const int64_t half = head_dim_ / 2;
     auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
-    // w_i = theta^(-2i / d_h), i = 0..d_h/2-1; angle(p, i) = p * w_i.
-    torch::Tensor freq = torch::pow(theta_, -torch::arange(0, half, f64) * 2.0 / head_dim_);
+    // angle(p, i) = p * w_i.
+    torch::Tensor freq = torch::tensor(rope_frequencies(head_dim_, theta_, scaling_), f64);
     torch::Tensor angle = torch::outer(torch::arange(0, context_, f64), freq);  // (context, d_h/2)
     it = cache_.emplace(key.str(), std::make_pair(angle.cos().to(options), angle.sin().to(options)))
              .first;

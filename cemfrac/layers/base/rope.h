@@ -7,12 +7,18 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
+
+#include "cemfrac/layers/base/rope_scaling.h"
 
 namespace cemfrac {
 
+// The rotary frequencies w_i = theta^(-2i / d_h), i = 0..d_h/2-1, after `scaling` (rope_scaling.h).
+std::vector<double> rope_frequencies(int64_t head_dim, double theta, const RopeScaling& scaling = {});
+
 class RotaryEmbedding {
  public:
-  RotaryEmbedding(int64_t head_dim, int64_t context, double theta);
+  RotaryEmbedding(int64_t head_dim, int64_t context, double theta, const RopeScaling& scaling = {});
 
   // cos and sin of positions offset..offset+n-1, each (n, d_h / 2), in `options`' dtype and device.
   // The tables for all `context` positions are computed once per dtype/device (in float64, then
@@ -26,6 +32,7 @@ class RotaryEmbedding {
   int64_t head_dim_;
   int64_t context_;
   double theta_;
+  RopeScaling scaling_;
   std::map<std::string, std::pair<torch::Tensor, torch::Tensor>> cache_;  // by dtype + device
 };
 
