@@ -38,4 +38,16 @@ void continuant_backward_cpu(const at::Tensor& a, const at::Tensor& r, const at:
 std::string continuant_cpu_isa();
 void set_continuant_cpu_isa(const std::string& isa);
 
+// AdamW (Loshchilov & Hutter; torch.optim.AdamW's formulation) as one pass, in p's dtype:
+//   p <- p (1 - lr wd) - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+// with m <- b1 m + (1 - b1) g and v <- b2 v + (1 - b2) g^2 updated in place first. p, g, m, v: same
+// shape, contiguous, float or double; step t >= 1 counts this update. cemfrac/kernels/cpu/optim_cpu.cpp.
+void adamw_step_cpu(const at::Tensor& p, const at::Tensor& g, const at::Tensor& m, const at::Tensor& v,
+                    int64_t step, double lr, double beta1, double beta2, double eps,
+                    double weight_decay);
+
+// sum(x^2) accumulated in double over fixed chunks added in order: the same bits for any thread count.
+// x contiguous, float or double.
+double sum_squares_cpu(const at::Tensor& x);
+
 }  // namespace cemfrac::kernels

@@ -1,6 +1,5 @@
 #include "cemfrac/train/optimizer.h"
 
-#include <c10/util/C++17.h>  // c10::guts::to_string: the key of torch::optim's per-parameter state
 #include <torch/torch.h>
 
 #include <cmath>
@@ -8,18 +7,10 @@
 #include <set>
 
 #include "cemfrac/core/check.h"
+#include "cemfrac/kernels/kernels.h"
 
 namespace cemfrac {
 namespace {
-
-constexpr int kDecayGroup = 0;
-constexpr int kNoDecayGroup = 1;
-
-// torch::optim keys its state by the parameter's TensorImpl address (optimizer.h); we translate
-// to and from parameter names here and nowhere else.
-std::string state_key(const torch::Tensor& param) {
-  return c10::guts::to_string(param.unsafeGetTensorImpl());
-}
 
 std::string shape_string(c10::IntArrayRef shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
@@ -53,9 +44,8 @@ std::map<std::string, torch::Tensor> parameters_by_name(const torch::nn::Module&
 
 Optimizer::Optimizer(const torch::nn::Module& module, const std::vector<ParamInfo>& params,
                      const AdamWConfig& config)
-    : lr_(config.lr) {
+    : config_(config), lr_(config.lr) {
   params_ = parameters_by_name(module, params);
-  std::vector<torch::Tensor> decay, no_decay;
   std::set<const c10::TensorImpl*> seen;
   for (const ParamInfo& info : params) {
     const torch::Tensor& p = params_.at(info.name);
@@ -64,36 +54,11 @@ Optimizer::Optimizer(const torch::nn::Module& module, const std::vector<ParamInf
                           "parameter table lists one tensor twice: ", info.name);
     names_.push_back(info.name);
     groups_[info.name] = info.group;
-    switch (info.group) {
-      case ParamGroup::kDecay: decay.push_back(p); break;
-      case ParamGroup::kNoDecay: no_decay.push_back(p); break;
-      case ParamGroup::kFrozen: p.set_requires_grad(false); break;
-    }
+    if (info.group == ParamGroup::kFrozen) p.set_requires_grad(false);
   }
-  auto options = [&](double weight_decay) {
-    return std::make_unique<torch::optim::AdamWOptions>(
-        torch::optim::AdamWOptions(config.lr)
-            .betas(std::make_tuple(config.beta1, config.beta2))
-            .eps(config.eps)
-            .weight_decay(weight_decay));
-  };
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(decay, options(config.weight_decay));
-  groups.emplace_back(no_decay, options(0.0));
-  adamw_ = std::make_unique<torch::optim::AdamW>(std::move(groups),
-                                                 torch::optim::AdamWOptions(config.lr));
 }
 
-int Optimizer::group_index(ParamGroup group) const {
-  TORCH_INTERNAL_ASSERT(group != ParamGroup::kFrozen);
-  return group == ParamGroup::kDecay ? kDecayGroup : kNoDecayGroup;
-}
-
-void Optimizer::set_lr(double lr) {
-  lr_ = lr;
-  for (auto& group : adamw_->param_groups())
-    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-}
+void Optimizer::set_lr(double lr) { lr_ = lr; }
 
 void Optimizer::zero_grad() {
   // Gradients become undefined (set_to_none): the next backward assigns instead of adding to zero,
@@ -103,7 +68,39 @@ void Optimizer::zero_grad() {
   }
 }
 
-void Optimizer::step() { adamw_->step(); }
+void Optimizer::step() {
+  torch::NoGradGuard no_grad;
+  for (const std::string& name : names_) {
+    const ParamGroup group = groups_.at(name);
+    if (group == ParamGroup::kFrozen) continue;
+    torch::Tensor p = params_.at(name);
+    const torch::Tensor& g = p.grad();
+    if (!g.defined()) continue;
+    Moments& s = state_[name];
+    if (s.step == 0) {
+      s.exp_avg = torch::zeros_like(p, torch::MemoryFormat::Contiguous);
+      s.exp_avg_sq = torch::zeros_like(p, torch::MemoryFormat::Contiguous);
+    }
+    ++s.step;
+    const double wd = group == ParamGroup::kDecay ? config_.weight_decay : 0.0;
+    const bool fused = p.device().is_cpu() && p.is_contiguous() && g.is_contiguous() &&
+                       (p.scalar_type() == torch::kFloat32 || p.scalar_type() == torch::kFloat64) &&
+                       g.scalar_type() == p.scalar_type();
+    if (fused) {
+      kernels::adamw_step_cpu(p, g, s.exp_avg, s.exp_avg_sq, s.step, lr_, config_.beta1,
+                              config_.beta2, config_.eps, wd);
+      continue;
+    }
+    // The same update as ATen ops (torch.optim.AdamW's sequence).
+    const double bc1 = 1.0 - std::pow(config_.beta1, static_cast<double>(s.step));
+    const double bc2 = 1.0 - std::pow(config_.beta2, static_cast<double>(s.step));
+    p.mul_(1.0 - lr_ * wd);
+    s.exp_avg.mul_(config_.beta1).add_(g, 1.0 - config_.beta1);
+    s.exp_avg_sq.mul_(config_.beta2).addcmul_(g, g, 1.0 - config_.beta2);
+    const torch::Tensor denom = (s.exp_avg_sq.sqrt() / std::sqrt(bc2)).add_(config_.eps);
+    p.addcdiv_(s.exp_avg, denom, -lr_ / bc1);
+  }
+}
 
 void Optimizer::unfreeze(const std::string& name, ParamGroup group) {
   auto it = groups_.find(name);
@@ -111,9 +108,8 @@ void Optimizer::unfreeze(const std::string& name, ParamGroup group) {
   CEMFRAC_CHECK(it->second == ParamGroup::kFrozen, "unfreeze: parameter '{}' is not frozen", name);
   CEMFRAC_CHECK(group != ParamGroup::kFrozen, "unfreeze: '{}' must join the decay or no-decay group",
                 name);
-  torch::Tensor& p = params_.at(name);
-  p.set_requires_grad(true);
-  adamw_->param_groups()[group_index(group)].params().push_back(p);
+  params_.at(name).set_requires_grad(true);
+  state_.erase(name);  // its moments start fresh at its first update
   it->second = group;
 }
 
@@ -138,14 +134,12 @@ std::vector<torch::Tensor> Optimizer::trainable() const {
 
 TensorMap Optimizer::state_tensors() const {
   TensorMap out;
-  const auto& state = adamw_->state();
   for (const std::string& name : names_) {
-    auto it = state.find(state_key(params_.at(name)));
-    if (it == state.end()) continue;
-    const auto& s = static_cast<const torch::optim::AdamWParamState&>(*it->second);
-    out[name + ".exp_avg"] = s.exp_avg();
-    out[name + ".exp_avg_sq"] = s.exp_avg_sq();
-    out[name + ".step"] = torch::tensor(s.step(), torch::kInt64).reshape({});
+    auto it = state_.find(name);
+    if (it == state_.end()) continue;
+    out[name + ".exp_avg"] = it->second.exp_avg;
+    out[name + ".exp_avg_sq"] = it->second.exp_avg_sq;
+    out[name + ".step"] = torch::tensor(it->second.step, torch::kInt64).reshape({});
   }
   return out;
 }
@@ -180,7 +174,7 @@ void Optimizer::load_state(const SafetensorsFile& file, const std::string& sourc
   }
   std::set<std::string> used;
   std::vector<std::string> problems;
-  auto& state = adamw_->state();
+  std::map<std::string, Moments> loaded;
   for (const std::string& name : names_) {
     const torch::Tensor& p = params_.at(name);
     auto m = file.tensors.find(name + ".exp_avg");
@@ -188,10 +182,7 @@ void Optimizer::load_state(const SafetensorsFile& file, const std::string& sourc
     auto s = file.tensors.find(name + ".step");
     const int found = (m != file.tensors.end()) + (v != file.tensors.end()) +
                       (s != file.tensors.end());
-    if (found == 0) {
-      state.erase(state_key(p));  // never stepped (fresh or just unfrozen)
-      continue;
-    }
+    if (found == 0) continue;  // never stepped (fresh or just unfrozen)
     if (found != 3) {
       problems.push_back(fmt::format("'{}' lacks part of its state", name));
       continue;
@@ -207,25 +198,38 @@ void Optimizer::load_state(const SafetensorsFile& file, const std::string& sourc
                                      shape_string(m->second.sizes()), shape_string(p.sizes())));
       continue;
     }
-    auto st = std::make_unique<torch::optim::AdamWParamState>();
-    st->step(s->second.to(torch::kInt64).item<int64_t>());
-    st->exp_avg(m->second.to(p.options()).clone());
-    st->exp_avg_sq(v->second.to(p.options()).clone());
-    state[state_key(p)] = std::move(st);
+    Moments& st = loaded[name];
+    st.step = s->second.to(torch::kInt64).item<int64_t>();
+    st.exp_avg = m->second.to(p.options()).clone(torch::MemoryFormat::Contiguous);
+    st.exp_avg_sq = v->second.to(p.options()).clone(torch::MemoryFormat::Contiguous);
+    if (st.step < 1) problems.push_back(fmt::format("'{}' has step {}", name, st.step));
   }
   for (const auto& [key, tensor] : file.tensors)
     if (!used.count(key)) problems.push_back(fmt::format("unexpected tensor '{}'", key));
   CEMFRAC_CHECK(problems.empty(), "{} does not match the model's parameters: {}", source,
                 fmt::join(problems.begin(), problems.begin() + std::min<size_t>(problems.size(), 6),
                           "; "));
+  state_ = std::move(loaded);
 }
 
 double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
-  std::vector<torch::Tensor> norms;
-  for (const torch::Tensor& p : params)
-    if (p.grad().defined()) norms.push_back(p.grad().detach().to(torch::kFloat64).norm());
-  if (norms.empty()) return 0.0;
-  const double total = torch::stack(norms).norm().item<double>();
+  // Sum of squares of every gradient in float64 (on CPU one fused pass that does not depend on the
+  // thread count), added in table order.
+  double sum = 0;
+  bool any = false;
+  for (const torch::Tensor& p : params) {
+    const torch::Tensor& g = p.grad();
+    if (!g.defined()) continue;
+    any = true;
+    if (g.device().is_cpu() && g.is_contiguous() &&
+        (g.scalar_type() == torch::kFloat32 || g.scalar_type() == torch::kFloat64)) {
+      sum += kernels::sum_squares_cpu(g);
+    } else {
+      sum += g.detach().to(torch::kFloat64).square().sum().item<double>();
+    }
+  }
+  if (!any) return 0.0;
+  const double total = std::sqrt(sum);
   if (max_norm > 0 && std::isfinite(total) && total > max_norm) {
     const double scale = max_norm / (total + 1e-6);
     torch::NoGradGuard no_grad;

@@ -1,8 +1,11 @@
-// AdamW with parameter groups from the model's parameter table (ParamInfo::group):
+// AdamW (torch.optim.AdamW's update) with parameter groups from the model's parameter table
+// (ParamInfo::group):
 //   kDecay    matrices: weight decay
 //   kNoDecay  norms, biases, embeddings: no weight decay
-//   kFrozen   not given to torch::optim::AdamW at all (no update, no decay, no state) and
-//             requires_grad(false) while frozen.
+//   kFrozen   no update, no decay, no state, and requires_grad(false) while frozen.
+// The update of a CPU float/double parameter is one fused pass (kernels::adamw_step_cpu); other
+// devices and dtypes take the same formulas as ATen ops. Parameters without a gradient are skipped (no
+// state is created for them, their step count does not advance).
 // Dyadic depth activation (DESIGN.md §5) calls unfreeze(name, group) at its step: the parameter gets
 // requires_grad(true) and joins the decay or no-decay group; its AdamW state starts at the next step,
 // as for a fresh parameter. The set of unfrozen parameters is saved with the optimizer state, so a
@@ -12,7 +15,6 @@
 // "<name>.exp_avg", "<name>.exp_avg_sq" (parameter's shape and dtype) and "<name>.step" (I64 scalar).
 #pragma once
 #include <torch/nn/module.h>
-#include <torch/optim/adamw.h>
 
 #include <map>
 #include <memory>
@@ -63,15 +65,20 @@ class Optimizer {
   // parameters, missing moments and shape mismatches.
   void load_state(const SafetensorsFile& file, const std::string& source);
 
-  torch::optim::AdamW& adamw() { return *adamw_; }
+  // Number of parameters that have AdamW state (those updated at least once since their last unfreeze).
+  size_t num_states() const { return state_.size(); }
 
  private:
-  int group_index(ParamGroup group) const;
+  struct Moments {
+    torch::Tensor exp_avg, exp_avg_sq;
+    int64_t step = 0;
+  };
 
   std::vector<std::string> names_;  // table order
   std::map<std::string, torch::Tensor> params_;
   std::map<std::string, ParamGroup> groups_;  // current group of each parameter
-  std::unique_ptr<torch::optim::AdamW> adamw_;
+  std::map<std::string, Moments> state_;
+  AdamWConfig config_;
   double lr_ = 0;
 };
 
