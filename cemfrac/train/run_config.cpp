@@ -319,8 +319,13 @@ template <typename T>
 void write_section(std::string& out, const char* name, T config) {
   TomlWriter writer;
   config.visit_fields(writer);
+  // Comments line up after the ordinary `key = value` lines; a long one (an inline table such as
+  // model.cem) does not push every other comment to its width.
+  constexpr size_t kMaxAligned = 40;
   size_t width = 0;
-  for (const auto& line : writer.lines) width = std::max(width, line.first.size());
+  for (const auto& line : writer.lines) {
+    if (line.first.size() <= kMaxAligned) width = std::max(width, line.first.size());
+  }
   out += fmt::format("[{}]\n", name);
   for (const auto& [text, help] : writer.lines) {
     out += fmt::format("{:<{}}  # {}\n", text, width, help);
