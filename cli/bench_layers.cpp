@@ -53,6 +53,7 @@ struct Variant {
 const std::vector<Variant> kVariants = {
     {"cem_attention", "T=2", {"model.cem.steps=2"}},
     {"cem_attention", "T=4", {"model.cem.steps=4"}},
+    {"cem_attention", "D+LR", {"model.cem.dlr=per_head"}},
     {"cem_mlp", "T=2", {"model.cem.steps=2"}},
     {"cem_mlp", "T=4", {"model.cem.steps=4"}},
 };

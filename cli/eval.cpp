@@ -8,6 +8,8 @@
 #include "cemfrac/core/check.h"
 #include "cemfrac/data/shard.h"
 #include "cemfrac/eval/perplexity.h"
+#include "cemfrac/layers/cem/cem_attention.h"
+#include "cemfrac/layers/cem/cem_mlp.h"
 #include "cemfrac/train/model_loader.h"
 #include "cli/commands.h"
 
@@ -33,6 +35,19 @@ int64_t decoded_bytes(const Tokenizer& tokenizer, const std::vector<TokenId>& id
   return bytes;
 }
 
+// The energy trace of every CEM sub-layer (docs/layers/cem.md), by module name ("blocks.0.attn").
+std::vector<std::pair<std::string, CemEnergyTrace*>> cem_traces(LmModel& model) {
+  std::vector<std::pair<std::string, CemEnergyTrace*>> out;
+  for (const auto& item : model->named_modules("", /*include_self=*/false)) {
+    if (auto* a = dynamic_cast<CemAttentionImpl*>(item.value().get())) {
+      out.emplace_back(item.key(), &a->energy_trace());
+    } else if (auto* m = dynamic_cast<CemMlpImpl*>(item.value().get())) {
+      out.emplace_back(item.key(), &m->energy_trace());
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 Command add_eval(CLI::App& root, const GlobalOptions& global) {
@@ -43,6 +58,8 @@ Command add_eval(CLI::App& root, const GlobalOptions& global) {
     int64_t stride = 0;
     int64_t batch = 8;
     bool json = false;
+    std::vector<std::string> sets;  // --set model.cem.steps=4
+    bool cem_energy = false;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* app = root.add_subcommand("eval", "Loss, perplexity and bits per byte of a checkpoint");
@@ -54,9 +71,13 @@ Command add_eval(CLI::App& root, const GlobalOptions& global) {
   app->add_option("--stride", f->stride, "Window stride in tokens (default: context / 2)");
   app->add_option("--batch", f->batch, "Windows per forward pass")->check(CLI::Range(1, 4096));
   app->add_flag("--json", f->json, "Print one JSON object");
+  app->add_flag("--cem-energy", f->cem_energy,
+                "Also report each CEM sub-layer's mean energy before and after every recursive step");
+  app->add_option("--set", f->sets,
+                  "Change a field no parameter shape depends on, e.g. model.cem.steps=4 (repeatable)");
   auto run = [f]() {
     CEMFRAC_CHECK(!f->data.empty() || !f->text.empty(), "eval needs --data DIR:SPLIT or --text FILE");
-    LoadedModel loaded = load_model(f->checkpoint);
+    LoadedModel loaded = load_model(f->checkpoint, f->sets);
     CEMFRAC_CHECK(loaded.tokenizer != nullptr,
                   "{} has no tokenizer/ directory: cannot read data for it", loaded.checkpoint);
     const Tokenizer& tok = *loaded.tokenizer;
@@ -94,6 +115,11 @@ Command add_eval(CLI::App& root, const GlobalOptions& global) {
     options.stride = f->stride;
     options.batch_size = f->batch;
     LmModel model = loaded.model;
+    const auto traces = cem_traces(model);
+    CEMFRAC_CHECK(!f->cem_energy || !traces.empty(),
+                  "--cem-energy: {} has no CEM sub-layer (mixer cem_attention or FFN cem_mlp)",
+                  loaded.checkpoint);
+    for (const auto& [name, trace] : traces) trace->enabled = f->cem_energy;
     PerplexityResult r = evaluate_perplexity(
         [model](const torch::Tensor& x) mutable { return model->forward(x); }, tokens, options, bytes);
     if (f->json) {
@@ -102,10 +128,15 @@ Command add_eval(CLI::App& root, const GlobalOptions& global) {
       j["step"] = loaded.step;
       j["source"] = source;
       j["tokenizer"] = tok.id();
+      j["set"] = f->sets;  // overrides of the checkpoint's config (e.g. model.cem.steps=4)
+      if (f->cem_energy) {
+        for (const auto& [name, trace] : traces) j["cem_energy"][name] = trace->mean();
+      }
       fmt::print("{}\n", j.dump(2));
       return 0;
     }
     fmt::print("checkpoint   {} (step {})\n", loaded.checkpoint, loaded.step);
+    for (const std::string& set : f->sets) fmt::print("set          {}\n", set);
     fmt::print("source       {} ({} tokens with {}, {} UTF-8 bytes)\n", source, ids.size(), tok.id(),
                bytes);
     fmt::print("protocol     {}\n", r.protocol);
@@ -114,6 +145,14 @@ Command add_eval(CLI::App& root, const GlobalOptions& global) {
     fmt::print("loss         {:.4f} nats/token\n", r.mean_loss);
     fmt::print("perplexity   {:.3f}\n", r.perplexity);
     if (r.bits_per_byte) fmt::print("bits/byte    {:.4f}\n", *r.bits_per_byte);
+    if (f->cem_energy) {
+      fmt::print("CEM energy   mean per position, before step 1 and after each step:\n");
+      for (const auto& [name, trace] : traces) {
+        std::string line;
+        for (double e : trace->mean()) line += fmt::format(" {:.6g}", e);
+        fmt::print("  {:<16}{}\n", name, line);
+      }
+    }
     return 0;
   };
   (void)global;

@@ -20,6 +20,7 @@ Command add_generate(CLI::App& root, const GlobalOptions& global) {
     double top_p = 0.95;
     uint64_t seed = 0;
     bool no_stop = false;
+    std::vector<std::string> sets;  // --set model.cem.steps=4
   };
   auto f = std::make_shared<Flags>();
   CLI::App* app = root.add_subcommand("generate", "Generate text from a checkpoint");
@@ -36,8 +37,10 @@ Command add_generate(CLI::App& root, const GlobalOptions& global) {
       ->check(CLI::Range(0.0, 1.0));
   app->add_option("--seed", f->seed, "Sampling seed");
   app->add_flag("--no-stop", f->no_stop, "Do not stop at end-of-text");
+  app->add_option("--set", f->sets,
+                  "Change a field no parameter shape depends on, e.g. model.cem.steps=4 (repeatable)");
   auto run = [f]() {
-    LoadedModel loaded = load_model(f->checkpoint);
+    LoadedModel loaded = load_model(f->checkpoint, f->sets);
     CEMFRAC_CHECK(loaded.tokenizer != nullptr,
                   "{} has no tokenizer/ directory: cannot encode a prompt", loaded.checkpoint);
     const Tokenizer& tok = *loaded.tokenizer;

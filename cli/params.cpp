@@ -78,6 +78,7 @@ Command add_params(CLI::App& root, const GlobalOptions& global) {
                             {"numel", p.numel},         {"kind", to_string(p.kind)},
                             {"group", to_string(p.group)}};
         if (!p.tied_to.empty()) t["tied_to"] = p.tied_to;
+        if (p.depth > 0) t["depth"] = p.depth;  // CoFrGeNet ladder depth (dyadic schedule)
         tensors.push_back(t);
       }
       nlohmann::json kinds = nlohmann::json::object();

@@ -24,6 +24,27 @@ const char* to_string(ParamGroup group) {
   return "?";
 }
 
+std::vector<std::pair<std::string, torch::Tensor>> state_buffers(const torch::nn::Module& root) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& item : root.named_modules("", /*include_self=*/true)) {
+    auto* tagged = dynamic_cast<const TaggedModule*>(item.value().get());
+    if (tagged == nullptr) continue;
+    const auto buffers = tagged->named_buffers(/*recurse=*/false);
+    for (const std::string& local : tagged->state_buffer_names()) {
+      const torch::Tensor* t = buffers.find(local);
+      TORCH_INTERNAL_ASSERT(t != nullptr, "state buffer ", local, " is not registered");
+      out.emplace_back(item.key().empty() ? local : item.key() + "." + local, *t);
+    }
+  }
+  return out;
+}
+
+void notify_train_step(torch::nn::Module& root, const TrainProgress& progress) {
+  for (const auto& module : root.modules(/*include_self=*/true)) {
+    if (auto* tagged = dynamic_cast<TaggedModule*>(module.get())) tagged->on_train_step(progress);
+  }
+}
+
 torch::Tensor init_normal(torch::IntArrayRef shape, double std, torch::Device device) {
   torch::Tensor t = torch::empty(shape, torch::TensorOptions().dtype(torch::kFloat32).device(device));
   if (!t.is_meta()) {

@@ -13,6 +13,13 @@
 #include "cemfrac/layers/base/mha.h"
 #include "cemfrac/layers/base/rms_norm.h"
 #include "cemfrac/layers/base/swiglu.h"
+#include "cemfrac/layers/cem/cem_attention.h"
+#include "cemfrac/layers/cem/cem_mlp.h"
+#include "cemfrac/layers/cofrgenet/cattn_m.h"
+#include "cemfrac/layers/cofrgenet/cattn_u.h"
+#include "cemfrac/layers/cofrgenet/cffn.h"
+#include "cemfrac/layers/cofrgenet/sparse_attention.h"
+#include "cemfrac/layers/cofrgenet/synthesizer_dense.h"
 #include "cemfrac/model/model_config.h"
 
 namespace cemfrac {
@@ -20,6 +27,11 @@ namespace cemfrac {
 const char* to_string(MixerKind kind) {
   switch (kind) {
     case MixerKind::kMha: return "mha";
+    case MixerKind::kCemAttention: return "cem_attention";
+    case MixerKind::kCAttnU: return "cattn_u";
+    case MixerKind::kCAttnM: return "cattn_m";
+    case MixerKind::kSynthesizerDense: return "synthesizer_dense";
+    case MixerKind::kSparseAttention: return "sparse_attention";
     case MixerKind::kSentinel: break;
   }
   return "?";
@@ -29,6 +41,8 @@ const char* to_string(FfnKind kind) {
   switch (kind) {
     case FfnKind::kGeluMlp: return "gelu_mlp";
     case FfnKind::kSwiGlu: return "swiglu";
+    case FfnKind::kCemMlp: return "cem_mlp";
+    case FfnKind::kCffn: return "cffn";
     case FfnKind::kSentinel: break;
   }
   return "?";
@@ -67,6 +81,16 @@ double residual_init_std(const ModelConfig& c) {
   return c.init_std / std::sqrt(2.0 * static_cast<double>(c.n_layers));
 }
 
+// model.cem -> the step options both CEM sub-layers share.
+CemStepOptions cem_step_options(const ModelConfig& c) {
+  return CemStepOptions()
+      .steps(c.cem.steps)
+      .learn_eta(c.cem.learn_eta())
+      .precond(c.cem.precond)
+      .precond_rank(c.cem.precond_rank)
+      .precond_psd(c.cem.precond_psd);
+}
+
 }  // namespace
 
 MixerKind parse_mixer_kind(const std::string& name, const std::string& what) {
@@ -93,6 +117,51 @@ std::shared_ptr<MixerImpl> make_mixer(const ModelConfig& c, int64_t layer, torch
                                            .init_std(c.init_std)
                                            .out_init_std(residual_init_std(c))
                                            .device(device));
+    case MixerKind::kCemAttention:
+      return std::make_shared<CemAttentionImpl>(CemAttentionOptions(c.d_model, c.n_heads)
+                                                    .rope(c.positions == "rope")
+                                                    .rope_mode(parse_cem_rope_mode(c.cem.rope_mode))
+                                                    .dlr(parse_cem_diagonal(c.cem.dlr))
+                                                    .dlr_distance(c.cem.dlr_distance)
+                                                    .step(cem_step_options(c))
+                                                    .init_std(c.init_std)
+                                                    .device(device));
+    case MixerKind::kCAttnU:
+      return std::make_shared<CAttnUImpl>(
+          CAttnUOptions(c.d_model, c.cofrgenet.length_for(c.context), c.cofrgenet.u_depth)
+              .bias(c.cofrgenet.u_bias)
+              .ladder(ladder_options(c.cofrgenet))
+              .device(device));
+    case MixerKind::kCAttnM:
+      return std::make_shared<CAttnMImpl>(
+          CAttnMOptions(c.d_model, c.cofrgenet.length_for(c.context), c.cofrgenet.m_ladders,
+                        c.cofrgenet.m_depth)
+              .heads(c.cofrgenet.m_heads)
+              .bias(c.cofrgenet.ladder_bias)
+              .out_proj(c.cofrgenet.m_out_proj)
+              .ladder(ladder_options(c.cofrgenet))
+              .init_std(c.init_std)
+              .out_init_std(residual_init_std(c))
+              .device(device));
+    case MixerKind::kSynthesizerDense:
+      return std::make_shared<SynthesizerDenseImpl>(
+          SynthesizerDenseOptions(c.d_model, c.cofrgenet.length_for(c.context), c.n_heads)
+              .hidden(c.cofrgenet.synth_hidden)
+              .bias(c.bias)
+              .init_std(c.init_std)
+              .out_init_std(residual_init_std(c))
+              .device(device));
+    case MixerKind::kSparseAttention:
+      return std::make_shared<SparseAttentionImpl>(
+          SparseAttentionOptions(c.d_model, c.n_heads, c.context)
+              .pattern(c.cofrgenet.sparse_pattern)
+              .block(c.cofrgenet.sparse_block_for(c.context))
+              .summary(c.cofrgenet.sparse_summary)
+              .bias(c.bias)
+              .rope(c.positions == "rope")
+              .init_std(c.init_std)
+              .out_init_std(residual_init_std(c))
+              .device(device));
     case MixerKind::kSentinel: break;
   }
   TORCH_INTERNAL_ASSERT(false, "make_mixer: unhandled kind");
@@ -107,6 +176,24 @@ std::shared_ptr<FfnImpl> make_ffn(const ModelConfig& c, int64_t layer, torch::De
   switch (parse_ffn_kind(c.ffn_of(layer))) {
     case FfnKind::kGeluMlp: return std::make_shared<GeluMlpImpl>(options);
     case FfnKind::kSwiGlu: return std::make_shared<SwiGluImpl>(options);
+    case FfnKind::kCemMlp:
+      return std::make_shared<CemMlpImpl>(CemMlpOptions(c.d_model, c.d_ff)
+                                              .form_b(c.cem.mlp_form == "b")
+                                              .step(cem_step_options(c))
+                                              .init_std(c.init_std)
+                                              .device(device));
+    case FfnKind::kCffn:
+      return std::make_shared<CffnImpl>(
+          CffnOptions(c.d_model, c.cofrgenet.ladders, c.cofrgenet.depth)
+              .bias(c.cofrgenet.ladder_bias)
+              .gate(c.cofrgenet.gate == "silu" ? CffnGate::kSilu : CffnGate::kSigmoid)
+              .glu(c.cofrgenet.glu)
+              .direct_raw(c.cofrgenet.direct_raw)
+              .univariate(c.cofrgenet.univariate)
+              .ladder(ladder_options(c.cofrgenet))
+              .init_std(c.init_std)
+              .out_init_std(residual_init_std(c))
+              .device(device));
     case FfnKind::kSentinel: break;
   }
   TORCH_INTERNAL_ASSERT(false, "make_ffn: unhandled kind");

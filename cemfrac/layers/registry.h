@@ -13,8 +13,16 @@ namespace cemfrac {
 
 struct ModelConfig;
 
-enum class MixerKind { kMha, kSentinel };
-enum class FfnKind { kGeluMlp, kSwiGlu, kSentinel };
+enum class MixerKind {
+  kMha,
+  kCemAttention,
+  kCAttnU,
+  kCAttnM,
+  kSynthesizerDense,
+  kSparseAttention,
+  kSentinel
+};
+enum class FfnKind { kGeluMlp, kSwiGlu, kCemMlp, kCffn, kSentinel };
 enum class NormKind { kLayerNorm, kRmsNorm, kSentinel };
 
 const char* to_string(MixerKind kind);

@@ -102,6 +102,7 @@ std::vector<ParamInfo> LmModelImpl::parameter_table() const {
     info.numel = item.value().numel();
     info.kind = tag->second.kind;
     info.group = tag->second.group;
+    info.depth = tag->second.depth;
     if (config_.tie_embeddings && info.name == "wte.weight") info.tied_to = "head.weight";
     table.push_back(std::move(info));
   }

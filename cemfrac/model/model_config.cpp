@@ -221,6 +221,8 @@ std::optional<ConfigProblem> ModelConfig::first_problem() const {
   if (!positive_finite(init_std)) {
     return problem("init_std", fmt::format("init_std = {}: must be a positive number", init_std));
   }
+  if (auto p = cem_config_problem(*this)) return p;
+  if (auto p = cofrgenet_config_problem(*this)) return p;
   return std::nullopt;
 }
 

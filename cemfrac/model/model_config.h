@@ -12,6 +12,9 @@
 
 #include "cemfrac/layers/base/rope_scaling.h"
 
+#include "cemfrac/layers/cem/cem_config.h"
+#include "cemfrac/layers/cofrgenet/cofrgenet_config.h"
+
 namespace cemfrac {
 
 // Per-layer replacement of the mixer and/or FFN kind ("" = keep the model-wide kind).
@@ -62,6 +65,8 @@ struct ModelConfig {
   bool bias = false;                // biases in linear layers and LayerNorm
   bool tie_embeddings = false;      // head weight == token embedding (one tensor)
   double init_std = 0.02;           // N(0, std) for matrices; residual projections scaled by 1/sqrt(2L)
+  CemConfig cem;                    // cem_attention / cem_mlp settings (cemfrac/layers/cem/cem_config.h)
+  CofrConfig cofrgenet;             // cffn / cattn_u / cattn_m / baselines (layers/cofrgenet/cofrgenet_config.h)
 
   template <typename Visitor>
   void visit_fields(Visitor& v) {
@@ -83,6 +88,8 @@ struct ModelConfig {
     v("bias", bias, "Biases in linear layers and norms");
     v("tie_embeddings", tie_embeddings, "Share the token embedding and the output head");
     v("init_std", init_std, "Standard deviation of the initial weights");
+    v("cem", cem, "CEM sub-layer settings: {steps, freeze_eta, rope_mode, dlr, ...}");
+    v("cofrgenet", cofrgenet, "CoFrGeNet layer settings: {ladders, depth, u_depth, m_ladders, ...}");
   }
 
   // Throws cemfrac::Error naming the field, the value and what is allowed.

@@ -11,6 +11,7 @@
 
 #include "cemfrac/core/atomic_file.h"
 #include "cemfrac/core/check.h"
+#include "cemfrac/layers/param_tags.h"
 
 namespace cemfrac {
 namespace fs = std::filesystem;
@@ -242,6 +243,10 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointContents
     save_safetensors((t / kCheckpointModelFile).string(), c.model,
                      {{"format", "pt"}, {"producer", "cemfrac"}});
     save_safetensors((t / kCheckpointOptimizerFile).string(), c.optimizer, c.optimizer_metadata);
+    if (!c.buffers.empty()) {
+      save_safetensors((t / kCheckpointBuffersFile).string(), c.buffers,
+                       {{"format", "pt"}, {"producer", "cemfrac"}});
+    }
     write_file_atomic((t / kCheckpointConfigFile).string(), c.config.dump(2) + "\n");
     if (c.tokenizer) c.tokenizer->save((t / kCheckpointTokenizerDir).string());
     write_file_atomic((t / kCheckpointTrainerFile).string(),
@@ -301,8 +306,22 @@ Checkpoint load_checkpoint(const std::string& dir, const LoadOptions& options) {
   }
   c.model = load_safetensors(require(kCheckpointModelFile));
   if (options.optimizer) c.optimizer = load_safetensors(require(kCheckpointOptimizerFile));
+  c.has_buffers = fs::is_regular_file(d / kCheckpointBuffersFile);
+  if (c.has_buffers) c.buffers = load_safetensors((d / kCheckpointBuffersFile).string());
   c.has_tokenizer = fs::is_directory(d / kCheckpointTokenizerDir);
   return c;
+}
+
+void load_state_buffers(const Checkpoint& checkpoint, torch::nn::Module& module) {
+  std::vector<NamedTarget> targets;
+  for (const auto& [name, tensor] : state_buffers(module)) targets.push_back({name, tensor});
+  const std::string source = (fs::path(checkpoint.dir) / kCheckpointBuffersFile).string();
+  if (targets.empty() && !checkpoint.has_buffers) return;
+  CEMFRAC_CHECK(checkpoint.has_buffers,
+                "{} is missing: the model has {} state buffer(s) (e.g. '{}'); the checkpoint was "
+                "written by an older cemfrac or is incomplete",
+                source, targets.size(), targets.front().name);
+  load_into(checkpoint.buffers.tensors, targets, source);
 }
 
 }  // namespace cemfrac

@@ -19,6 +19,10 @@
 #include "cemfrac/io/safetensors.h"
 #include "cemfrac/train/schedule.h"
 
+namespace torch::nn {
+class Module;
+}
+
 namespace cemfrac {
 
 inline constexpr const char* kCheckpointFormat = "cemfrac-checkpoint";
@@ -28,6 +32,9 @@ inline constexpr const char* kCheckpointOptimizerFile = "optimizer.safetensors";
 inline constexpr const char* kCheckpointTrainerFile = "trainer.json";
 inline constexpr const char* kCheckpointConfigFile = "config.json";
 inline constexpr const char* kCheckpointTokenizerDir = "tokenizer";
+// Non-parameter model state (TaggedModule::add_state_buffer, e.g. the CoFrGeNet ladders' recorded
+// output ranges for eval-time clipping), by full name; written only when the model has such state.
+inline constexpr const char* kCheckpointBuffersFile = "buffers.safetensors";
 
 // trainer.json: everything besides tensors that resuming needs.
 struct TrainerState {
@@ -59,6 +66,7 @@ std::string base64_decode(const std::string& text, const std::string& source);
 // What save_checkpoint writes.
 struct CheckpointContents {
   TensorMap model;
+  TensorMap buffers;  // state buffers; buffers.safetensors is written when non-empty
   TensorMap optimizer;
   std::map<std::string, std::string> optimizer_metadata;
   TrainerState trainer;
@@ -95,6 +103,8 @@ struct Checkpoint {
   std::string dir;
   nlohmann::json config;
   SafetensorsFile model;
+  SafetensorsFile buffers;    // buffers.safetensors; empty when the checkpoint has none
+  bool has_buffers = false;   // buffers.safetensors exists
   SafetensorsFile optimizer;  // empty unless LoadOptions::optimizer
   TrainerState trainer;
   bool has_tokenizer = false;  // dir/tokenizer/ exists: load_tokenizer(dir + "/tokenizer")
@@ -105,6 +115,11 @@ struct Checkpoint {
 // from the expected one each give one cemfrac::Error line naming the file. Whether the tensors fit
 // the model is checked when they are loaded into it (load_into, Optimizer::load_state).
 Checkpoint load_checkpoint(const std::string& dir, const LoadOptions& options = {});
+
+// Loads a checkpoint's state buffers into `module` (every state_buffers() entry, by name; missing,
+// extra and mis-shaped tensors are one-line errors naming buffers.safetensors). A module without
+// state buffers accepts a checkpoint without the file.
+void load_state_buffers(const Checkpoint& checkpoint, torch::nn::Module& module);
 
 // Throws naming the first field where `found` differs from `expected` (missing, extra, or another
 // value), e.g. "<source>: config.json field 'd_model' is 256 but the run's model has 128".

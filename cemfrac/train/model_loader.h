@@ -3,7 +3,9 @@
 // are one-line errors) and the tokenizer saved beside them is loaded too.
 #pragma once
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <vector>
 
 #include "cemfrac/data/tokenizer.h"
 #include "cemfrac/model/lm_model.h"
@@ -18,6 +20,13 @@ struct LoadedModel {
 };
 
 // `path` is a checkpoint directory or a run directory (its newest complete checkpoint).
-LoadedModel load_model(const std::string& path);
+// `overrides` ("model.cem.steps=4", as --set) change architecture fields that no parameter's shape
+// depends on, before the model is built: only model.cem.<one of cem_runtime_fields()>, e.g. evaluating
+// a T = 2 model at T = 4 (test-time scaling). Any other key is a one-line error naming it.
+LoadedModel load_model(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// The checkpoint's config.json with `overrides` applied (the checks of load_model); exposed for tests.
+ModelConfig apply_model_overrides(const nlohmann::json& config_json,
+                                  const std::vector<std::string>& overrides, const std::string& source);
 
 }  // namespace cemfrac

@@ -40,6 +40,7 @@ struct TrainConfig {
   int64_t checkpoint_every = 500;   // 0 = only at the end
   int64_t keep_checkpoints = 2;     // keep the last N
   std::string out = "runs/default"; // run directory
+  bool dyadic = true;               // CoFrGeNet ladder depth i trains from step ceil(t (1 - 2^-i))
 
   template <typename Visitor>
   void visit_fields(Visitor& v) {
@@ -62,6 +63,7 @@ struct TrainConfig {
     v("checkpoint_every", checkpoint_every, "Checkpoint every N steps (0 = at the end)");
     v("keep_checkpoints", keep_checkpoints, "Number of checkpoints kept");
     v("out", out, "Run directory");
+    v("dyadic", dyadic, "CoFrGeNet dyadic schedule: ladder depth i trains from step t (1 - 2^-i)");
   }
 };
 

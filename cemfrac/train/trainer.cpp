@@ -117,6 +117,7 @@ TrainModel make_train_model(LmModel model) {
   tm.config = to_json(model->config());
   tm.context = model->config().context;
   tm.vocab_size = model->config().vocab_size;
+  tm.buffers = state_buffers(*model);
   const auto params = model->parameters();
   if (!params.empty()) tm.device = params.front().device();
   return tm;
@@ -173,7 +174,16 @@ Trainer::Trainer(TrainModel model, TrainerOptions options)
   ac.beta2 = t.beta2;
   ac.eps = t.adam_eps;
   ac.weight_decay = t.weight_decay;
-  optimizer_ = std::make_unique<Optimizer>(*model_.module, model_.params, ac);
+  // Dyadic schedule: ladder depth i waits in the frozen group until its step (begin_step).
+  std::vector<ParamInfo> groups = model_.params;
+  if (t.dyadic) {
+    for (ParamInfo& p : groups) {
+      if (p.depth <= 0 || p.group == ParamGroup::kFrozen) continue;
+      dyadic_.push_back({p.name, p.group, dyadic_start(p.depth, t.steps)});
+      p.group = ParamGroup::kFrozen;
+    }
+  }
+  optimizer_ = std::make_unique<Optimizer>(*model_.module, groups, ac);
 
   state_.data_seed = t.seed;
   state_.schedule = schedule_;
@@ -193,6 +203,14 @@ Trainer::Trainer(TrainModel model, TrainerOptions options)
     targets.push_back({name, tensor});
   load_into(ckpt.model.tensors, targets, (fs::path(dir) / kCheckpointModelFile).string());
   optimizer_->load_state(ckpt.optimizer, (fs::path(dir) / kCheckpointOptimizerFile).string());
+  if (!model_.buffers.empty() || ckpt.has_buffers) {
+    std::vector<NamedTarget> buffer_targets;
+    for (const auto& [name, tensor] : model_.buffers) buffer_targets.push_back({name, tensor});
+    const std::string buffers_file = (fs::path(dir) / kCheckpointBuffersFile).string();
+    CEMFRAC_CHECK(ckpt.has_buffers, "{} is missing but the model has state buffers (e.g. '{}')",
+                  buffers_file, model_.buffers.front().first);
+    load_into(ckpt.buffers.tensors, buffer_targets, buffers_file);
+  }
   state_ = ckpt.trainer;
   const std::string trainer_json = (fs::path(dir) / kCheckpointTrainerFile).string();
   set_torch_rng_state(state_.torch_rng, trainer_json);
@@ -235,6 +253,17 @@ double Trainer::evaluate() {
   return total / static_cast<double>(windows * S);
 }
 
+void Trainer::begin_step(int64_t step) {
+  for (const Pending& p : dyadic_) {
+    if (step >= p.start && optimizer_->is_frozen(p.name)) optimizer_->unfreeze(p.name, p.group);
+  }
+  TrainProgress progress;
+  progress.step = step;
+  progress.total_steps = options_.train.steps;
+  progress.dyadic = options_.train.dyadic;
+  notify_train_step(*model_.module, progress);
+}
+
 double Trainer::train_step(double* grad_norm) {
   model_.module->train();
   optimizer_->zero_grad();
@@ -261,6 +290,7 @@ std::string Trainer::write_checkpoint() {
   CheckpointContents c;
   for (const auto& [name, tensor] : parameters_by_name(*model_.module, model_.params))
     c.model[name] = tensor;
+  for (const auto& [name, tensor] : model_.buffers) c.buffers[name] = tensor;
   c.optimizer = optimizer_->state_tensors();
   c.optimizer_metadata = optimizer_->state_metadata();
   state_.torch_rng = torch_rng_state();
@@ -342,6 +372,7 @@ TrainResult Trainer::run() {
     const auto step_start = Clock::now();
     const double lr = schedule_.lr(state_.step);
     optimizer_->set_lr(lr);
+    begin_step(state_.step);
     double grad_norm = 0;
     const double loss = train_step(&grad_norm);
     if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {

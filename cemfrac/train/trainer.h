@@ -48,10 +48,19 @@ struct TrainModel {
   // Where the batches go (the module's device). Only the CPU generator's state is checkpointed so
   // far; a CUDA run resumes exactly only while it samples nothing on the GPU (no dropout yet).
   torch::Device device = torch::kCPU;
+  // Non-parameter state saved in checkpoints (TaggedModule::add_state_buffer), by full name; the
+  // tensors are the module's own (restored in place on resume).
+  std::vector<std::pair<std::string, torch::Tensor>> buffers;
 };
 
 // The TrainModel of an LmModel (it shares the module): logits = forward, params = parameter_table(),
-// config = to_json(config()), context and vocab_size from the config.
+// config = to_json(config()), context and vocab_size from the config, buffers = state_buffers().
+//
+// Dyadic schedule (train.dyadic, papers/cofrgenet.md §4): a parameter with ParamInfo::depth = i >= 1
+// starts in the optimizer's frozen group (no update, no decay, no state) and joins its own group
+// right before 0-based step dyadic_start(i, train.steps) runs. Before every step the trainer also
+// tells each TaggedModule where the run is (TaggedModule::on_train_step). Both depend only on the
+// step, so a resumed run makes the same changes at the same steps.
 TrainModel make_train_model(LmModel model);
 
 // One line of metrics.jsonl (keys: step, tokens, loss, val_loss, lr, grad_norm, tokens_per_s,
@@ -136,6 +145,7 @@ class Trainer {
 
  private:
   double train_step(double* grad_norm);  // returns the step's mean loss
+  void begin_step(int64_t step);          // dyadic unfreezing and on_train_step, before step `step`
   std::string write_checkpoint();
   void write_summary(const std::string& status, const std::string& report);
   void append_metrics(const StepMetrics& m);
@@ -153,6 +163,12 @@ class Trainer {
   TrainerState state_;
   std::string last_checkpoint_;
   LoaderState step_position_;  // loader cursor at the start of the current step (for reports)
+  struct Pending {  // a ladder-depth parameter waiting for its dyadic step
+    std::string name;
+    ParamGroup group;
+    int64_t start;
+  };
+  std::vector<Pending> dyadic_;
 };
 
 // Seeds torch's generators (model init, dropout): call before constructing the model.

@@ -68,6 +68,32 @@ std::vector<Variant> mixer_variants(const std::string& kind) {
     variants.push_back({kind, "gqa", gqa});
     return variants;
   }
+  if (kind == "cem_attention") {
+    variants.push_back({kind, "t1", base});
+    ModelConfig t3 = base;
+    t3.cem.steps = 3;
+    variants.push_back({kind, "t3", t3});
+    ModelConfig full = base;  // the cem-full preset's flavour: T = 2, per-head D+LR, preconditioner
+    full.cem.steps = 2;
+    full.cem.dlr = "per_head";
+    full.cem.precond = true;
+    full.cem.precond_rank = 2;
+    variants.push_back({kind, "full", full});
+    ModelConfig shared = base;
+    shared.cem.steps = 2;
+    shared.cem.dlr = "shared";
+    shared.cem.dlr_distance = true;
+    shared.cem.precond = true;
+    shared.cem.precond_psd = true;
+    shared.cem.precond_rank = 2;
+    variants.push_back({kind, "shared_distance_psd", shared});
+    ModelConfig naive = base;
+    naive.cem.steps = 2;
+    naive.cem.rope_mode = "naive";
+    variants.push_back({kind, "naive_rope", naive});
+    variants.push_back({kind, "gpt2", gpt2_flavour(base)});
+    return variants;
+  }
   variants.push_back({kind, "base", base});
   return variants;
 }
@@ -77,6 +103,17 @@ std::vector<Variant> ffn_variants(const std::string& kind) {
   base.ffn = kind;
   std::vector<Variant> variants{{kind, "base", base}};
   if (kind == "gelu_mlp" || kind == "swiglu") variants.push_back({kind, "bias", gpt2_flavour(base)});
+  if (kind == "cem_mlp") {
+    ModelConfig t3 = base;
+    t3.cem.steps = 3;
+    variants.push_back({kind, "t3", t3});
+    ModelConfig b = base;
+    b.cem.mlp_form = "b";
+    b.cem.steps = 2;
+    b.cem.precond = true;
+    b.cem.precond_rank = 2;
+    variants.push_back({kind, "form_b_precond", b});
+  }
   return variants;
 }
 

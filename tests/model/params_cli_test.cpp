@@ -50,6 +50,18 @@ TEST(ParamsCli, Llama162mIs162220800) {
   expect_consistent(j);
 }
 
+// CEM (papers/cem.md §4.2): tied attention 2D^2 and tied MLP 2DM per layer instead of 4D^2 and 3DM.
+TEST(ParamsCli, CemBoth162mIs129190656) {
+  const nlohmann::json j = params_json("cem-both-162m");
+  EXPECT_EQ(j["total"].get<int64_t>(), 129190656);
+  expect_consistent(j);
+  EXPECT_EQ(params_json("cem-attn-only-162m")["total"].get<int64_t>(), 148065024);
+  EXPECT_EQ(params_json("cem-mlp-only-162m")["total"].get<int64_t>(), 143346432);
+  // T changes no parameter: --set model.cem.steps=4 keeps the count.
+  EXPECT_EQ(params_json("cem-both-162m", {"--set", "model.cem.steps=4"})["total"].get<int64_t>(),
+            129190656);
+}
+
 TEST(ParamsCli, TextTableAndOverrides) {
   const test::RunResult r =
       run_cemfrac({"params", "--config", test::source_path("configs/gpt2-124m.toml")});

@@ -1,0 +1,271 @@
+// The step is causal attention; the plain tied case goes through the same causal_attention (fused
+// full-sequence kernel, explicit-matmul path with a state) as MHA, with V = K passed as one tensor.
+//
+// D+LR per head uses augmented heads: q~ = [W_Qk x; delta_k * x (; 1)], k~ = v~ = [W_Kk h; h (; bias)]
+// of width W = d_h + D (+ 1 for the distance form's key bias -1/2 sum_a delta_ka h_ja^2). causal_attention
+// scales by 1/sqrt(W); the queries are multiplied by sqrt(W / d_h) first, so the logits carry exactly
+// beta = 1/sqrt(d_h), as the energy says. The output's first d_h channels go through W_Q^T, the next D
+// are multiplied by delta_k and summed over heads, the last (bias) channel is dropped. Continuing a
+// decode cache, per head takes explicit logits q k^T + (delta_k * x) h^T instead (h broadcast over the
+// heads, nothing of size H T D materialised per token).
+//
+// D+LR shared adds one (N, T) logit bias beta (delta * x) h^T to every head and reads the diagonal
+// term once: delta * (sum_k P_k) h, so it costs two D-wide matmuls instead of H.
+#include "cemfrac/layers/cem/cem_attention.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+
+#include "cemfrac/core/check.h"
+#include "cemfrac/layers/base/mha.h"
+#include "cemfrac/layers/base/rope.h"
+
+namespace cemfrac {
+
+CemRopeMode parse_cem_rope_mode(const std::string& name) {
+  if (name == "exact") return CemRopeMode::kExact;
+  if (name == "naive") return CemRopeMode::kNaive;
+  if (name == "none") return CemRopeMode::kNone;
+  fail("cem.rope_mode = \"{}\": unknown; valid: exact, naive, none", name);
+}
+
+CemDiagonal parse_cem_diagonal(const std::string& name) {
+  if (name == "none") return CemDiagonal::kNone;
+  if (name == "per_head") return CemDiagonal::kPerHead;
+  if (name == "shared") return CemDiagonal::kShared;
+  fail("cem.dlr = \"{}\": unknown; valid: none, per_head, shared", name);
+}
+
+namespace {
+
+// (B, N, H d_h) -> (B, H, N, d_h)
+torch::Tensor split_heads(const torch::Tensor& t, int64_t H) {
+  return t.view({t.size(0), t.size(1), H, -1}).transpose(1, 2);
+}
+
+// (B, H, N, d_h) -> (B, N, H d_h)
+torch::Tensor merge_heads(const torch::Tensor& t) {
+  return t.transpose(1, 2).reshape({t.size(0), t.size(2), -1});
+}
+
+// (N, T) true where key t is hidden from query n at absolute position offset + n.
+torch::Tensor hidden_mask(int64_t N, int64_t T, int64_t offset, torch::Device device) {
+  return torch::ones({N, T}, torch::TensorOptions().dtype(torch::kBool).device(device)).triu(offset + 1);
+}
+
+}  // namespace
+
+CemAttentionImpl::CemAttentionImpl(const CemAttentionOptions& o) : options_(o) {
+  const int64_t D = o.d_model(), H = o.n_heads();
+  TORCH_INTERNAL_ASSERT(D % H == 0, "cem_attention: n_heads must divide d_model");
+  head_dim_ = D / H;
+  const torch::Device device = o.device();
+  w_q = add_parameter("w_q", init_normal({H * head_dim_, D}, o.init_std(), device),
+                      ParamKind::kAttention, ParamGroup::kDecay);
+  w_k = add_parameter("w_k", init_normal({H * head_dim_, D}, o.init_std(), device),
+                      ParamKind::kAttention, ParamGroup::kDecay);
+  if (o.step().learn_eta() && !o.step().precond()) {
+    eta_.raw = add_parameter("eta_raw", init_constant({1}, softplus_inverse_of_one(), device),
+                             ParamKind::kAttention, ParamGroup::kNoDecay);
+  }
+  if (o.dlr() == CemDiagonal::kPerHead) {
+    delta = add_parameter("delta", init_constant({H, D}, 0.0, device), ParamKind::kAttention,
+                          ParamGroup::kNoDecay);
+  } else if (o.dlr() == CemDiagonal::kShared) {
+    delta = add_parameter("delta", init_constant({D}, 0.0, device), ParamKind::kAttention,
+                          ParamGroup::kNoDecay);
+  }
+  if (o.step().precond()) {
+    precond_ = register_module("precond", std::make_shared<CemPreconditionerImpl>(
+                                              D, o.step().precond_rank(), o.step().precond_psd(),
+                                              ParamKind::kAttention, device));
+  }
+}
+
+std::unique_ptr<MixerState> CemAttentionImpl::new_state() const {
+  return std::make_unique<CemAttentionState>();
+}
+
+CemAttentionCondition CemAttentionImpl::condition(const torch::Tensor& h, const MixerContext& ctx) {
+  const int64_t B = h.size(0), N = h.size(1), H = options_.n_heads(), D = options_.d_model();
+  CemAttentionCondition c;
+  c.offset = ctx.offset;
+  if (rotates()) {
+    TORCH_INTERNAL_ASSERT(ctx.rope_cos.defined(), "cem_attention: RoPE on but no rotary tables");
+    c.cos = ctx.rope_cos;
+    c.sin = ctx.rope_sin;
+  }
+
+  // 1. Keys from the fixed input, once per forward: (B, H, N, d_h); rotated unless rope_mode = none.
+  ++key_projections_;
+  torch::Tensor k = split_heads(torch::linear(h, w_k), H);
+  torch::Tensor v = k;  // values == keys
+  if (rotates()) {
+    k = apply_rope(k, c.cos, c.sin);
+    // Exact: the values are the rotated keys (one tensor). Naive: unrotated values (an ablation).
+    if (options_.rope_mode() == CemRopeMode::kExact) v = k;
+  }
+  torch::Tensor hh = options_.dlr() != CemDiagonal::kNone ? h : torch::Tensor();
+
+  // 2. With a decode state, prepend everything seen before and remember the result.
+  if (ctx.state != nullptr) {
+    auto* state = static_cast<CemAttentionState*>(ctx.state);
+    const bool separate_v = !v.is_same(k);
+    if (state->k.defined()) {
+      CEMFRAC_CHECK(state->k.size(0) == B && state->k.size(2) == ctx.offset,
+                    "decode state holds batch {} and {} positions, but the input has batch {} at "
+                    "position {}; use one decode state per sequence batch",
+                    state->k.size(0), state->k.size(2), B, ctx.offset);
+      k = torch::cat({state->k, k}, 2);  // (B, H, T, d_h)
+      v = separate_v ? torch::cat({state->v, v}, 2) : k;
+      if (hh.defined()) hh = torch::cat({state->h, hh}, 1);  // (B, T, D)
+    }
+    state->k = k;
+    if (separate_v) state->v = v;
+    if (hh.defined()) state->h = hh;
+  }
+  c.k = k;
+  c.v = v;
+  c.h = hh;
+  const int64_t T = k.size(2);
+
+  // 3. D+LR: the diagonal's key-side pieces, also once. Per head, a full sequence (training, the
+  // first chunk) uses the augmented heads and the fused kernel; a continuation against a cache uses
+  // explicit logits instead, so no (B, H, T, d_h + D) tensor is rebuilt per decoded token.
+  if (options_.dlr() == CemDiagonal::kPerHead && (ctx.offset != 0 || T != N)) {
+    if (options_.dlr_distance()) {
+      // -1/2 sum_a delta_ka h_ja^2: (B, T, H) -> (B, H, 1, T)
+      c.key_bias = torch::matmul(hh * hh, delta.t()).mul(-0.5).transpose(1, 2).unsqueeze(2);
+    }
+  } else if (options_.dlr() == CemDiagonal::kPerHead) {
+    std::vector<torch::Tensor> kp{k, hh.unsqueeze(1).expand({B, H, T, D})};
+    std::vector<torch::Tensor> vp{v, kp[1]};
+    if (options_.dlr_distance()) {
+      // -1/2 sum_a delta_ka h_ja^2: (B, T, H) -> (B, H, T, 1)
+      torch::Tensor bias = torch::matmul(hh * hh, delta.t()).mul(-0.5).transpose(1, 2).unsqueeze(-1);
+      kp.push_back(bias);
+      vp.push_back(bias);
+    }
+    c.k_aug = torch::cat(kp, -1);
+    c.v_aug = v.is_same(k) ? c.k_aug : torch::cat(vp, -1);
+  } else if (options_.dlr() == CemDiagonal::kShared && options_.dlr_distance()) {
+    c.key_bias = torch::matmul(hh * hh, delta).mul(-0.5).view({B, 1, 1, T});
+  }
+  return c;
+}
+
+torch::Tensor CemAttentionImpl::direction(const torch::Tensor& x, const CemAttentionCondition& c) const {
+  const int64_t B = x.size(0), N = x.size(1), H = options_.n_heads(), D = options_.d_model();
+  const int64_t d_h = head_dim_, T = c.k.size(2);
+  const double beta = 1.0 / std::sqrt(double(d_h));
+
+  // 1. Queries from the iterate (the only projection repeated per step): (B, H, N, d_h).
+  torch::Tensor q = split_heads(torch::linear(x, w_q), H);
+  if (rotates()) q = apply_rope(q, c.cos, c.sin);
+
+  // 2. Attention read-out a (B, H, N, d_h) and, under D+LR, the diagonal term (B, N, D).
+  torch::Tensor a, diag;
+  switch (options_.dlr()) {
+    case CemDiagonal::kNone: a = causal_attention(q, c.k, c.v, c.offset); break;
+    case CemDiagonal::kPerHead: {
+      if (!c.k_aug.defined()) {
+        // Explicit logits beta (q k^T + (delta_k * x) h^T [+ key bias]) against the cache.
+        const torch::Tensor xd = x.unsqueeze(1) * delta.view({1, H, 1, D});  // (B, H, N, D)
+        const torch::Tensor hs = c.h.unsqueeze(1);                          // (B, 1, T, D)
+        torch::Tensor scores = torch::matmul(q, c.k.transpose(-2, -1)) + torch::matmul(xd, hs.transpose(-2, -1));
+        if (c.key_bias.defined()) scores = scores + c.key_bias;
+        scores = (scores * beta).masked_fill(hidden_mask(N, T, c.offset, x.device()),
+                                             -std::numeric_limits<double>::infinity());
+        const torch::Tensor probs = torch::softmax(scores, -1);  // (B, H, N, T)
+        a = torch::matmul(probs, c.v);                           // (B, H, N, d_h)
+        diag = (torch::matmul(probs, hs) * delta.view({1, H, 1, D})).sum(1);  // (B, N, D)
+        if (options_.dlr_distance()) diag = diag - delta.sum(0) * x;
+        break;
+      }
+      std::vector<torch::Tensor> qp{q, x.unsqueeze(1) * delta.view({1, H, 1, D})};  // (B, H, N, D)
+      if (options_.dlr_distance()) qp.push_back(torch::ones({B, H, N, 1}, x.options()));
+      torch::Tensor q_aug = torch::cat(qp, -1);
+      const int64_t W = q_aug.size(-1);
+      q_aug = q_aug * std::sqrt(double(W) / double(d_h));  // causal_attention's 1/sqrt(W) -> beta
+      torch::Tensor o = causal_attention(q_aug, c.k_aug, c.v_aug, c.offset);  // (B, H, N, W)
+      a = o.narrow(-1, 0, d_h);
+      diag = (o.narrow(-1, d_h, D) * delta.view({1, H, 1, D})).sum(1);  // sum_k delta_k * (P_k h)
+      if (options_.dlr_distance()) diag = diag - delta.sum(0) * x;    // - sum_k delta_k * x
+      break;
+    }
+    case CemDiagonal::kShared: {
+      // Logits beta (q k^T + (delta * x) h^T [+ key bias]), causal mask, softmax over keys.
+      torch::Tensor scores = torch::matmul(q, c.k.transpose(-2, -1));                   // (B, H, N, T)
+      scores = scores + torch::matmul(x * delta, c.h.transpose(-2, -1)).unsqueeze(1);   // + (B, 1, N, T)
+      if (c.key_bias.defined()) scores = scores + c.key_bias;
+      scores = (scores * beta).masked_fill(hidden_mask(N, T, c.offset, x.device()),
+                                           -std::numeric_limits<double>::infinity());
+      torch::Tensor probs = torch::softmax(scores, -1);         // (B, H, N, T)
+      a = torch::matmul(probs, c.v);                            // (B, H, N, d_h)
+      diag = delta * torch::matmul(probs.sum(1), c.h);          // (B, N, D)
+      if (options_.dlr_distance()) diag = diag - double(H) * delta * x;
+      break;
+    }
+  }
+
+  // 3. Exact RoPE: rotate the read-out back by R_{-i}; then the output projection W_Q^T.
+  if (rotates() && options_.rope_mode() == CemRopeMode::kExact) a = apply_rope(a, c.cos, -c.sin);
+  torch::Tensor d = torch::matmul(merge_heads(a), w_q);  // (B, N, D): same tensor as the queries'
+  if (diag.defined()) d = d + diag;
+
+  // 4. The preconditioner, applied without forming the D x D matrix.
+  if (precond_) d = precond_->apply(d);
+  return d;
+}
+
+torch::Tensor CemAttentionImpl::step(const torch::Tensor& x, const CemAttentionCondition& c) const {
+  return eta_.advance(x, direction(x, c));
+}
+
+torch::Tensor CemAttentionImpl::forward(const torch::Tensor& h, const MixerContext& ctx) {
+  const CemAttentionCondition c = condition(h, ctx);  // keys once
+  const bool trace = trace_.enabled && ctx.offset == 0 && ctx.state == nullptr;
+  // T = 1: the displacement is eta d itself (no h + eta d - h round trip).
+  if (options_.step().steps() == 1 && !trace) return eta_.scale(direction(h, c));
+  torch::Tensor x = h;                                // x^(0) = h
+  if (trace) trace_.add(0, energy(x, h, ctx).detach());
+  for (int64_t t = 0; t < options_.step().steps(); ++t) {
+    x = step(x, c);
+    if (trace) trace_.add(t + 1, energy(x, h, ctx).detach());
+  }
+  return x - h;                                       // the displacement the block adds to z
+}
+
+torch::Tensor CemAttentionImpl::energy(const torch::Tensor& x, const torch::Tensor& h,
+                                       const MixerContext& ctx) const {
+  const int64_t N = x.size(1), H = options_.n_heads(), D = options_.d_model();
+  const double beta = 1.0 / std::sqrt(double(head_dim_));
+  torch::Tensor q = split_heads(torch::linear(x, w_q), H);  // (B, H, N, d_h)
+  torch::Tensor k = split_heads(torch::linear(h, w_k), H);
+  if (rotates()) {
+    q = apply_rope(q, ctx.rope_cos, ctx.rope_sin);
+    k = apply_rope(k, ctx.rope_cos, ctx.rope_sin);
+  }
+  torch::Tensor s = torch::matmul(q, k.transpose(-2, -1));  // (B, H, N, N)
+  if (options_.dlr() != CemDiagonal::kNone) {
+    const torch::Tensor dk = options_.dlr() == CemDiagonal::kPerHead
+                                 ? delta.view({1, H, 1, D})
+                                 : delta.view({1, 1, 1, D}).expand({1, H, 1, D});
+    const torch::Tensor xs = x.unsqueeze(1), hs = h.unsqueeze(1);  // (B, 1, N, D)
+    s = s + torch::matmul(xs * dk, hs.transpose(-2, -1));  // x_i^T diag(delta_k) h_j
+    if (options_.dlr_distance()) {
+      // -1/2 (x_i - h_j)^T diag(delta_k) (x_i - h_j) = x_i^T diag(delta_k) h_j
+      //     - 1/2 x_i^T diag(delta_k) x_i - 1/2 h_j^T diag(delta_k) h_j   (the x-only term stays: it
+      // has a gradient even though the softmax does not see it)
+      const torch::Tensor xx = (xs * xs * dk).sum(-1, /*keepdim=*/true);                // (B, H, N, 1)
+      const torch::Tensor hh = (hs * hs * dk).sum(-1).unsqueeze(2);                     // (B, H, 1, N)
+      s = s - 0.5 * xx - 0.5 * hh;
+    }
+  }
+  s = (s * beta).masked_fill(hidden_mask(N, N, 0, x.device()), -std::numeric_limits<double>::infinity());
+  return -(torch::logsumexp(s, -1).sum(1)) / beta;  // (B, N)
+}
+
+}  // namespace cemfrac

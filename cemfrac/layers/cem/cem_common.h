@@ -1,0 +1,67 @@
+// Pieces shared by the CEM sub-layers (docs/layers/cem.md): the options every CEM sub-layer has, the
+// learned preconditioner P = diag(softplus(p)) + U V^T + V U^T (or diag(softplus(p)) + U U^T), the
+// step size eta = softplus(eta_raw), and the MLP energy's primitive Phi(u) = int_0^u s sigma(s) ds.
+#pragma once
+#include <torch/arg.h>
+#include <torch/types.h>
+
+#include <memory>
+#include <vector>
+
+#include "cemfrac/layers/param_tags.h"
+
+namespace cemfrac {
+
+// Options common to cem_attention and cem_mlp.
+struct CemStepOptions {
+  TORCH_ARG(int64_t, steps) = 1;         // T
+  TORCH_ARG(bool, learn_eta) = true;     // eta = softplus(eta_raw) learnable; false: eta = 1
+  TORCH_ARG(bool, precond) = false;      // apply P to every step's direction
+  TORCH_ARG(int64_t, precond_rank) = 16;
+  TORCH_ARG(bool, precond_psd) = false;
+};
+
+// P as a module with parameters "p" (D), "u" (D, r) and, unless psd, "v" (D, r). At init P = I
+// exactly: softplus(p) = 1, U ~ N(0, 0.02^2), V = 0 (psd: P = I + U U^T, about I; U = 0 would never
+// receive a gradient).
+class CemPreconditionerImpl : public TaggedModule {
+ public:
+  CemPreconditionerImpl(int64_t d_model, int64_t rank, bool psd, ParamKind kind, torch::Device device);
+  // P g for g (..., D), without forming P: softplus(p) * g + (g V) U^T + (g U) V^T  (psd: (g U) U^T).
+  torch::Tensor apply(const torch::Tensor& g) const;
+  // The D x D matrix (tests only).
+  torch::Tensor dense() const;
+
+  torch::Tensor p, u, v;
+  bool psd;
+};
+
+// The learnable step size: registers "eta_raw" (1,) initialised to log(e - 1) so softplus gives 1.
+// eta() returns softplus(eta_raw), or the constant 1 (undefined tensor) when not learnable.
+struct CemStepSize {
+  torch::Tensor raw;  // undefined when eta is fixed at 1
+  // x + eta * d
+  torch::Tensor advance(const torch::Tensor& x, const torch::Tensor& d) const;
+  // eta * d
+  torch::Tensor scale(const torch::Tensor& d) const;
+  double value() const;  // eta as a number (tests, logging)
+};
+
+// A diagnostic: the mean energy (over batch and positions) before the first step and after every
+// step, summed over the forwards made while enabled (full sequences only; decoding is skipped).
+struct CemEnergyTrace {
+  bool enabled = false;
+  std::vector<double> sum;  // [t] for t = 0..T
+  int64_t forwards = 0;
+  void add(int64_t t, const torch::Tensor& energy);  // energy (B, N)
+  std::vector<double> mean() const;                  // sum / forwards
+};
+
+// log(e - 1): softplus of it is exactly 1 (to rounding).
+double softplus_inverse_of_one();
+
+// Phi(u) = int_0^u s sigmoid(s) ds = u softplus(u) + Li2(-e^u) + pi^2/12, element-wise, computed in
+// float64 (the result has u's dtype). Phi' = SiLU; differentiable by autograd to rounding.
+torch::Tensor cem_phi(const torch::Tensor& u);
+
+}  // namespace cemfrac

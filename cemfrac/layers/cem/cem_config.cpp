@@ -1,0 +1,49 @@
+#include "cemfrac/layers/cem/cem_config.h"
+
+#include <fmt/format.h>
+
+#include "cemfrac/model/model_config.h"
+
+namespace cemfrac {
+
+std::vector<std::string> cem_runtime_fields() { return {"steps", "rope_mode", "dlr_distance", "mlp_form"}; }
+
+std::optional<ConfigProblem> cem_config_problem(const ModelConfig& config) {
+  const CemConfig& c = config.cem;
+  auto problem = [](const char* field, std::string message) -> std::optional<ConfigProblem> {
+    return ConfigProblem{std::string("cem.") + field, "cem." + message};
+  };
+  if (c.steps < 1 || c.steps > 64) {
+    return problem("steps", fmt::format("steps = {}: must be in 1..64 (gradient steps per sub-layer)",
+                                        c.steps));
+  }
+  if (c.rope_mode != "exact" && c.rope_mode != "naive" && c.rope_mode != "none") {
+    return problem("rope_mode",
+                   fmt::format("rope_mode = \"{}\": unknown; valid: exact, naive, none", c.rope_mode));
+  }
+  if (c.dlr != "none" && c.dlr != "per_head" && c.dlr != "shared") {
+    return problem("dlr", fmt::format("dlr = \"{}\": unknown; valid: none, per_head, shared", c.dlr));
+  }
+  if (c.dlr_distance && c.dlr == "none") {
+    return problem("dlr_distance",
+                   "dlr_distance = true needs a diagonal: set cem.dlr = \"per_head\" or \"shared\"");
+  }
+  if (c.precond_rank < 1 || c.precond_rank > config.d_model) {
+    return problem("precond_rank", fmt::format("precond_rank = {}: must be in 1..d_model = {}",
+                                               c.precond_rank, config.d_model));
+  }
+  if (c.mlp_form != "a" && c.mlp_form != "b") {
+    return problem("mlp_form", fmt::format("mlp_form = \"{}\": unknown; valid: a, b", c.mlp_form));
+  }
+  for (int64_t layer = 0; layer < config.n_layers; ++layer) {
+    if (config.mixer_of(layer) == "cem_attention" && config.kv_heads() != config.n_heads) {
+      return ConfigProblem{"n_kv_heads",
+                           fmt::format("n_kv_heads = {}: cem_attention (layer {}) has no grouped-query "
+                                       "form (its values are its keys); set n_kv_heads = 0",
+                                       config.n_kv_heads, layer)};
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace cemfrac

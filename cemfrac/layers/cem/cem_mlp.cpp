@@ -1,0 +1,63 @@
+#include "cemfrac/layers/cem/cem_mlp.h"
+
+#include <torch/torch.h>
+
+namespace cemfrac {
+
+CemMlpImpl::CemMlpImpl(const CemMlpOptions& o) : options_(o) {
+  const int64_t D = o.d_model(), M = o.d_ff();
+  const torch::Device device = o.device();
+  w_u = add_parameter("w_u", init_normal({M, D}, o.init_std(), device), ParamKind::kFfn,
+                      ParamGroup::kDecay);
+  w_g = add_parameter("w_g", init_normal({M, D}, o.init_std(), device), ParamKind::kFfn,
+                      ParamGroup::kDecay);
+  if (o.step().learn_eta() && !o.step().precond()) {
+    eta_.raw = add_parameter("eta_raw", init_constant({1}, softplus_inverse_of_one(), device),
+                             ParamKind::kFfn, ParamGroup::kNoDecay);
+  }
+  if (o.step().precond()) {
+    precond_ = register_module("precond", std::make_shared<CemPreconditionerImpl>(
+                                              D, o.step().precond_rank(), o.step().precond_psd(),
+                                              ParamKind::kFfn, device));
+  }
+}
+
+torch::Tensor CemMlpImpl::condition(const torch::Tensor& h) {
+  ++gate_projections_;
+  torch::Tensor g = torch::linear(h, w_g);  // (B, N, M)
+  return options_.form_b() ? torch::silu(g) : g;
+}
+
+torch::Tensor CemMlpImpl::direction(const torch::Tensor& x, const torch::Tensor& gate) const {
+  torch::Tensor u = torch::linear(x, w_u);  // (B, N, M): the only projection repeated per step
+  torch::Tensor hidden = options_.form_b() ? gate * u : torch::silu(u) * gate;
+  torch::Tensor d = torch::matmul(hidden, w_u);  // (B, N, D): W_U^T, the same tensor
+  if (precond_) d = precond_->apply(d);
+  return d;
+}
+
+torch::Tensor CemMlpImpl::step(const torch::Tensor& x, const torch::Tensor& gate) const {
+  return eta_.advance(x, direction(x, gate));
+}
+
+torch::Tensor CemMlpImpl::forward(const torch::Tensor& h) {
+  const torch::Tensor gate = condition(h);  // once
+  // T = 1: the displacement is eta d itself (no h + eta d - h round trip).
+  if (options_.step().steps() == 1 && !trace_.enabled) return eta_.scale(direction(h, gate));
+  torch::Tensor x = h;
+  if (trace_.enabled) trace_.add(0, energy(x, h).detach());
+  for (int64_t t = 0; t < options_.step().steps(); ++t) {
+    x = step(x, gate);
+    if (trace_.enabled) trace_.add(t + 1, energy(x, h).detach());
+  }
+  return x - h;
+}
+
+torch::Tensor CemMlpImpl::energy(const torch::Tensor& x, const torch::Tensor& h) const {
+  torch::Tensor g = torch::linear(h, w_g);  // (B, N, M)
+  torch::Tensor u = torch::linear(x, w_u);  // (B, N, M)
+  if (options_.form_b()) return -0.5 * (torch::silu(g) * u * u).sum(-1);
+  return -(g * cem_phi(u)).sum(-1);
+}
+
+}  // namespace cemfrac
