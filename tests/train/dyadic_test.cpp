@@ -80,13 +80,6 @@ TrainerOptions options(const std::string& out, const std::string& data, int64_t 
   return o;
 }
 
-std::vector<double> losses(const std::string& run) {
-  std::vector<double> out;
-  std::istringstream in(read_file(run + "/metrics.jsonl"));
-  for (std::string line; std::getline(in, line);) out.push_back(json::parse(line)["loss"]);
-  return out;
-}
-
 std::string dataset() {
   static const std::string dir = [] {
     const std::string d = test::temp_dir("dyadic_data");
@@ -168,7 +161,7 @@ TEST_P(DyadicResume, ResumeIsBitwiseAcrossUnfreezingSteps) {
   LmModel mb(config);
   Trainer(make_train_model(mb), second).run();
 
-  const auto la = losses(a), lb = losses(b);
+  const auto la = test::metrics_losses(a), lb = test::metrics_losses(b);
   ASSERT_EQ(la.size(), static_cast<size_t>(t));
   ASSERT_EQ(lb.size(), static_cast<size_t>(t));
   for (size_t i = 0; i < la.size(); ++i) EXPECT_EQ(la[i], lb[i]) << "step " << i + 1 << ", bitwise";

@@ -8,9 +8,11 @@
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "cemfrac/core/atomic_file.h"
 #include "cemfrac/data/shard.h"
 #include "cemfrac/model/lm_model.h"
 #include "cemfrac/train/trainer.h"
@@ -52,6 +54,14 @@ struct ToyLmImpl : torch::nn::Module {
   torch::Tensor gate;
 };
 TORCH_MODULE(ToyLm);
+
+// The "loss" of every line of a run's metrics.jsonl, in order.
+inline std::vector<double> metrics_losses(const std::string& run) {
+  std::vector<double> out;
+  std::istringstream in(read_file(run + "/metrics.jsonl"));
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line)["loss"]);
+  return out;
+}
 
 inline nlohmann::json toy_config(int64_t vocab, int64_t width) {
   return {{"kind", "toy"}, {"vocab_size", vocab}, {"d_model", width}, {"context", 64}};

@@ -55,13 +55,6 @@ TrainerOptions options(const std::string& out, const std::string& data, int64_t 
   return o;
 }
 
-std::vector<double> losses(const std::string& run) {
-  std::vector<double> out;
-  std::istringstream in(read_file(run + "/metrics.jsonl"));
-  for (std::string line; std::getline(in, line);) out.push_back(json::parse(line)["loss"]);
-  return out;
-}
-
 class TrainerLm : public ::testing::TestWithParam<bool> {};
 
 TEST_P(TrainerLm, ResumeIsExactAndCheckpointsHoldEachTensorOnce) {
@@ -86,7 +79,7 @@ TEST_P(TrainerLm, ResumeIsExactAndCheckpointsHoldEachTensorOnce) {
   TrainModel mb = make_train_model(LmModel(config));
   Trainer(mb, second).run();
 
-  const auto la = losses(a), lb = losses(b);
+  const auto la = test::metrics_losses(a), lb = test::metrics_losses(b);
   ASSERT_EQ(la.size(), 8u);
   ASSERT_EQ(lb.size(), 8u);
   for (size_t i = 0; i < 8; ++i) EXPECT_EQ(la[i], lb[i]) << "step " << i + 1 << ", bitwise";
