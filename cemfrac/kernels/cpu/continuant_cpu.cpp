@@ -9,7 +9,8 @@
 //   r       1 / K̂_d, the one reciprocal per ladder; cached for the backward
 //   f       K_{d-1} r = 1/(a_1 + 1/(a_2 + ... + 1/a_d))  (guarded)
 //   g       dLoss/df;  q_k = K_{d-k} r
-//   tile    kTile consecutive ladders of one row: the unit of work of at::parallel_for
+//   tile    kTile consecutive ladders of one row; blocks of tiles are the units of work (run_parallel)
+//   chunk   kChunk consecutive ladders of a tile, whose whole recurrence runs in vector registers
 //
 // Backward (Proposition 1, spec §2.4): df/da_k = (-1)^k (K_{d-k} / K_d)^2, evaluated with K̂_d, i.e.
 //   grad a_k = g (-1)^k q_k^2.  The continuants are recomputed from a (never by running the recurrence
@@ -27,8 +28,8 @@
 //   and the ATen twin's `a * K + K_prev` all round identically: thread count, tiling and ISA never
 //   change a bit (ContinuantFusedVsReference.*, ContinuantDeterminism.*).
 // - Overflow: |K_j| grows like prod(|a_k| + 1) and can exceed the dtype's range although f and its
-//   gradient are representable (e.g. every a_k = 1e30 in float32). A tile whose K_d or K_{d-1} came
-//   out non-finite re-runs those ladders on a slow scalar path in long double with a separate
+//   gradient are representable (e.g. every a_k = 1e30 in float32). A ladder whose K_d or K_{d-1} came
+//   out non-finite is re-run on a slow scalar path in long double with a separate
 //   binary exponent per continuant (no overflow for any finite input), with the same formulas. The
 //   same path computes the exact-mode gradient of ladders inside the clamp. NaN inputs give NaN for
 //   that ladder only. Pinned by ContinuantPoleGuard.HugeInputsStayFinite / NonFiniteInputs.
@@ -43,11 +44,15 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
 #include "cemfrac/core/check.h"
 #include "cemfrac/kernels/kernels.h"
+
+// Vectors are passed between always-inline helpers only; their ABI never matters.
+#pragma GCC diagnostic ignored "-Wpsabi"
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #define CEMFRAC_LADDER_X86_DISPATCH 1
@@ -60,9 +65,8 @@
 namespace cemfrac::kernels {
 namespace {
 
-// Ladders per tile. The forward keeps two tile-long rows of continuants (K_{j-1}, K_j) on the stack
-// (8 KiB in double) and streams d rows of a past them, so everything but a and the outputs stays in
-// L1; 512 ladders = 2 KiB of float per depth level, long enough runs for the hardware prefetcher.
+// Ladders per tile: the unit of the slow-path bookkeeping and of the work blocks (run_parallel). Inside
+// a tile the ladders are processed in register-resident chunks of kChunk (see the fast path below).
 constexpr int64_t kTile = 512;
 
 template <typename T>
@@ -181,149 +185,281 @@ void ladder_slow_path(const T* a, int64_t stride, int64_t d, T eps_t, bool exact
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Fast path, one tile of n <= kTile ladders. Plain contiguous loops over the ladder index: the compiler
-// vectorises them (SSE2 in the baseline build, AVX2 in the clone below); every loop is written so that
-// element i only touches index i, which makes the vector body and the scalar tail round identically.
+// Fast path, one tile of n <= kTile ladders, in register-resident chunks.
+//
+// A chunk is kChunk consecutive ladders (two 32-byte vectors: 16 floats or 8 doubles). For each chunk
+// the whole recurrence runs in registers: K_{j-1}, K_j never touch memory, every a_k is loaded once
+// (the d depth rows are d sequential streams, 64 bytes per chunk each), and each output is stored
+// once. GCC vector extensions make the code ISA-neutral: the baseline build lowers a 32-byte vector to
+// two SSE2 registers, the AVX2 clone to one ymm register. Every lane of a vector operation is the same
+// IEEE operation as the scalar tail's (`a * K + K_prev` etc.; no contraction, see the header), so a
+// ladder's bits do not depend on whether it falls in a vector chunk or in the scalar tail.
 
 template <typename T>
-CEMFRAC_LADDER_INLINE bool any_non_finite(const T* __restrict x, const T* __restrict y, int64_t n) {
-  const T big = std::numeric_limits<T>::max();
-  int bad = 0;
-  for (int64_t i = 0; i < n; ++i) bad |= static_cast<int>(!(std::abs(x[i]) <= big)) |
-                                         static_cast<int>(!(std::abs(y[i]) <= big));
-  return bad != 0;
+struct VecOf;
+template <>
+struct VecOf<float> {
+  typedef float type __attribute__((vector_size(32)));
+};
+template <>
+struct VecOf<double> {
+  typedef double type __attribute__((vector_size(32)));
+};
+
+template <typename T>
+using Vec = typename VecOf<T>::type;
+
+template <typename T>
+constexpr int64_t kLanes = static_cast<int64_t>(sizeof(Vec<T>) / sizeof(T));
+
+constexpr int kUnroll = 2;  // vectors per chunk: two independent recurrences in flight
+
+template <typename T>
+constexpr int64_t kChunk = kUnroll * kLanes<T>;
+
+template <typename T>
+CEMFRAC_LADDER_INLINE Vec<T> vload(const T* p) {
+  Vec<T> v;
+  std::memcpy(&v, p, sizeof(v));  // unaligned load (movups / vmovups)
+  return v;
+}
+
+template <typename T>
+CEMFRAC_LADDER_INLINE void vstore(T* p, const Vec<T>& v) {
+  std::memcpy(p, &v, sizeof(v));
+}
+
+template <typename T>
+CEMFRAC_LADDER_INLINE Vec<T> splat(T x) {
+  return Vec<T>{} + x;
+}
+
+// Lane mask (all ones / zero per lane) of "x is finite": !(|x| <= max) is NaN or inf.
+template <typename T>
+CEMFRAC_LADDER_INLINE auto finite_mask(const Vec<T>& x) {
+  const Vec<T> big = splat<T>(std::numeric_limits<T>::max());
+  return (x <= big) & (x >= -big);
+}
+
+// True if every lane of a lane mask is set.
+template <typename M>
+CEMFRAC_LADDER_INLINE bool all_lanes(const M& m) {
+  uint64_t w[sizeof(M) / 8];
+  std::memcpy(w, &m, sizeof(m));
+  uint64_t acc = ~uint64_t{0};
+  for (size_t j = 0; j < sizeof(M) / 8; ++j) acc &= w[j];
+  return acc == ~uint64_t{0};
+}
+
+// True if some lane of a lane mask is set.
+template <typename M>
+CEMFRAC_LADDER_INLINE bool any_lane(const M& m) {
+  uint64_t w[sizeof(M) / 8];
+  std::memcpy(w, &m, sizeof(m));
+  uint64_t acc = 0;
+  for (size_t j = 0; j < sizeof(M) / 8; ++j) acc |= w[j];
+  return acc != 0;
+}
+
+// Scalar math: K̂_d = K_d >= 0 ? max(K_d, eps) : min(K_d, -eps)  (std::max / std::min semantics:
+// max(x, e) = x < e ? e : x, min(x, -e) = -e < x ? -e : x; NaN stays NaN).
+template <typename T>
+CEMFRAC_LADDER_INLINE T guard_scalar(T kd, T eps) {
+  return kd >= T(0) ? std::max(kd, eps) : std::min(kd, -eps);
+}
+
+template <typename T>
+CEMFRAC_LADDER_INLINE Vec<T> guard_vec(const Vec<T>& kd, const Vec<T>& eps) {
+  const Vec<T> zero{};
+  const Vec<T> up = kd < eps ? eps : kd;
+  const Vec<T> down = -eps < kd ? -eps : kd;
+  return kd >= zero ? up : down;
+}
+
+// One ladder of the forward, scalar, with the vector chunk's formulas. Returns false if K_d or
+// K_{d-1} is non-finite (the caller then takes the slow path).
+template <typename T>
+CEMFRAC_LADDER_INLINE bool forward_ladder_scalar(const T* a, int64_t L, int64_t d, T eps, T* f, T* r,
+                                                 T* k_out) {
+  T prev = T(0), cur = T(1);  // K_{-1}, K_0
+  for (int64_t k = d; k >= 1; --k) {
+    if (k_out != nullptr) k_out[(k - 1) * L] = cur;
+    const T next = a[(k - 1) * L] * cur + prev;
+    prev = cur;
+    cur = next;
+  }
+  const T recip = T(1) / guard_scalar(cur, eps);
+  *f = prev * recip;
+  if (r != nullptr) *r = recip;
+  return std::isfinite(cur) && std::isfinite(prev);
 }
 
 template <typename T>
 CEMFRAC_LADDER_INLINE void forward_tile(const LadderArgs<T>& p, int64_t row, int64_t l0, int64_t n,
                                         SlowScratch& scratch) {
+  using V = Vec<T>;
   const int64_t d = p.depth;
   const int64_t L = p.ladders;
   const T* __restrict a = p.a + (row * d) * L + l0;
   T* __restrict f = p.f + row * L + l0;
   T* __restrict r_out = p.r_out != nullptr ? p.r_out + row * L + l0 : nullptr;
   T* __restrict k_out = p.k_out != nullptr ? p.k_out + (row * d) * L + l0 : nullptr;
-  alignas(64) T prev[kTile];  // K_{j-1}
-  alignas(64) T cur[kTile];   // K_j
-  alignas(64) T recip[kTile];
-  for (int64_t i = 0; i < n; ++i) {
-    prev[i] = T(0);  // K_{-1}
-    cur[i] = T(1);   // K_0
-  }
-  // Scalar math: for k = d..1:  K_{d-k+1} = a_k K_{d-k} + K_{d-k-1}.
-  for (int64_t k = d; k >= 1; --k) {
-    const T* __restrict ak = a + (k - 1) * L;
-    if (k_out != nullptr) {
-      T* __restrict kk = k_out + (k - 1) * L;  // stores K_{d-k}, the factor of grad a_k
-      for (int64_t i = 0; i < n; ++i) kk[i] = cur[i];
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      const T next = ak[i] * cur[i] + prev[i];
-      prev[i] = cur[i];
-      cur[i] = next;
-    }
-  }
-  // Now cur = K_d, prev = K_{d-1}.
-  // Scalar math: K̂_d = K_d >= 0 ? max(K_d, eps) : min(K_d, -eps);  r = 1 / K̂_d;  f = K_{d-1} r.
   const T eps = p.eps;
-  for (int64_t i = 0; i < n; ++i) {
-    const T kd = cur[i];
-    const T kh = kd >= T(0) ? std::max(kd, eps) : std::min(kd, -eps);
-    recip[i] = T(1) / kh;  // the one division of the ladder
-    f[i] = prev[i] * recip[i];
-  }
-  if (r_out != nullptr) {
-    for (int64_t i = 0; i < n; ++i) r_out[i] = recip[i];
-  }
-  if (any_non_finite(cur, prev, n)) {
-    for (int64_t i = 0; i < n; ++i) {
-      if (std::isfinite(cur[i]) && std::isfinite(prev[i])) continue;
-      ladder_slow_path<T>(a + i, L, d, eps, false, -1, f + i,
-                          r_out != nullptr ? r_out + i : nullptr, T(0), nullptr, scratch);
+  const V epsv = splat<T>(eps);
+  const V one = splat<T>(T(1));
+  constexpr int64_t W = kLanes<T>;
+  int64_t i = 0;
+  for (; i + kChunk<T> <= n; i += kChunk<T>) {
+    // Scalar math: for k = d..1:  K_{d-k+1} = a_k K_{d-k} + K_{d-k-1}.
+    V prev[kUnroll], cur[kUnroll];
+    for (int u = 0; u < kUnroll; ++u) {
+      prev[u] = V{};  // K_{-1}
+      cur[u] = one;   // K_0
+    }
+    for (int64_t k = d; k >= 1; --k) {
+      const T* ak = a + (k - 1) * L + i;
+      for (int u = 0; u < kUnroll; ++u) {
+        if (k_out != nullptr) vstore<T>(k_out + (k - 1) * L + i + u * W, cur[u]);  // K_{d-k}
+        const V next = vload<T>(ak + u * W) * cur[u] + prev[u];
+        prev[u] = cur[u];
+        cur[u] = next;
+      }
+    }
+    // Now cur = K_d, prev = K_{d-1}.  r = 1 / K̂_d (the one division);  f = K_{d-1} r.
+    bool finite = true;
+    for (int u = 0; u < kUnroll; ++u) {
+      const V recip = one / guard_vec<T>(cur[u], epsv);
+      vstore<T>(f + i + u * W, prev[u] * recip);
+      if (r_out != nullptr) vstore<T>(r_out + i + u * W, recip);
+      finite = finite && all_lanes(finite_mask<T>(cur[u]) & finite_mask<T>(prev[u]));
+    }
+    if (!finite) {
+      for (int64_t j = i; j < i + kChunk<T>; ++j) {
+        T fj, rj;
+        if (forward_ladder_scalar<T>(a + j, L, d, eps, &fj, &rj, nullptr)) continue;
+        ladder_slow_path<T>(a + j, L, d, eps, false, -1, f + j,
+                            r_out != nullptr ? r_out + j : nullptr, T(0), nullptr, scratch);
+      }
     }
   }
+  for (; i < n; ++i) {
+    if (forward_ladder_scalar<T>(a + i, L, d, eps, f + i, r_out != nullptr ? r_out + i : nullptr,
+                                 k_out != nullptr ? k_out + i : nullptr)) {
+      continue;
+    }
+    ladder_slow_path<T>(a + i, L, d, eps, false, -1, f + i, r_out != nullptr ? r_out + i : nullptr,
+                        T(0), nullptr, scratch);
+  }
+}
+
+// One ladder of the backward, scalar, with the vector chunk's formulas: writes grad a_k for k = d..1
+// and returns K_d, K_{d-1} (bitwise the forward's) for the caller's slow-path decision.
+template <typename T>
+CEMFRAC_LADDER_INLINE void backward_ladder_scalar(const T* a, const T* ks, int64_t L, int64_t d, T r,
+                                                  T g, T* grad_a, T* kd_out, T* kd1_out) {
+  // Forward being differentiated:  f = K_{d-1} r,  r = 1/K̂_d  ->  df/da_k = (-1)^k (K_{d-k} r)^2.
+  T prev = T(0), cur = T(1);
+  for (int64_t k = d; k >= 1; --k) {
+    const T kk = ks != nullptr ? ks[(k - 1) * L] : cur;  // K_{d-k}
+    const T q = kk * r;
+    grad_a[(k - 1) * L] = (k & 1) ? -(q * q) * g : (q * q) * g;
+    if (ks == nullptr) {
+      const T next = a[(k - 1) * L] * cur + prev;
+      prev = cur;
+      cur = next;
+    }
+  }
+  if (ks != nullptr) {
+    // K_d = a_1 K_{d-1} + K_{d-2}, the forward's last step.
+    prev = ks[0];
+    cur = a[0] * ks[0] + (d >= 2 ? ks[L] : T(0));
+  }
+  *kd_out = cur;
+  *kd1_out = prev;
 }
 
 template <typename T>
 CEMFRAC_LADDER_INLINE void backward_tile(const LadderArgs<T>& p, int64_t row, int64_t l0, int64_t n,
                                          SlowScratch& scratch) {
+  using V = Vec<T>;
   const int64_t d = p.depth;
   const int64_t L = p.ladders;
   const T* __restrict a = p.a + (row * d) * L + l0;
   const T* __restrict g = p.grad_f + row * L + l0;
   const T* __restrict r = p.r + row * L + l0;
+  const T* __restrict ks = p.k_saved != nullptr ? p.k_saved + (row * d) * L + l0 : nullptr;
   T* __restrict grad_a = p.grad_a + (row * d) * L + l0;
-  alignas(64) T prev[kTile];
-  alignas(64) T cur[kTile];
-  // Forward being differentiated:  f = K_{d-1} r,  r = 1/K̂_d  ->  df/da_k = (-1)^k (K_{d-k} r)^2.
-  // Scalar math: for k = d..1:  q = K_{d-k} r;  grad a_k = (-1)^k (q q) g;  then advance K as in
-  // the forward (K_{d-k+1} = a_k K_{d-k} + K_{d-k-1}), so K_{d-k} is ready exactly when a_k is read.
-  if (p.k_saved == nullptr) {
-    for (int64_t i = 0; i < n; ++i) {
-      prev[i] = T(0);
-      cur[i] = T(1);
+  const T eps = p.eps;
+  const V epsv = splat<T>(eps);
+  constexpr int64_t W = kLanes<T>;
+  // A ladder whose K_d or K_{d-1} is non-finite, or (exact mode) whose |K_d| < eps, is redone on the
+  // slow path, which overwrites its gradients.
+  auto fix = [&](int64_t j, T kd, T kd1) {
+    const bool bad = !(std::isfinite(kd) && std::isfinite(kd1));
+    const bool clamped = p.exact && std::abs(kd) < eps;
+    if (!bad && !clamped) return;
+    ladder_slow_path<T>(a + j, L, d, eps, p.exact, bad ? -1 : 1, nullptr, nullptr, g[j], grad_a + j,
+                        scratch);
+  };
+  int64_t i = 0;
+  for (; i + kChunk<T> <= n; i += kChunk<T>) {
+    V rv[kUnroll], gv[kUnroll], prev[kUnroll], cur[kUnroll];
+    for (int u = 0; u < kUnroll; ++u) {
+      rv[u] = vload<T>(r + i + u * W);
+      gv[u] = vload<T>(g + i + u * W);
     }
-    for (int64_t k = d; k >= 1; --k) {
-      const T* __restrict ak = a + (k - 1) * L;
-      T* __restrict gk = grad_a + (k - 1) * L;
-      if (k & 1) {
-        for (int64_t i = 0; i < n; ++i) {
-          const T q = cur[i] * r[i];
-          gk[i] = -(q * q) * g[i];
-          const T next = ak[i] * cur[i] + prev[i];
-          prev[i] = cur[i];
-          cur[i] = next;
-        }
-      } else {
-        for (int64_t i = 0; i < n; ++i) {
-          const T q = cur[i] * r[i];
-          gk[i] = (q * q) * g[i];
-          const T next = ak[i] * cur[i] + prev[i];
-          prev[i] = cur[i];
-          cur[i] = next;
+    if (ks == nullptr) {
+      for (int u = 0; u < kUnroll; ++u) {
+        prev[u] = V{};
+        cur[u] = splat<T>(T(1));
+      }
+      // Scalar math: for k = d..1:  q = K_{d-k} r;  grad a_k = (-1)^k (q q) g;  then advance K as in
+      // the forward (K_{d-k+1} = a_k K_{d-k} + K_{d-k-1}), so K_{d-k} is ready exactly when a_k is read.
+      for (int64_t k = d; k >= 1; --k) {
+        const T* ak = a + (k - 1) * L + i;
+        T* gk = grad_a + (k - 1) * L + i;
+        for (int u = 0; u < kUnroll; ++u) {
+          const V q = cur[u] * rv[u];
+          const V w = (k & 1) ? -(q * q) * gv[u] : (q * q) * gv[u];
+          vstore<T>(gk + u * W, w);
+          const V next = vload<T>(ak + u * W) * cur[u] + prev[u];
+          prev[u] = cur[u];
+          cur[u] = next;
         }
       }
-    }
-  } else {
-    const T* __restrict ks = p.k_saved + (row * d) * L + l0;
-    for (int64_t k = d; k >= 1; --k) {
-      const T* __restrict kk = ks + (k - 1) * L;  // K_{d-k}
-      T* __restrict gk = grad_a + (k - 1) * L;
-      if (k & 1) {
-        for (int64_t i = 0; i < n; ++i) {
-          const T q = kk[i] * r[i];
-          gk[i] = -(q * q) * g[i];
-        }
-      } else {
-        for (int64_t i = 0; i < n; ++i) {
-          const T q = kk[i] * r[i];
-          gk[i] = (q * q) * g[i];
+    } else {
+      for (int64_t k = d; k >= 1; --k) {
+        const T* kk = ks + (k - 1) * L + i;  // K_{d-k}
+        T* gk = grad_a + (k - 1) * L + i;
+        for (int u = 0; u < kUnroll; ++u) {
+          const V q = vload<T>(kk + u * W) * rv[u];
+          const V w = (k & 1) ? -(q * q) * gv[u] : (q * q) * gv[u];
+          vstore<T>(gk + u * W, w);
         }
       }
+      for (int u = 0; u < kUnroll; ++u) {
+        prev[u] = vload<T>(ks + i + u * W);
+        const V kd2 = d >= 2 ? vload<T>(ks + L + i + u * W) : V{};
+        cur[u] = vload<T>(a + i + u * W) * prev[u] + kd2;
+      }
     }
-    // K_d = a_1 K_{d-1} + K_{d-2}, the forward's last step, for the checks below.
-    const T* __restrict k_d1 = ks;                          // K_{d-1}
-    const T* __restrict k_d2 = d >= 2 ? ks + L : nullptr;  // K_{d-2}
-    for (int64_t i = 0; i < n; ++i) {
-      prev[i] = k_d1[i];
-      cur[i] = a[i] * k_d1[i] + (k_d2 != nullptr ? k_d2[i] : T(0));
+    // Now cur = K_d, prev = K_{d-1}: bitwise the forward's values.
+    bool redo = false;
+    for (int u = 0; u < kUnroll; ++u) {
+      redo = redo || !all_lanes(finite_mask<T>(cur[u]) & finite_mask<T>(prev[u]));
+      if (p.exact) redo = redo || any_lane((cur[u] < epsv) & (cur[u] > -epsv));
+    }
+    if (redo) {
+      for (int u = 0; u < kUnroll; ++u) {
+        for (int64_t j = 0; j < W; ++j) fix(i + u * W + j, cur[u][j], prev[u][j]);
+      }
     }
   }
-  // Now cur = K_d, prev = K_{d-1}: bitwise the forward's values.
-  const bool overflow = any_non_finite(cur, prev, n);
-  bool inside = false;
-  if (p.exact) {
-    int any = 0;
-    for (int64_t i = 0; i < n; ++i) any |= static_cast<int>(std::abs(cur[i]) < p.eps);
-    inside = any != 0;
-  }
-  if (!overflow && !inside) return;
-  for (int64_t i = 0; i < n; ++i) {
-    const bool bad = !(std::isfinite(cur[i]) && std::isfinite(prev[i]));
-    const bool clamped = p.exact && std::abs(cur[i]) < p.eps;
-    if (!bad && !clamped) continue;
-    ladder_slow_path<T>(a + i, L, d, p.eps, p.exact, bad ? -1 : 1, nullptr, nullptr, g[i],
-                        grad_a + i, scratch);
+  for (; i < n; ++i) {
+    T kd, kd1;
+    backward_ladder_scalar<T>(a + i, ks != nullptr ? ks + i : nullptr, L, d, r[i], g[i], grad_a + i,
+                              &kd, &kd1);
+    fix(i, kd, kd1);
   }
 }
 
@@ -380,11 +516,12 @@ template <typename T, bool kForward>
 void run_parallel(const LadderArgs<T>& p) {
   const int64_t tiles = p.rows * p.tiles_per_row;
   if (tiles == 0) return;
-  // Grain: a task should stream at least ~256 KiB of a (64 Ki elements of float) so that waking a
-  // thread (a few microseconds) stays well under its work; with fewer tiles everything runs inline.
+  // Block: a unit of work should stream at least ~256 KiB of a (64 Ki elements of float) so that
+  // claiming it stays well under its work; with a single block everything runs inline.
   const int64_t per_tile = std::max<int64_t>(1, std::min(kTile, p.ladders) * p.depth);
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / per_tile);
-  auto body = [&](int64_t t0, int64_t t1) {
+  const int64_t block = std::max<int64_t>(1, (int64_t{1} << 16) / per_tile);
+  const int64_t blocks = (tiles + block - 1) / block;
+  auto run = [&](int64_t t0, int64_t t1) {
 #if CEMFRAC_LADDER_X86_DISPATCH
     if (use_avx2()) {
       run_tiles_avx2<T, kForward>(p, t0, t1);
@@ -393,7 +530,24 @@ void run_parallel(const LadderArgs<T>& p) {
 #endif
     run_tiles_baseline<T, kForward>(p, t0, t1);
   };
-  at::parallel_for(0, tiles, grain, body);
+  const int64_t workers = std::min<int64_t>(blocks, at::get_num_threads());
+  if (workers <= 1 || at::in_parallel_region()) {
+    run(0, tiles);
+    return;
+  }
+  // Dynamic schedule: each worker claims the next block until none is left. A static split (what
+  // at::parallel_for does) waits for the slowest half, which on a shared machine is the half whose
+  // thread was descheduled. Every tile is computed the same way whichever thread runs it, so the
+  // result does not depend on the schedule.
+  std::atomic<int64_t> next{0};
+  at::parallel_for(0, workers, 1, [&](int64_t w0, int64_t w1) {
+    for (int64_t w = w0; w < w1; ++w) {
+      for (int64_t b = next.fetch_add(1, std::memory_order_relaxed); b < blocks;
+           b = next.fetch_add(1, std::memory_order_relaxed)) {
+        run(b * block, std::min(tiles, (b + 1) * block));
+      }
+    }
+  });
 }
 
 void check_ladder_tensor(const at::Tensor& t, const at::Tensor& like, int64_t dim, const char* name) {
