@@ -30,5 +30,7 @@ Command add_bench_layers(CLI::App& bench, const GlobalOptions& global);
 Command add_train(CLI::App& root, const GlobalOptions& global);
 Command add_eval(CLI::App& root, const GlobalOptions& global);
 Command add_generate(CLI::App& root, const GlobalOptions& global);
+// `cemfrac gp` (cli/gp.cpp): the CEM paper's Gaussian-process experiment.
+Command add_gp(CLI::App& root, const GlobalOptions& global);
 
 }  // namespace cemfrac::cli

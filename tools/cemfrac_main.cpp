@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
       cli::add_train(app, global),
       cli::add_eval(app, global),
       cli::add_generate(app, global),
+      cli::add_gp(app, global),
   };
 
   try {

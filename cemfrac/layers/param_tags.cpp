@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <map>
+
 namespace cemfrac {
 
 const char* to_string(ParamKind kind) {
@@ -43,6 +45,33 @@ void notify_train_step(torch::nn::Module& root, const TrainProgress& progress) {
   for (const auto& module : root.modules(/*include_self=*/true)) {
     if (auto* tagged = dynamic_cast<TaggedModule*>(module.get())) tagged->on_train_step(progress);
   }
+}
+
+std::vector<ParamInfo> tagged_parameter_table(const torch::nn::Module& root) {
+  // Tags are declared by the module that owns each tensor; key them by the full name.
+  std::map<std::string, ParamTag> tags;
+  for (const auto& item : root.named_modules("", /*include_self=*/true)) {
+    auto* tagged = dynamic_cast<const TaggedModule*>(item.value().get());
+    if (tagged == nullptr) continue;
+    for (const auto& [local, tag] : tagged->param_tags()) {
+      tags.emplace(item.key().empty() ? local : item.key() + "." + local, tag);
+    }
+  }
+  std::vector<ParamInfo> table;
+  for (const auto& item : root.named_parameters()) {
+    auto tag = tags.find(item.key());
+    TORCH_INTERNAL_ASSERT(tag != tags.end(), "parameter ", item.key(),
+                          " was registered without a kind/group (use TaggedModule::add_parameter)");
+    ParamInfo info;
+    info.name = item.key();
+    info.shape = item.value().sizes().vec();
+    info.numel = item.value().numel();
+    info.kind = tag->second.kind;
+    info.group = tag->second.group;
+    info.depth = tag->second.depth;
+    table.push_back(std::move(info));
+  }
+  return table;
 }
 
 torch::Tensor init_normal(torch::IntArrayRef shape, double std, torch::Device device) {

@@ -82,6 +82,10 @@ class TaggedModule : public torch::nn::Module {
 std::vector<std::pair<std::string, torch::Tensor>> state_buffers(const torch::nn::Module& root);
 // Calls on_train_step on every TaggedModule under `root`.
 void notify_train_step(torch::nn::Module& root, const TrainProgress& progress);
+// One ParamInfo per entry of root.named_parameters() (each distinct tensor once), in registration
+// order, with the kind/group/depth its TaggedModule declared (tied_to left empty). A parameter
+// registered without a tag trips an assertion. The parameter table of LmModel and of the GP model.
+std::vector<ParamInfo> tagged_parameter_table(const torch::nn::Module& root);
 
 // Initial values. On the meta device (shape-only models, see LmModelImpl) nothing is allocated or
 // drawn; otherwise values come from the default generator, in the order of the calls.

@@ -82,29 +82,9 @@ torch::Tensor LmModelImpl::forward(const torch::Tensor& tokens, DecodeState* sta
 }
 
 std::vector<ParamInfo> LmModelImpl::parameter_table() const {
-  // Tags are declared by the module that owns each tensor; key them by the full name.
-  std::map<std::string, ParamTag> tags;
-  for (const auto& item : named_modules("", /*include_self=*/false)) {
-    auto* tagged = dynamic_cast<const TaggedModule*>(item.value().get());
-    if (tagged == nullptr) continue;
-    for (const auto& [local, tag] : tagged->param_tags()) {
-      tags.emplace(item.key().empty() ? local : item.key() + "." + local, tag);
-    }
-  }
-  std::vector<ParamInfo> table;
-  for (const auto& item : named_parameters()) {
-    auto tag = tags.find(item.key());
-    TORCH_INTERNAL_ASSERT(tag != tags.end(), "parameter ", item.key(),
-                          " was registered without a kind/group (use TaggedModule::add_parameter)");
-    ParamInfo info;
-    info.name = item.key();
-    info.shape = item.value().sizes().vec();
-    info.numel = item.value().numel();
-    info.kind = tag->second.kind;
-    info.group = tag->second.group;
-    info.depth = tag->second.depth;
+  std::vector<ParamInfo> table = tagged_parameter_table(*this);
+  for (ParamInfo& info : table) {
     if (config_.tie_embeddings && info.name == "wte.weight") info.tied_to = "head.weight";
-    table.push_back(std::move(info));
   }
   return table;
 }

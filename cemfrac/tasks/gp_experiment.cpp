@@ -1,0 +1,462 @@
+#include "cemfrac/tasks/gp_experiment.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <iostream>
+#include <limits>
+#include <map>
+
+#include "cemfrac/core/check.h"
+#include "cemfrac/core/random.h"
+#include "cemfrac/train/optimizer.h"
+#include "cemfrac/train/schedule.h"
+
+namespace cemfrac {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::string format_eta(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  if (s >= 60) return fmt::format("{}m{:02d}s", s / 60, s % 60);
+  return fmt::format("{}s", s);
+}
+
+// Per-sequence mean squared differences (S) -> RMSE and its standard error over sequences
+// (delta method: se(sqrt(m)) = se(m) / (2 sqrt(m))).
+std::pair<double, double> rmse_with_se(const torch::Tensor& per_seq_mse) {
+  const double mse = per_seq_mse.mean().item<double>();
+  const int64_t S = per_seq_mse.size(0);
+  const double se_mse = S > 1 ? per_seq_mse.std().item<double>() / std::sqrt(double(S)) : 0.0;
+  const double rmse = std::sqrt(mse);
+  return {rmse, rmse > 0 ? se_mse / (2 * rmse) : 0.0};
+}
+
+}  // namespace
+
+GpTrainResult train_gp_model(GpModel& model, const GpTaskOptions& task,
+                             const GpTrainOptions& options) {
+  CEMFRAC_CHECK(options.steps >= 1, "GP training needs at least 1 step, got {}", options.steps);
+  CEMFRAC_CHECK(options.batch >= 1, "GP batch size {} must be at least 1", options.batch);
+  const auto start = Clock::now();
+  model->train();
+  AdamWConfig adamw;
+  adamw.weight_decay = options.weight_decay;
+  Optimizer optimizer(*model, model->parameter_table(), adamw);
+  CosineSchedule schedule;
+  schedule.lr_max = options.lr_max;
+  schedule.lr_min = options.lr_min;
+  schedule.warmup_steps = std::min(options.warmup_steps, options.steps);
+  schedule.total_steps = options.steps;
+  at::Generator generator = at::detail::createCPUGenerator(options.data_seed);
+  const bool tty = options.progress && isatty(STDERR_FILENO);
+  const int64_t log_every = std::max<int64_t>(1, options.steps / 10);
+  const int64_t tail = std::min<int64_t>(50, options.steps);
+  double tail_sum = 0;
+  double recent = 0;  // exponential average of the loss, for the progress line
+
+  GpTrainResult result;
+  for (int64_t step = 0; step < options.steps; ++step) {
+    const double lr = schedule.lr(step);
+    optimizer.set_lr(lr);
+    // 1. A fresh batch; 2. the MSE over every position; 3. clip and step.
+    GpBatch batch = sample_gp_batch(options.batch, task, generator, /*with_oracle=*/false);
+    torch::Tensor pred = model->forward(batch.tokens);          // (B, N - 1)
+    torch::Tensor loss = torch::mse_loss(pred, batch.targets);  // ()
+    optimizer.zero_grad();
+    loss.backward();
+    const double grad_norm = clip_grad_norm(optimizer.trainable(), options.clip);
+    const double loss_value = loss.item<double>();
+    CEMFRAC_CHECK(std::isfinite(loss_value) && std::isfinite(grad_norm),
+                  "{}: training stopped at step {}/{}: non-finite {} (loss {}, grad norm {}) at lr "
+                  "{:.3g}; lower --lr",
+                  options.label, step + 1, options.steps,
+                  std::isfinite(loss_value) ? "gradient norm" : "loss", loss_value, grad_norm, lr);
+    optimizer.step();
+    if (step >= options.steps - tail) tail_sum += loss_value;
+    recent = step == 0 ? loss_value : 0.95 * recent + 0.05 * loss_value;
+
+    const int64_t done = step + 1;
+    if (options.progress && (tty || done % log_every == 0 || done == options.steps)) {
+      const double elapsed = seconds_since(start);
+      const std::string line = fmt::format(
+          "{}: step {}/{} | mse {:.4f} | lr {:.2e} | norm {:.3f} | {:.1f} steps/s | ETA {}",
+          options.label, done, options.steps, recent, lr, grad_norm, done / elapsed,
+          format_eta(elapsed / done * double(options.steps - done)));
+      if (tty)
+        std::cerr << "\r" << line << "\033[K" << std::flush;
+      else
+        std::cerr << line << "\n";
+    }
+  }
+  if (tty) std::cerr << "\n";
+  model->eval();
+  result.steps = options.steps;
+  result.last_loss = tail_sum / double(tail);
+  result.seconds = seconds_since(start);
+  return result;
+}
+
+GpEvalResult evaluate_gp_model(GpModel& model, const GpBatch& heldout, int64_t chunk) {
+  TORCH_INTERNAL_ASSERT(heldout.posterior_mean.defined(), "held-out set without the oracle");
+  TORCH_INTERNAL_ASSERT(chunk >= 1);
+  const auto start = Clock::now();
+  torch::NoGradGuard no_grad;
+  model->eval();
+  const int64_t S = heldout.tokens.size(0);
+  std::vector<torch::Tensor> preds;
+  for (int64_t begin = 0; begin < S; begin += chunk) {
+    const int64_t n = std::min(chunk, S - begin);
+    preds.push_back(model->forward(heldout.tokens.narrow(0, begin, n)).to(torch::kFloat64));
+  }
+  torch::Tensor pred = torch::cat(preds, 0);                        // (S, N - 1) float64
+  torch::Tensor y = heldout.y.narrow(1, 1, heldout.y.size(1) - 1);  // (S, N - 1) float64
+  const torch::Tensor& mu = heldout.posterior_mean;                 // (S, N - 1) float64
+  GpEvalResult r;
+  std::tie(r.rmse_targets, r.se_targets) = rmse_with_se((pred - y).pow(2).mean(1));
+  std::tie(r.rmse_posterior, r.se_posterior) = rmse_with_se((pred - mu).pow(2).mean(1));
+  std::tie(r.rmse_oracle, r.se_oracle) = rmse_with_se((mu - y).pow(2).mean(1));
+  r.seconds = seconds_since(start);
+  return r;
+}
+
+GpExperimentOptions default_gp_experiment() {
+  GpExperimentOptions o;
+  ModelConfig base;
+  base.d_model = 128;
+  base.n_heads = 4;
+  base.d_ff = 512;
+  base.n_layers = 2;
+  base.context = o.task.n_points - 1;
+  base.positions = "none";  // the points are exchangeable; each token carries its own t
+  base.norm = "rmsnorm";
+  base.bias = false;
+  base.vocab_size = 1;  // unused: no token embedding
+  o.cem_model = base;
+  o.cem_model.mixer = "cem_attention";
+  o.cem_model.ffn = "cem_mlp";
+  o.baseline = base;
+  o.baseline.mixer = "mha";
+  o.baseline.ffn = "swiglu";
+  return o;
+}
+
+GpExperimentResult run_gp_experiment(const GpExperimentOptions& options) {
+  CEMFRAC_CHECK(!options.steps.empty(), "no step counts T given (e.g. --steps 1,2,4,8)");
+  for (int64_t T : options.steps) {
+    CEMFRAC_CHECK(T >= 1 && T <= 64, "step count T = {}: must be in 1..64", T);
+  }
+  CEMFRAC_CHECK(options.eval_seqs >= 2, "held-out set of {} sequences: use at least 2",
+                options.eval_seqs);
+  CEMFRAC_CHECK(options.scale_from >= 0 && options.scale_from <= 64,
+                "test-time scaling source T = {}: must be in 0..64 (0 = none)", options.scale_from);
+  const auto start = Clock::now();
+  // One seed -> the init of every model (the same for all T), the training stream (the same batches
+  // for every model) and the held-out set.
+  SplitMix64 seeds(options.seed);
+  const uint64_t init_seed = seeds.next();
+  const uint64_t train_seed = seeds.next();
+  const uint64_t heldout_seed = seeds.next();
+  at::Generator heldout_gen = at::detail::createCPUGenerator(heldout_seed);
+  const GpBatch heldout = sample_gp_batch(options.eval_seqs, options.task, heldout_gen, true);
+
+  GpExperimentResult result;
+  result.train_steps = options.train.steps;
+  result.batch = options.train.batch;
+  result.eval_seqs = options.eval_seqs;
+  result.n_points = options.task.n_points;
+  result.seed = options.seed;
+
+  auto train_one = [&](const ModelConfig& config, const std::string& label) {
+    torch::manual_seed(init_seed);
+    GpModel model(config);
+    GpTrainOptions train = options.train;
+    train.data_seed = train_seed;
+    train.label = label;
+    GpTrainResult tr = train_gp_model(model, options.task, train);
+    return std::make_pair(model, tr);
+  };
+  auto row_of = [&](GpModel& model, const std::string& kind, int64_t train_T, int64_t eval_T,
+                    double train_s, double last_loss) {
+    GpRow row;
+    row.model = kind;
+    row.train_T = train_T;
+    row.eval_T = eval_T;
+    row.eval = evaluate_gp_model(model, heldout);
+    row.params = model->num_parameters();
+    row.train_s = train_s;
+    row.last_train_loss = last_loss;
+    return row;
+  };
+
+  std::vector<int64_t> train_Ts = options.steps;
+  const bool scale = options.scale_from > 0;
+  if (scale && std::find(train_Ts.begin(), train_Ts.end(), options.scale_from) == train_Ts.end())
+    train_Ts.push_back(options.scale_from);
+  std::vector<GpRow> scaled;
+  for (int64_t T : train_Ts) {
+    ModelConfig config = options.cem_model;
+    config.cem.steps = T;
+    auto [model, tr] = train_one(config, fmt::format("cem T={}", T));
+    const bool listed =
+        std::find(options.steps.begin(), options.steps.end(), T) != options.steps.end();
+    if (listed) result.rows.push_back(row_of(model, "cem", T, T, tr.seconds, tr.last_loss));
+    if (scale && T == options.scale_from) {
+      for (int64_t eval_T : options.steps) {
+        if (eval_T == T) continue;
+        GpModel other = gp_model_with_steps(model, eval_T);
+        scaled.push_back(row_of(other, "cem", T, eval_T, 0.0, tr.last_loss));
+      }
+    }
+  }
+  for (GpRow& row : scaled) result.rows.push_back(row);
+  if (options.run_baseline) {
+    auto [model, tr] = train_one(options.baseline,
+                                 "baseline " + options.baseline.mixer + "+" + options.baseline.ffn);
+    result.rows.push_back(row_of(model, "llama", 0, 0, tr.seconds, tr.last_loss));
+  }
+  // The floor: the posterior mean itself as the prediction.
+  GpRow oracle;
+  oracle.model = "oracle";
+  torch::Tensor y = heldout.y.narrow(1, 1, heldout.y.size(1) - 1);  // (S, N - 1)
+  std::tie(oracle.eval.rmse_targets, oracle.eval.se_targets) =
+      rmse_with_se((heldout.posterior_mean - y).pow(2).mean(1));
+  oracle.eval.rmse_oracle = oracle.eval.rmse_targets;
+  oracle.eval.se_oracle = oracle.eval.se_targets;
+  result.rows.push_back(oracle);
+  result.seconds = seconds_since(start);
+  return result;
+}
+
+nlohmann::json to_json(const GpExperimentResult& result) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const GpRow& r : result.rows) {
+    nlohmann::json j = {{"model", r.model},
+                        {"rmse_targets", r.eval.rmse_targets},
+                        {"se_targets", r.eval.se_targets}};
+    if (r.model != "oracle") {
+      j["train_T"] = r.train_T > 0 ? nlohmann::json(r.train_T) : nlohmann::json(nullptr);
+      j["eval_T"] = r.eval_T > 0 ? nlohmann::json(r.eval_T) : nlohmann::json(nullptr);
+      j["rmse_posterior"] = r.eval.rmse_posterior;
+      j["se_posterior"] = r.eval.se_posterior;
+      j["params"] = r.params;
+      j["train_s"] = r.train_s;
+      j["eval_s"] = r.eval.seconds;
+      j["last_train_mse"] = r.last_train_loss;
+    }
+    rows.push_back(j);
+  }
+  return {{"rows", rows},
+          {"train_steps", result.train_steps},
+          {"batch", result.batch},
+          {"eval_seqs", result.eval_seqs},
+          {"n_points", result.n_points},
+          {"seed", result.seed},
+          {"seconds", result.seconds}};
+}
+
+GpExperimentResult gp_result_from_json(const nlohmann::json& j, const std::string& source) {
+  try {
+    GpExperimentResult r;
+    r.train_steps = j.at("train_steps").get<int64_t>();
+    r.batch = j.at("batch").get<int64_t>();
+    r.eval_seqs = j.at("eval_seqs").get<int64_t>();
+    r.n_points = j.at("n_points").get<int64_t>();
+    r.seed = j.at("seed").get<uint64_t>();
+    r.seconds = j.at("seconds").get<double>();
+    for (const nlohmann::json& row : j.at("rows")) {
+      GpRow g;
+      g.model = row.at("model").get<std::string>();
+      g.eval.rmse_targets = row.at("rmse_targets").get<double>();
+      g.eval.se_targets = row.at("se_targets").get<double>();
+      if (g.model != "oracle") {
+        g.train_T = row.at("train_T").is_null() ? 0 : row.at("train_T").get<int64_t>();
+        g.eval_T = row.at("eval_T").is_null() ? 0 : row.at("eval_T").get<int64_t>();
+        g.eval.rmse_posterior = row.at("rmse_posterior").get<double>();
+        g.eval.se_posterior = row.at("se_posterior").get<double>();
+        g.params = row.at("params").get<int64_t>();
+        g.train_s = row.at("train_s").get<double>();
+        g.eval.seconds = row.at("eval_s").get<double>();
+        g.last_train_loss = row.at("last_train_mse").get<double>();
+      }
+      r.rows.push_back(g);
+    }
+    return r;
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: not a cemfrac gp result ({})", source, e.what());
+  }
+}
+
+namespace {
+
+// A minimal line chart: series of (T, value) on a log2 x axis, horizontal reference lines.
+struct Series {
+  std::string name, color;
+  std::vector<std::pair<int64_t, double>> points;
+  bool dashed = false;
+};
+struct HLine {
+  std::string name, color;
+  double value = 0;
+};
+
+std::string panel_svg(double x0, double y0, double w, double h, const std::string& title,
+                      const std::vector<Series>& series, const std::vector<HLine>& hlines,
+                      const std::vector<int64_t>& ts) {
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  for (const Series& s : series)
+    for (const auto& p : s.points) lo = std::min(lo, p.second), hi = std::max(hi, p.second);
+  for (const HLine& l : hlines) lo = std::min(lo, l.value), hi = std::max(hi, l.value);
+  if (!std::isfinite(lo)) lo = 0, hi = 1;
+  if (hi - lo < 1e-9) hi = lo + 1e-3;
+  const double pad = 0.08 * (hi - lo);
+  lo -= pad;
+  hi += pad;
+  int64_t t_min = ts.front(), t_max = ts.front();
+  for (int64_t t : ts) t_min = std::min(t_min, t), t_max = std::max(t_max, t);
+  const double lx0 = std::log2(double(t_min)), lx1 = std::max(std::log2(double(t_max)), lx0 + 1);
+  const double left = x0 + 60, right = x0 + w - 10, top = y0 + 30, bottom = y0 + h - 100;
+  auto X = [&](int64_t t) {
+    return left + (std::log2(double(t)) - lx0) / (lx1 - lx0) * (right - left);
+  };
+  auto Y = [&](double v) { return bottom - (v - lo) / (hi - lo) * (bottom - top); };
+
+  std::string out;
+  out += fmt::format(
+      "<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"14\" text-anchor=\"middle\">{}</text>\n",
+      (left + right) / 2, y0 + 18, title);
+  out += fmt::format(
+      "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"none\" "
+      "stroke=\"#444\"/>\n",
+      left, top, right - left, bottom - top);
+  for (int i = 0; i <= 4; ++i) {
+    const double v = lo + (hi - lo) * i / 4.0;
+    out += fmt::format(
+        "<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#ddd\"/>\n", left,
+        right, Y(v), Y(v));
+    out += fmt::format(
+        "<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"11\" text-anchor=\"end\">{:.4f}</text>\n",
+        left - 4, Y(v) + 4, v);
+  }
+  for (int64_t t : ts) {
+    out += fmt::format(
+        "<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"11\" text-anchor=\"middle\">{}</text>\n", X(t),
+        bottom + 15, t);
+  }
+  out += fmt::format(
+      "<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"12\" text-anchor=\"middle\">T "
+      "(steps per sub-layer, log scale)</text>\n",
+      (left + right) / 2, bottom + 32);
+  for (const HLine& l : hlines) {
+    out += fmt::format(
+        "<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" "
+        "stroke-dasharray=\"2,3\" stroke-width=\"1.5\"/>\n",
+        left, right, Y(l.value), Y(l.value), l.color);
+  }
+  for (const Series& s : series) {
+    std::string pts;
+    for (const auto& p : s.points) pts += fmt::format("{:.1f},{:.1f} ", X(p.first), Y(p.second));
+    out +=
+        fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"{}/>\n",
+                    pts, s.color, s.dashed ? " stroke-dasharray=\"6,4\"" : "");
+    for (const auto& p : s.points) {
+      out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\"/>\n",
+                         X(p.first), Y(p.second), s.color);
+    }
+  }
+  // Legend, under the axis label (outside the frame, so it never hides a curve).
+  double ly = bottom + 52;
+  auto legend = [&](const std::string& name, const std::string& color, const char* dash) {
+    out += fmt::format(
+        "<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" "
+        "stroke-width=\"2\"{}/>\n",
+        left, left + 25, ly - 4, ly - 4, color, dash);
+    out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"11\">{}</text>\n", left + 30,
+                       ly, name);
+    ly += 15;
+  };
+  for (const Series& s : series)
+    legend(s.name, s.color, s.dashed ? " stroke-dasharray=\"6,4\"" : "");
+  for (const HLine& l : hlines) legend(l.name, l.color, " stroke-dasharray=\"2,3\"");
+  return out;
+}
+
+}  // namespace
+
+std::string gp_rmse_svg(const GpExperimentResult& result) {
+  std::vector<int64_t> ts;
+  std::map<int64_t, std::vector<const GpRow*>> scaled_by_source;
+  Series own_post{"CEM trained at T", "#1f77b4", {}}, own_tgt = own_post;
+  const GpRow* baseline = nullptr;
+  const GpRow* oracle = nullptr;
+  for (const GpRow& r : result.rows) {
+    if (r.model == "cem" && r.train_T == r.eval_T) {
+      own_post.points.emplace_back(r.eval_T, r.eval.rmse_posterior);
+      own_tgt.points.emplace_back(r.eval_T, r.eval.rmse_targets);
+    }
+    if (r.model == "cem") {
+      if (std::find(ts.begin(), ts.end(), r.eval_T) == ts.end()) ts.push_back(r.eval_T);
+      if (r.train_T != r.eval_T) scaled_by_source[r.train_T].push_back(&r);
+    }
+    if (r.model == "llama") baseline = &r;
+    if (r.model == "oracle") oracle = &r;
+  }
+  std::sort(ts.begin(), ts.end());
+  if (ts.empty()) ts.push_back(1);
+  std::vector<Series> post = {own_post}, tgt = {own_tgt};
+  for (const auto& [source, rows] : scaled_by_source) {
+    Series sp{fmt::format("trained at T={}, run at T", source), "#d62728", {}, true}, st = sp;
+    // Its own point (trained and run at `source`) joins the curve when present.
+    std::vector<std::pair<int64_t, double>> p_post, p_tgt;
+    for (const GpRow& r : result.rows) {
+      if (r.model == "cem" && r.train_T == source) {
+        p_post.emplace_back(r.eval_T, r.eval.rmse_posterior);
+        p_tgt.emplace_back(r.eval_T, r.eval.rmse_targets);
+      }
+    }
+    std::sort(p_post.begin(), p_post.end());
+    std::sort(p_tgt.begin(), p_tgt.end());
+    sp.points = p_post;
+    st.points = p_tgt;
+    post.push_back(sp);
+    tgt.push_back(st);
+  }
+  std::vector<HLine> post_lines, tgt_lines;
+  if (baseline) {
+    post_lines.push_back({"Llama baseline", "#2ca02c", baseline->eval.rmse_posterior});
+    tgt_lines.push_back({"Llama baseline", "#2ca02c", baseline->eval.rmse_targets});
+  }
+  if (oracle)
+    tgt_lines.push_back({"oracle (GP posterior mean)", "#000000", oracle->eval.rmse_targets});
+
+  const double W = 960, H = 480;
+  std::string svg = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0f}\" height=\"{:.0f}\" "
+      "viewBox=\"0 0 {:.0f} {:.0f}\" font-family=\"sans-serif\">\n"
+      "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
+      W, H, W, H);
+  svg += panel_svg(0, 0, W / 2, H - 20, "RMSE against the GP posterior mean", post, post_lines, ts);
+  svg += panel_svg(W / 2, 0, W / 2, H - 20, "RMSE against the noisy targets", tgt, tgt_lines, ts);
+  svg += fmt::format(
+      "<text x=\"{:.0f}\" y=\"{:.0f}\" font-size=\"11\" text-anchor=\"middle\" "
+      "fill=\"#555\">cemfrac gp: {} steps x {} sequences, {} held-out sequences of {} "
+      "points, seed {}</text>\n",
+      W / 2, H - 6, result.train_steps, result.batch, result.eval_seqs, result.n_points,
+      result.seed);
+  svg += "</svg>\n";
+  return svg;
+}
+
+}  // namespace cemfrac

@@ -1,0 +1,97 @@
+// The GP in-context regression experiment (issue 7; spec papers/cem.md §5.3; docs/gp.md): train CEM
+// models at each T (and a Llama baseline) on fresh GP batches with an MSE loss, evaluate them on
+// one fixed held-out set against the noisy targets and against the exact posterior mean (the
+// oracle), and evaluate the model trained at one T (2 by default) at every other T (test-time
+// scaling).
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cemfrac/model/model_config.h"
+#include "cemfrac/tasks/gp_data.h"
+#include "cemfrac/tasks/gp_model.h"
+
+namespace cemfrac {
+
+struct GpTrainOptions {
+  int64_t steps = 500;   // optimizer steps; each draws a fresh batch
+  int64_t batch = 16;    // sequences per step
+  double lr_max = 2e-3;  // linear warmup, cosine decay to lr_min (train/schedule.h)
+  double lr_min = 2e-4;
+  int64_t warmup_steps = 25;
+  double weight_decay = 0.1;  // AdamW, decay group only (matrices)
+  double clip = 1.0;          // global gradient-norm clip
+  uint64_t data_seed = 1;     // the stream of training batches (the same for every model)
+  bool progress = false;      // a progress line on stderr
+  std::string label = "gp";   // prefix of the progress line
+};
+
+struct GpTrainResult {
+  int64_t steps = 0;
+  double last_loss = 0;  // mean training MSE over the last min(50, steps) steps
+  double seconds = 0;    // wall time of the training loop
+};
+
+// Trains `model` in place. Throws cemfrac::Error on a non-finite loss or gradient norm.
+GpTrainResult train_gp_model(GpModel& model, const GpTaskOptions& task,
+                             const GpTrainOptions& options);
+
+struct GpEvalResult {
+  double rmse_targets = 0;    // model vs the noisy targets y_{n+1}
+  double rmse_posterior = 0;  // model vs the oracle's posterior mean
+  double rmse_oracle = 0;     // oracle vs the noisy targets (the floor of rmse_targets)
+  // Standard errors over sequences (delta method from the per-sequence MSEs).
+  double se_targets = 0, se_posterior = 0, se_oracle = 0;
+  double seconds = 0;
+};
+
+// RMSE over every position of every sequence of `heldout` (which must carry posterior_mean), in
+// chunks of `chunk` sequences, without gradients.
+GpEvalResult evaluate_gp_model(GpModel& model, const GpBatch& heldout, int64_t chunk = 256);
+
+struct GpExperimentOptions {
+  GpTaskOptions task;
+  GpTrainOptions train;   // data_seed and label are set per run
+  ModelConfig cem_model;  // the CEM model (mixer cem_attention, ffn cem_mlp); steps set per run
+  ModelConfig baseline;   // the baseline model (mha + swiglu)
+  std::vector<int64_t> steps = {1, 2, 4, 8};  // T: one CEM model trained and tested at each
+  int64_t scale_from = 2;  // T of the model also evaluated at every T in `steps` (0: none)
+  bool run_baseline = true;
+  int64_t eval_seqs = 1024;  // held-out sequences
+  uint64_t seed = 1;         // -> model init, training stream and held-out set (core/random.h)
+};
+
+// Defaults of the experiment: the spec's D = 128, H = 4, M = 512, L = 2, positions none, N = 64.
+GpExperimentOptions default_gp_experiment();
+
+struct GpRow {
+  std::string model;    // "cem", "llama" (the baseline) or "oracle"
+  int64_t train_T = 0;  // T the model was trained at (0: not a CEM model)
+  int64_t eval_T = 0;   // T it was evaluated at
+  GpEvalResult eval;
+  int64_t params = 0;
+  double train_s = 0;  // wall time of the training (0 for test-time rows and the oracle)
+  double last_train_loss = 0;
+};
+
+struct GpExperimentResult {
+  std::vector<GpRow> rows;  // CEM at each T, the test-time rows, the baseline, the oracle (last)
+  int64_t train_steps = 0, batch = 0, eval_seqs = 0, n_points = 0;
+  uint64_t seed = 0;
+  double seconds = 0;  // the whole experiment
+};
+
+GpExperimentResult run_gp_experiment(const GpExperimentOptions& options);
+
+nlohmann::json to_json(const GpExperimentResult& result);
+// Reads what to_json wrote (for re-drawing the plot of a finished run). Throws cemfrac::Error naming
+// `source` when a key is missing or has the wrong type.
+GpExperimentResult gp_result_from_json(const nlohmann::json& j, const std::string& source);
+// A self-contained SVG: RMSE against the posterior mean versus T (log2 axis): CEM trained at T, the
+// scale_from model evaluated at T, the baseline as a horizontal line; and the same against the
+// noisy targets with the oracle floor.
+std::string gp_rmse_svg(const GpExperimentResult& result);
+
+}  // namespace cemfrac

@@ -1,0 +1,186 @@
+// cemfrac gp: the CEM paper's synthetic experiment, Gaussian-process in-context regression, RMSE
+// against the recursion depth T (issue 7; docs/gp.md).
+//
+//   cemfrac gp [--steps 1,2,4,8] [--train-steps N] [--batch B] [--lr X] [--eval-seqs S] [--layers
+//   L]
+//              [--positions none|rope] [--scale-from T] [--no-baseline] [--seed S] [--out DIR]
+//              [--json] [--quick]
+//   cemfrac gp --replot runs/gp/gp.json [--out DIR]      # redraw the SVG of a finished run
+//
+// Trains one CEM model per T (trained and tested at that T), evaluates the model trained at
+// --scale-from at every other T, trains the Llama baseline (mha + swiglu, same D, H, L, M), and
+// prints RMSE against the noisy targets and against the exact GP posterior mean (the oracle floor),
+// with parameters and times. Writes <out>/gp.json and <out>/gp-rmse.svg.
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cemfrac/core/atomic_file.h"
+#include "cemfrac/core/blas.h"  // set_threads
+#include "cemfrac/core/check.h"
+#include "cemfrac/tasks/gp_experiment.h"
+#include "cli/commands.h"
+
+namespace cemfrac::cli {
+namespace {
+
+// 124439 -> "124,439"
+std::string with_commas(int64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+std::string t_text(int64_t T) { return T > 0 ? std::to_string(T) : "-"; }
+
+void print_table(const GpExperimentResult& r, const GpExperimentOptions& o) {
+  fmt::print(
+      "GP in-context regression: {} points per sequence, l ~ LogU[{}, {}], noise {}; D = {}, "
+      "H = {}, L = {}, M = {}, positions {}\n",
+      o.task.n_points, o.task.lengthscale_min, o.task.lengthscale_max, o.task.noise_std,
+      o.cem_model.d_model, o.cem_model.n_heads, o.cem_model.n_layers, o.cem_model.d_ff,
+      o.cem_model.positions);
+  fmt::print(
+      "{} training steps x {} fresh sequences, lr {}; held-out set: {} sequences ({} "
+      "targets), seed {}\n\n",
+      r.train_steps, r.batch, o.train.lr_max, r.eval_seqs, r.eval_seqs * (r.n_points - 1), r.seed);
+  fmt::print("{:<8}  {:>9}  {:>5}  {:>17}  {:>17}  {:>9}  {:>8}  {:>6}\n", "model", "trained T",
+             "run T", "RMSE vs targets", "RMSE vs post. mean", "params", "train s", "eval s");
+  for (const GpRow& row : r.rows) {
+    if (row.model == "oracle") {
+      fmt::print("{:<8}  {:>9}  {:>5}  {:>8.4f} ± {:.4f}  {:>17}  {:>9}  {:>8}  {:>6}\n", row.model,
+                 "-", "-", row.eval.rmse_targets, row.eval.se_targets, "0 (itself)", "-", "-", "-");
+      continue;
+    }
+    fmt::print(
+        "{:<8}  {:>9}  {:>5}  {:>8.4f} ± {:.4f}  {:>8.4f} ± {:.4f}  {:>9}  {:>8}  {:>6.1f}\n",
+        row.model, t_text(row.train_T), t_text(row.eval_T), row.eval.rmse_targets,
+        row.eval.se_targets, row.eval.rmse_posterior, row.eval.se_posterior,
+        with_commas(row.params), row.train_s > 0 ? fmt::format("{:.1f}", row.train_s) : "-",
+        row.eval.seconds);
+  }
+  fmt::print(
+      "\n± is one standard error over held-out sequences; every model sees the same training "
+      "batches and starts from the same seed. Total {:.1f} s.\n",
+      r.seconds);
+}
+
+}  // namespace
+
+Command add_gp(CLI::App& root, const GlobalOptions& global) {
+  struct Flags {
+    std::vector<int64_t> steps = {1, 2, 4, 8};
+    int64_t train_steps = 0;
+    int64_t batch = 0;
+    double lr = 0;
+    int64_t eval_seqs = 0;
+    int64_t layers = 0;
+    std::string positions = "none";
+    int64_t scale_from = 2;
+    bool no_baseline = false;
+    uint64_t seed = 1;
+    std::string out;
+    bool json = false;
+    bool quick = false;
+    std::string replot;
+  };
+  auto flags = std::make_shared<Flags>();
+  CLI::App* app = root.add_subcommand(
+      "gp",
+      "CEM synthetic experiment: Gaussian-process in-context regression, RMSE against T (one "
+      "thread unless --threads is given)");
+  app->add_option("--steps", flags->steps,
+                  "CEM step counts T, each trained and tested (e.g. 1,2,4,8)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 64));
+  app->add_option("--train-steps", flags->train_steps,
+                  "Optimizer steps per training (default 500; --quick: 60)")
+      ->check(CLI::Range(int64_t{1}, int64_t{10000000}));
+  app->add_option("--batch", flags->batch, "Fresh sequences per step (default 16)")
+      ->check(CLI::Range(int64_t{1}, int64_t{65536}));
+  app->add_option("--lr", flags->lr, "Peak learning rate (default 2e-3; cosine to a tenth)")
+      ->check(CLI::Range(1e-7, 1.0));
+  app->add_option("--eval-seqs", flags->eval_seqs,
+                  "Held-out sequences (default 1024; --quick: 256)")
+      ->check(CLI::Range(int64_t{2}, int64_t{1000000}));
+  app->add_option("--layers", flags->layers, "Blocks L of every model (default 2)")
+      ->check(CLI::Range(int64_t{1}, int64_t{64}));
+  app->add_option("--positions", flags->positions, "Positions: none (default) | rope")
+      ->check(CLI::IsMember({"none", "rope"}));
+  app->add_option(
+         "--scale-from", flags->scale_from,
+         "T of the model also run at every other --steps value (test-time scaling; 0 = none)")
+      ->check(CLI::Range(int64_t{0}, int64_t{64}));
+  app->add_flag("--no-baseline", flags->no_baseline, "Skip the Llama baseline (mha + swiglu)");
+  app->add_option("--seed", flags->seed,
+                  "Seed of the inits, the training stream and the held-out set");
+  app->add_option(
+      "--out", flags->out,
+      "Directory for gp.json and gp-rmse.svg (default runs/gp, --quick: runs/gp-quick)");
+  app->add_flag("--json", flags->json, "Print one JSON object instead of the table");
+  app->add_option("--replot", flags->replot,
+                  "Only redraw the plot of a finished run from its gp.json (into --out, default: "
+                  "beside the file)");
+  app->add_flag("--quick", flags->quick,
+                "A small run (about a minute on 2 cores) for a first look");
+
+  auto run = [flags, &global]() {
+    const Flags& f = *flags;
+    // One thread unless --threads says otherwise: the matrices are 128 wide, and splitting every op
+    // over threads cost more than it saved (2-core machine under load: T = 1 ran 3.8 steps/s on one
+    // thread, 0.6 on two; docs/gp.md).
+    if (global.threads == 0) set_threads(1);
+    if (!f.replot.empty()) {
+      const std::string source = f.replot;
+      const GpExperimentResult saved =
+          gp_result_from_json(nlohmann::json::parse(read_file(source), nullptr, false), source);
+      const std::filesystem::path dir =
+          f.out.empty() ? std::filesystem::path(source).parent_path() : std::filesystem::path(f.out);
+      const std::string svg = (dir / "gp-rmse.svg").string();
+      write_file_atomic(svg, gp_rmse_svg(saved));
+      fmt::print("Wrote {}\n", svg);
+      return 0;
+    }
+    GpExperimentOptions o = default_gp_experiment();
+    o.steps = f.steps;
+    if (f.quick) o.train.steps = 60;
+    if (f.train_steps > 0) o.train.steps = f.train_steps;
+    if (f.batch > 0) o.train.batch = f.batch;
+    if (f.lr > 0) o.train.lr_max = f.lr;
+    o.train.lr_min = o.train.lr_max / 10;
+    o.train.warmup_steps = std::max<int64_t>(1, o.train.steps / 20);
+    o.train.progress = true;
+    o.eval_seqs = f.eval_seqs > 0 ? f.eval_seqs : (f.quick ? 256 : 1024);
+    if (f.layers > 0) o.cem_model.n_layers = o.baseline.n_layers = f.layers;
+    o.cem_model.positions = o.baseline.positions = f.positions;
+    o.scale_from = f.scale_from;
+    o.run_baseline = !f.no_baseline;
+    o.seed = f.seed;
+    const std::string out = !f.out.empty() ? f.out : (f.quick ? "runs/gp-quick" : "runs/gp");
+
+    const GpExperimentResult result = run_gp_experiment(o);
+    std::error_code ec;
+    std::filesystem::create_directories(out, ec);
+    CEMFRAC_CHECK(!ec, "cannot create --out directory {}: {}", out, ec.message());
+    const nlohmann::json j = to_json(result);
+    write_file_atomic((std::filesystem::path(out) / "gp.json").string(), j.dump(2) + "\n");
+    write_file_atomic((std::filesystem::path(out) / "gp-rmse.svg").string(), gp_rmse_svg(result));
+    if (f.json) {
+      fmt::print("{}\n", j.dump(2));
+    } else {
+      print_table(result, o);
+      fmt::print("Wrote {0}/gp.json and {0}/gp-rmse.svg\n", out);
+    }
+    return 0;
+  };
+  return {app, run};
+}
+
+}  // namespace cemfrac::cli

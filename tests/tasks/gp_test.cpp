@@ -1,0 +1,238 @@
+// The GP task (issue 7, docs/gp.md): the sampler's covariance is the kernel's, the Cholesky oracle
+// equals one linear solve per prefix, the model is causal, the test-time-scaling copy is the same
+// model, a short training lowers the held-out RMSE, and the experiment's rows, JSON and SVG.
+#include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "cemfrac/core/check.h"
+#include "cemfrac/tasks/gp_data.h"
+#include "cemfrac/tasks/gp_experiment.h"
+#include "cemfrac/tasks/gp_model.h"
+
+namespace cemfrac {
+namespace {
+
+const auto kF64 = torch::TensorOptions().dtype(torch::kFloat64);
+
+ModelConfig tiny_config(const std::string& mixer, const std::string& ffn, int64_t steps,
+                        const std::string& positions = "none") {
+  ModelConfig c;
+  c.vocab_size = 1;
+  c.d_model = 16;
+  c.n_heads = 2;
+  c.n_layers = 2;
+  c.d_ff = 32;
+  c.context = 32;
+  c.mixer = mixer;
+  c.ffn = ffn;
+  c.positions = positions;
+  c.cem.steps = steps;
+  return c;
+}
+
+// With fixed inputs and lengthscale, the empirical covariance of many draws is k(t_i, t_j) + s^2
+// d_ij. Standard error of each entry is about sqrt(2 / S) ~ 0.0045 at S = 100000; a wrong kernel
+// (e.g. l instead of l^2, or no noise on the diagonal) moves entries by more than 0.1.
+TEST(GpData, SamplerCovarianceMatchesKernel) {
+  const int64_t S = 100000;
+  const double l = 0.3, s = 0.5;
+  torch::Tensor t1 = torch::tensor({-0.9, -0.3, 0.2, 0.25, 0.7}, kF64);
+  torch::Tensor t = t1.unsqueeze(0).expand({S, 5}).contiguous();
+  torch::Tensor ls = torch::full({S}, l, kF64);
+  at::Generator gen = at::detail::createCPUGenerator(7);
+  torch::Tensor y = sample_gp_observations(t, ls, s, gen);  // (S, 5)
+  torch::Tensor empirical = y.t().matmul(y) / double(S);    // (5, 5); the mean is 0
+  for (int64_t i = 0; i < 5; ++i) {
+    for (int64_t j = 0; j < 5; ++j) {
+      const double d = t1[i].item<double>() - t1[j].item<double>();
+      const double want = std::exp(-d * d / (2 * l * l)) + (i == j ? s * s : 0.0);
+      EXPECT_NEAR(empirical[i][j].item<double>(), want, 0.02) << i << "," << j;
+    }
+  }
+  // And rbf_kernel itself, one entry by hand.
+  torch::Tensor k = rbf_kernel(t1.unsqueeze(0), t1.unsqueeze(0), torch::full({1}, l, kF64));
+  EXPECT_DOUBLE_EQ(k[0][0][1].item<double>(), std::exp(-0.36 / (2 * 0.09)));
+}
+
+// The batch: shapes, dtypes, tokens [t_n, y_n, t_{n+1}], targets y_{n+1}, l in range with log l
+// uniform, t in [-1, 1], and the same seed giving the same batch.
+TEST(GpData, BatchLayoutAndDistributions) {
+  GpTaskOptions task;
+  at::Generator gen = at::detail::createCPUGenerator(3);
+  GpBatch b = sample_gp_batch(4000, task, gen, /*with_oracle=*/false);
+  ASSERT_EQ(b.tokens.sizes(), torch::IntArrayRef({4000, 63, 3}));
+  ASSERT_EQ(b.targets.sizes(), torch::IntArrayRef({4000, 63}));
+  EXPECT_EQ(b.tokens.scalar_type(), torch::kFloat32);
+  EXPECT_FALSE(b.posterior_mean.defined());
+  EXPECT_TRUE(torch::equal(b.tokens.select(2, 0), b.t.narrow(1, 0, 63).to(torch::kFloat32)));
+  EXPECT_TRUE(torch::equal(b.tokens.select(2, 1), b.y.narrow(1, 0, 63).to(torch::kFloat32)));
+  EXPECT_TRUE(torch::equal(b.tokens.select(2, 2), b.t.narrow(1, 1, 63).to(torch::kFloat32)));
+  EXPECT_TRUE(torch::equal(b.targets, b.y.narrow(1, 1, 63).to(torch::kFloat32)));
+  EXPECT_GE(b.lengthscale.min().item<double>(), 0.1);
+  EXPECT_LE(b.lengthscale.max().item<double>(), 1.0);
+  // log l ~ U[log 0.1, 0]: mean log(0.1) / 2 = -1.151, sd 0.665; se of the mean ~0.011.
+  EXPECT_NEAR(b.lengthscale.log().mean().item<double>(), std::log(0.1) / 2, 0.05);
+  EXPECT_GE(b.t.min().item<double>(), -1.0);
+  EXPECT_LE(b.t.max().item<double>(), 1.0);
+  // Marginal variance of y: 1 + s^2.
+  EXPECT_NEAR(b.y.pow(2).mean().item<double>(), 1.01, 0.03);
+  at::Generator again = at::detail::createCPUGenerator(3);
+  GpBatch c = sample_gp_batch(4000, task, again, false);
+  EXPECT_TRUE(torch::equal(b.y, c.y));
+}
+
+// The Cholesky oracle against one direct solve per prefix, on a tiny case, and m = 1 by hand:
+// E[y_1 | y_0] = k(t_0, t_1) y_0 / (1 + s^2).
+TEST(GpData, OracleMatchesDirectSolve) {
+  torch::manual_seed(11);
+  const int64_t B = 3, N = 7;
+  const double s = 0.1;
+  torch::Tensor t = torch::rand({B, N}, kF64) * 2 - 1;
+  torch::Tensor y = torch::randn({B, N}, kF64);
+  torch::Tensor ls = torch::tensor({0.1, 0.4, 1.0}, kF64);
+  torch::Tensor fast = gp_posterior_means(t, y, ls, s);
+  torch::Tensor slow = gp_posterior_means_reference(t, y, ls, s);
+  ASSERT_EQ(fast.sizes(), torch::IntArrayRef({B, N - 1}));
+  EXPECT_LT((fast - slow).abs().max().item<double>(), 1e-10);
+  for (int64_t b = 0; b < B; ++b) {
+    const double d = (t[b][0] - t[b][1]).item<double>();
+    const double l = ls[b].item<double>();
+    const double want = std::exp(-d * d / (2 * l * l)) * y[b][0].item<double>() / (1 + s * s);
+    EXPECT_NEAR(fast[b][0].item<double>(), want, 1e-12);
+  }
+  // The sampler's oracle is the same function of its own draws.
+  GpTaskOptions task;
+  task.n_points = 9;
+  at::Generator gen = at::detail::createCPUGenerator(5);
+  GpBatch batch = sample_gp_batch(4, task, gen, /*with_oracle=*/true);
+  torch::Tensor direct = gp_posterior_means_reference(batch.t, batch.y, batch.lengthscale, 0.1);
+  EXPECT_LT((batch.posterior_mean - direct).abs().max().item<double>(), 1e-10);
+}
+
+// Prediction n depends on tokens 0..n only: perturbing later tokens leaves earlier outputs
+// bit-identical, and the gradient of an early output towards later tokens is exactly 0.
+TEST(GpModel, IsCausal) {
+  const std::vector<ModelConfig> configs = {
+      tiny_config("cem_attention", "cem_mlp", 1), tiny_config("cem_attention", "cem_mlp", 4),
+      tiny_config("cem_attention", "cem_mlp", 2, "rope"), tiny_config("mha", "swiglu", 1)};
+  for (const ModelConfig& c : configs) {
+    SCOPED_TRACE(c.mixer + " T=" + std::to_string(c.cem.steps) + " " + c.positions);
+    torch::manual_seed(1);
+    GpModel model(c);
+    torch::Tensor tokens = torch::randn({2, 12, 3});
+    torch::Tensor out = model->forward(tokens);  // (2, 12)
+    ASSERT_EQ(out.sizes(), torch::IntArrayRef({2, 12}));
+    const int64_t i = 5;
+    torch::Tensor changed = tokens.clone();
+    changed.narrow(1, i + 1, 12 - i - 1).add_(torch::randn({2, 12 - i - 1, 3}));
+    torch::Tensor out2 = model->forward(changed);
+    EXPECT_TRUE(torch::equal(out.narrow(1, 0, i + 1), out2.narrow(1, 0, i + 1)));
+    EXPECT_FALSE(torch::equal(out.narrow(1, i + 1, 12 - i - 1), out2.narrow(1, i + 1, 12 - i - 1)));
+    torch::Tensor x = tokens.clone().requires_grad_(true);
+    torch::Tensor grad = torch::autograd::grad({model->forward(x).select(1, i).sum()}, {x})[0];
+    EXPECT_EQ(grad.narrow(1, i + 1, 12 - i - 1).abs().max().item<double>(), 0.0);
+    EXPECT_GT(grad.narrow(1, 0, i + 1).abs().max().item<double>(), 0.0);
+  }
+}
+
+// Every parameter is tagged (the optimizer groups come from the table), and the counts follow the
+// per-layer formulas of the spec: CEM 2D^2 + 2DM (+ 2 eta), Llama 4D^2 + 3DM.
+TEST(GpModel, ParameterTable) {
+  const int64_t D = 16, M = 32, L = 2;
+  const int64_t shared =
+      (3 * D + D) + L * 2 * D + D + (D + 1);  // embed, block norms, norm_f, readout
+  GpModel cem(tiny_config("cem_attention", "cem_mlp", 2));
+  GpModel llama(tiny_config("mha", "swiglu", 1));
+  int64_t total = 0;
+  for (const ParamInfo& p : cem->parameter_table()) total += p.numel;
+  EXPECT_EQ(total, cem->num_parameters());
+  EXPECT_EQ(cem->num_parameters(), shared + L * (2 * D * D + 2 * D * M + 2));
+  EXPECT_EQ(llama->num_parameters(), shared + L * (4 * D * D + 3 * D * M));
+}
+
+// The copy at another T has the same parameters: at the same T it gives the same bits, at another T
+// other predictions.
+TEST(GpModel, WithStepsCopiesParameters) {
+  torch::manual_seed(2);
+  GpModel model(tiny_config("cem_attention", "cem_mlp", 2));
+  torch::Tensor tokens = torch::randn({2, 10, 3});
+  torch::NoGradGuard no_grad;
+  GpModel same = gp_model_with_steps(model, 2);
+  GpModel deeper = gp_model_with_steps(model, 4);
+  EXPECT_EQ(deeper->config().cem.steps, 4);
+  EXPECT_TRUE(torch::equal(model->forward(tokens), same->forward(tokens)));
+  EXPECT_FALSE(torch::equal(model->forward(tokens), deeper->forward(tokens)));
+}
+
+// A short training run lowers the held-out RMSE against the posterior mean well below the untrained
+// model's (which predicts about 0, RMSE ~ the spread of the posterior means, ~0.9).
+TEST(GpTrain, ShortRunLowersRmse) {
+  GpTaskOptions task;
+  task.n_points = 24;
+  at::Generator gen = at::detail::createCPUGenerator(99);
+  const GpBatch heldout = sample_gp_batch(128, task, gen, /*with_oracle=*/true);
+  torch::manual_seed(3);
+  ModelConfig c = tiny_config("cem_attention", "cem_mlp", 2);
+  c.d_model = 32;
+  GpModel model(c);
+  const GpEvalResult before = evaluate_gp_model(model, heldout);
+  GpTrainOptions train;
+  train.steps = 200;
+  train.batch = 16;
+  train.lr_max = 3e-3;
+  train.lr_min = 3e-4;
+  train.warmup_steps = 10;
+  const GpTrainResult tr = train_gp_model(model, task, train);
+  const GpEvalResult after = evaluate_gp_model(model, heldout);
+  EXPECT_EQ(tr.steps, 200);
+  EXPECT_LT(after.rmse_posterior, 0.7 * before.rmse_posterior)
+      << "before " << before.rmse_posterior << " after " << after.rmse_posterior;
+  EXPECT_LT(after.rmse_targets, before.rmse_targets);
+  // The oracle floor does not depend on the model and lies below the trained model.
+  EXPECT_DOUBLE_EQ(after.rmse_oracle, before.rmse_oracle);
+  EXPECT_LT(after.rmse_oracle, after.rmse_targets);
+}
+
+// The experiment's rows (each T, the test-time rows, baseline, oracle), JSON and SVG on a tiny
+// setup.
+TEST(GpExperiment, RowsJsonAndSvg) {
+  GpExperimentOptions o = default_gp_experiment();
+  o.task.n_points = 12;
+  o.cem_model = tiny_config("cem_attention", "cem_mlp", 1);
+  o.baseline = tiny_config("mha", "swiglu", 1);
+  o.steps = {1, 4};
+  o.scale_from = 2;  // not in steps: trained on its own, run at 1 and 4
+  o.train.steps = 3;
+  o.train.batch = 4;
+  o.eval_seqs = 8;
+  const GpExperimentResult r = run_gp_experiment(o);
+  ASSERT_EQ(r.rows.size(), 6u);
+  EXPECT_EQ(r.rows[0].train_T, 1);
+  EXPECT_EQ(r.rows[1].train_T, 4);
+  EXPECT_EQ(r.rows[2].train_T, 2);
+  EXPECT_EQ(r.rows[2].eval_T, 1);
+  EXPECT_EQ(r.rows[3].eval_T, 4);
+  EXPECT_EQ(r.rows[4].model, "llama");
+  EXPECT_EQ(r.rows[5].model, "oracle");
+  EXPECT_DOUBLE_EQ(r.rows[5].eval.rmse_targets, r.rows[0].eval.rmse_oracle);
+  const nlohmann::json j = to_json(r);
+  EXPECT_EQ(j["rows"].size(), 6u);
+  EXPECT_TRUE(j["rows"][4]["train_T"].is_null());
+  const std::string svg = gp_rmse_svg(r);
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  EXPECT_NE(svg.find("<polyline"), std::string::npos);
+  EXPECT_NE(svg.find("Llama baseline"), std::string::npos);
+  // The saved JSON redraws the same plot (--replot); other JSON is a one-line error.
+  EXPECT_EQ(gp_rmse_svg(gp_result_from_json(j, "gp.json")), svg);
+  EXPECT_THROW(gp_result_from_json(nlohmann::json{{"rows", 1}}, "bad.json"), Error);
+  // Same seed, same numbers.
+  const GpExperimentResult again = run_gp_experiment(o);
+  EXPECT_EQ(again.rows[1].eval.rmse_posterior, r.rows[1].eval.rmse_posterior);
+}
+
+}  // namespace
+}  // namespace cemfrac
