@@ -5,11 +5,11 @@
 //                        [--kinds k1,k2] [--set model.key=value]...
 //
 // Every kind the registry knows is timed with the model-config defaults at the given shape (heads =
-// width / 64, d_ff = 4 width, RoPE), plus the variants listed in kVariants (CEM at T = 2, 4). One
-// sub-layer = the module make_mixer / make_ffn builds for layer 0, fed x (B, N, D) in float32; forward
-// runs without autograd, forward+backward takes the gradient of <y, g> for a fixed random g with
-// respect to x and every parameter. Times are best and median of --reps calls after one warm-up; the
-// ratio column is best / the baseline's best.
+// width / 64, d_ff = 4 width, RoPE), plus the variants listed in kVariants (CEM at T = 2, 4, the direct
+// T = 2 loop, D+LR). One sub-layer = the module make_mixer / make_ffn builds for layer 0, fed x (B, N, D)
+// in float32; forward runs without autograd, forward+backward takes the gradient of <y, g> for a fixed
+// random g with respect to x and every parameter. Times are best and median of --reps calls after one
+// warm-up; the ratio column is best / the baseline's best.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/torch.h>
@@ -52,6 +52,7 @@ struct Variant {
 };
 const std::vector<Variant> kVariants = {
     {"cem_attention", "T=2", {"model.cem.steps=2"}},
+    {"cem_attention", "T=2 direct", {"model.cem.steps=2", "model.cem.recursion=direct"}},
     {"cem_attention", "T=4", {"model.cem.steps=4"}},
     {"cem_attention", "D+LR", {"model.cem.dlr=per_head"}},
     {"cem_mlp", "T=2", {"model.cem.steps=2"}},

@@ -123,6 +123,7 @@ std::shared_ptr<MixerImpl> make_mixer(const ModelConfig& c, int64_t layer, torch
                                                     .rope_mode(parse_cem_rope_mode(c.cem.rope_mode))
                                                     .dlr(parse_cem_diagonal(c.cem.dlr))
                                                     .dlr_distance(c.cem.dlr_distance)
+                                                    .recursion(parse_cem_recursion(c.cem.recursion))
                                                     .step(cem_step_options(c))
                                                     .init_std(c.init_std)
                                                     .device(device));

@@ -265,6 +265,66 @@ TEST(CemAttention, RecursionSemantics) {
   }
 }
 
+// The gram path (queries moved by a_t G, read-outs projected once) is the direct loop's function:
+// outputs and every gradient agree in float64, for each variant it serves, T = 2, 3, 5, at offset 0
+// and continuing a decode cache; auto picks it only when it saves work.
+TEST(CemAttention, GramPathEqualsDirectLoop) {
+  std::vector<Variant> vs;
+  for (const Variant& v : variants())
+    if (v.dlr == CemDiagonal::kNone) vs.push_back(v);
+  vs.push_back({"rope_naive", true, CemRopeMode::kNaive});
+  vs.push_back({"frozen_eta", false, CemRopeMode::kExact, CemDiagonal::kNone, false, false, false, false});
+  ASSERT_EQ(vs.size(), 6u);
+  for (const Variant& v : vs) {
+    for (int64_t T : {2, 3, 5}) {
+      SCOPED_TRACE(v.name + " T=" + std::to_string(T));
+      auto m = make(v, T);
+      const torch::Tensor h = torch::randn({kB, kN, kD}, kF64).requires_grad_(true);
+      const MixerContext ctx = context(v.rope, 0, kN);
+      std::vector<torch::Tensor> inputs{h};
+      for (const auto& p : m->parameters()) inputs.push_back(p);
+      const torch::Tensor g = torch::randn({kB, kN, kD}, kF64);
+      std::vector<torch::Tensor> out, grads[2];
+      for (int path = 0; path < 2; ++path) {
+        m->set_recursion(path == 0 ? CemRecursion::kDirect : CemRecursion::kGram);
+        EXPECT_EQ(m->uses_gram(kB * kN), path == 1);
+        out.push_back(m->forward(h, ctx));
+        grads[path] = torch::autograd::grad({(out.back() * g).sum()}, inputs);
+      }
+      EXPECT_LT(rel_err(out[1], out[0]), 1e-12);
+      for (size_t i = 0; i < inputs.size(); ++i)
+        EXPECT_LT(rel_err(grads[1][i], grads[0][i]), 1e-11) << "input " << i;
+
+      // Continuing a cache: the first 4 positions, then the last 2 through the state.
+      torch::NoGradGuard no_grad;
+      std::vector<torch::Tensor> tail;
+      for (int path = 0; path < 2; ++path) {
+        m->set_recursion(path == 0 ? CemRecursion::kDirect : CemRecursion::kGram);
+        auto state = m->new_state();
+        MixerContext head_ctx = context(v.rope, 0, 4);
+        head_ctx.state = state.get();
+        m->forward(h.narrow(1, 0, 4), head_ctx);
+        MixerContext tail_ctx = context(v.rope, 4, 2);
+        tail_ctx.state = state.get();
+        tail.push_back(m->forward(h.narrow(1, 4, 2), tail_ctx));
+      }
+      EXPECT_LT(rel_err(tail[1], tail[0]), 1e-12);
+      EXPECT_LT(rel_err(tail[1], out[0].narrow(1, 4, 2)), 1e-12);
+    }
+  }
+  // Auto: gram only when (T - 1) * tokens >= 2 D, T >= 2, no D+LR.
+  auto m = make(variants()[0], 2);
+  EXPECT_FALSE(m->uses_gram(2 * kD - 1));
+  EXPECT_TRUE(m->uses_gram(2 * kD));
+  m->set_steps(1);
+  EXPECT_FALSE(m->uses_gram(1000));
+  auto dlr = make(variants()[1], 4);
+  ASSERT_EQ(dlr->options().dlr(), CemDiagonal::kPerHead);
+  EXPECT_FALSE(dlr->uses_gram(1000));
+  dlr->set_recursion(CemRecursion::kGram);
+  EXPECT_FALSE(dlr->uses_gram(1000));  // not available under D+LR
+}
+
 // Property 9: decoding in chunks with the K-only cache gives the full forward's output, T = 1, 2, 4.
 TEST(CemAttention, DecodingEqualsFullForward) {
   Variant naive{"rope_naive", true, CemRopeMode::kNaive};

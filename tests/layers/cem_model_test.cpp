@@ -245,7 +245,7 @@ TEST(CemModel, CheckpointOverridesChangeOnlyShapeFreeFields) {
   };
   EXPECT_NE(error("model.cem.dlr=shared").find("--set model.cem.dlr=shared: a checkpoint's architecture"),
             std::string::npos);
-  EXPECT_NE(error("model.cem.precond_rank=4").find("model.cem.{steps, rope_mode, dlr_distance, mlp_form}"),
+  EXPECT_NE(error("model.cem.precond_rank=4").find("model.cem.{steps, rope_mode, dlr_distance, mlp_form, recursion}"),
             std::string::npos);
   EXPECT_NE(error("model.d_model=32").find("--set model.d_model=32"), std::string::npos);
   EXPECT_NE(error("model.cem.steps=0").find("cem.steps = 0: must be in 1..64"), std::string::npos);

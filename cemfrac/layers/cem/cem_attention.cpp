@@ -38,6 +38,13 @@ CemDiagonal parse_cem_diagonal(const std::string& name) {
   fail("cem.dlr = \"{}\": unknown; valid: none, per_head, shared", name);
 }
 
+CemRecursion parse_cem_recursion(const std::string& name) {
+  if (name == "auto") return CemRecursion::kAuto;
+  if (name == "direct") return CemRecursion::kDirect;
+  if (name == "gram") return CemRecursion::kGram;
+  fail("cem.recursion = \"{}\": unknown; valid: auto, direct, gram", name);
+}
+
 namespace {
 
 // (B, N, H d_h) -> (B, H, N, d_h)
@@ -57,7 +64,7 @@ torch::Tensor hidden_mask(int64_t N, int64_t T, int64_t offset, torch::Device de
 
 }  // namespace
 
-CemAttentionImpl::CemAttentionImpl(const CemAttentionOptions& o) : options_(o) {
+CemAttentionImpl::CemAttentionImpl(const CemAttentionOptions& o) : options_(o), recursion_(o.recursion()) {
   const int64_t D = o.d_model(), H = o.n_heads();
   TORCH_INTERNAL_ASSERT(D % H == 0, "cem_attention: n_heads must divide d_model");
   head_dim_ = D / H;
@@ -224,9 +231,46 @@ torch::Tensor CemAttentionImpl::step(const torch::Tensor& x, const CemAttentionC
   return eta_.advance(x, direction(x, c));
 }
 
+bool CemAttentionImpl::uses_gram(int64_t tokens) const {
+  const int64_t T = options_.step().steps();
+  if (T < 2 || options_.dlr() != CemDiagonal::kNone || trace_.enabled) return false;
+  if (recursion_ != CemRecursion::kAuto) return recursion_ == CemRecursion::kGram;
+  return (T - 1) * tokens >= 2 * options_.d_model();
+}
+
+torch::Tensor CemAttentionImpl::readout(const torch::Tensor& q_merged, const CemAttentionCondition& c) const {
+  torch::Tensor q = split_heads(q_merged, options_.n_heads());
+  if (rotates()) q = apply_rope(q, c.cos, c.sin);
+  torch::Tensor a = causal_attention(q, c.k, c.v, c.offset);
+  if (rotates() && options_.rope_mode() == CemRopeMode::kExact) a = apply_rope(a, c.cos, -c.sin);
+  return merge_heads(a);  // (B, N, H d_h)
+}
+
+// Without D+LR the step is x <- x + a_t M with M = eta P(W_Q) (H d_h, D): P and eta act on each row
+// of the read-out a_t W_Q linearly, so they can be applied to W_Q once. The next queries are then
+//     q_(t+1) = x^(t+1) W_Q^T = q_t + a_t G,   G = M W_Q^T  (H d_h, H d_h),
+// and the displacement is x^(T) - h = (a_0 + ... + a_(T-1)) M. Each extra step costs one
+// (tokens x D x D) matmul plus the attention core instead of two (query and output projections), for
+// a one-off D^3 to form G: a saving once (T - 1) * tokens > D. Same function as the direct loop;
+// the tests compare the two paths and their gradients in float64.
+torch::Tensor CemAttentionImpl::forward_gram(const torch::Tensor& h, const CemAttentionCondition& c) const {
+  const torch::Tensor M = eta_.scale(precond_ ? precond_->apply(w_q) : w_q);  // (H d_h, D)
+  const torch::Tensor G = torch::matmul(M, w_q.t());                          // (H d_h, H d_h)
+  torch::Tensor q = torch::linear(h, w_q);                                    // (B, N, H d_h)
+  torch::Tensor sum;
+  const int64_t T = options_.step().steps();
+  for (int64_t t = 0; t < T; ++t) {
+    const torch::Tensor a = readout(q, c);
+    sum = t == 0 ? a : sum + a;
+    if (t + 1 < T) q = q + torch::matmul(a, G);
+  }
+  return torch::matmul(sum, M);
+}
+
 torch::Tensor CemAttentionImpl::forward(const torch::Tensor& h, const MixerContext& ctx) {
   const CemAttentionCondition c = condition(h, ctx);  // keys once
   const bool trace = trace_.enabled && ctx.offset == 0 && ctx.state == nullptr;
+  if (!trace && uses_gram(h.size(0) * h.size(1))) return forward_gram(h, c);
   // T = 1: the displacement is eta d itself (no h + eta d - h round trip).
   if (options_.step().steps() == 1 && !trace) return eta_.scale(direction(h, c));
   torch::Tensor x = h;                                // x^(0) = h

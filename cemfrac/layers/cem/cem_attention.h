@@ -27,10 +27,16 @@
 namespace cemfrac {
 
 enum class CemRopeMode { kExact, kNaive, kNone };
+// How forward runs T >= 2 steps (same function, different work; see forward_gram()):
+// direct = project x^(t) -> queries and read-out -> displacement every step; gram = move the queries
+// by a_t G, G = eta P(W_Q) W_Q^T, and project the summed read-outs once; auto = gram when it saves
+// work (no D+LR, no energy trace, (T - 1) * tokens >= 2 D).
+enum class CemRecursion { kAuto, kDirect, kGram };
 enum class CemDiagonal { kNone, kPerHead, kShared };
 
 CemRopeMode parse_cem_rope_mode(const std::string& name);  // names as in CemConfig::rope_mode
 CemDiagonal parse_cem_diagonal(const std::string& name);    // names as in CemConfig::dlr
+CemRecursion parse_cem_recursion(const std::string& name);  // names as in CemConfig::recursion
 
 struct CemAttentionOptions {
   CemAttentionOptions(int64_t d_model, int64_t n_heads) : d_model_(d_model), n_heads_(n_heads) {}
@@ -40,6 +46,7 @@ struct CemAttentionOptions {
   TORCH_ARG(CemRopeMode, rope_mode) = CemRopeMode::kExact;
   TORCH_ARG(CemDiagonal, dlr) = CemDiagonal::kNone;
   TORCH_ARG(bool, dlr_distance) = false;
+  TORCH_ARG(CemRecursion, recursion) = CemRecursion::kAuto;
   TORCH_ARG(CemStepOptions, step) = CemStepOptions();
   TORCH_ARG(double, init_std) = 0.02;
   TORCH_ARG(torch::Device, device) = torch::kCPU;
@@ -87,6 +94,9 @@ class CemAttentionImpl : public MixerImpl {
 
   const CemAttentionOptions& options() const { return options_; }
   void set_steps(int64_t steps) { options_.step().steps(steps); }
+  void set_recursion(CemRecursion r) { recursion_ = r; }
+  // Whether forward takes the gram path for an input of this many tokens (B * N).
+  bool uses_gram(int64_t tokens) const;
   double eta() const { return eta_.value(); }
   int64_t key_projections() const { return key_projections_; }  // calls of h -> W_K h so far
   const CemPreconditionerImpl* preconditioner() const { return precond_.get(); }
@@ -97,12 +107,17 @@ class CemAttentionImpl : public MixerImpl {
 
  private:
   bool rotates() const { return options_.rope() && options_.rope_mode() != CemRopeMode::kNone; }
+  // Causal attention read-out of merged queries q (B, N, H d_h), rotated back under exact RoPE.
+  torch::Tensor readout(const torch::Tensor& q, const CemAttentionCondition& c) const;
+  // x^(T) - h for T >= 2 without D+LR, moving the queries instead of the iterate (see the .cpp).
+  torch::Tensor forward_gram(const torch::Tensor& h, const CemAttentionCondition& c) const;
 
   CemAttentionOptions options_;
   int64_t head_dim_;
   CemStepSize eta_;
   std::shared_ptr<CemPreconditionerImpl> precond_;
   int64_t key_projections_ = 0;
+  CemRecursion recursion_;
   CemEnergyTrace trace_;
 };
 

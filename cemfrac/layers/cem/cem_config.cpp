@@ -6,7 +6,7 @@
 
 namespace cemfrac {
 
-std::vector<std::string> cem_runtime_fields() { return {"steps", "rope_mode", "dlr_distance", "mlp_form"}; }
+std::vector<std::string> cem_runtime_fields() { return {"steps", "rope_mode", "dlr_distance", "mlp_form", "recursion"}; }
 
 std::optional<ConfigProblem> cem_config_problem(const ModelConfig& config) {
   const CemConfig& c = config.cem;
@@ -34,6 +34,10 @@ std::optional<ConfigProblem> cem_config_problem(const ModelConfig& config) {
   }
   if (c.mlp_form != "a" && c.mlp_form != "b") {
     return problem("mlp_form", fmt::format("mlp_form = \"{}\": unknown; valid: a, b", c.mlp_form));
+  }
+  if (c.recursion != "auto" && c.recursion != "direct" && c.recursion != "gram") {
+    return problem("recursion",
+                   fmt::format("recursion = \"{}\": unknown; valid: auto, direct, gram", c.recursion));
   }
   for (int64_t layer = 0; layer < config.n_layers; ++layer) {
     if (config.mixer_of(layer) == "cem_attention" && config.kv_heads() != config.n_heads) {

@@ -23,6 +23,7 @@ struct CemConfig {
   int64_t precond_rank = 16;         // r
   bool precond_psd = false;          // P = diag(softplus(p)) + U U^T instead
   std::string mlp_form = "a";        // a: W_U tied to the read-out, gate W_G h | b: quadratic energy
+  std::string recursion = "auto";    // attention at T >= 2: auto | direct | gram (same function)
 
   template <typename Visitor>
   void visit_fields(Visitor& v) {
@@ -35,6 +36,7 @@ struct CemConfig {
     v("precond_rank", precond_rank, "CEM: preconditioner rank r");
     v("precond_psd", precond_psd, "CEM: positive-definite preconditioner diag(softplus(p)) + U U^T");
     v("mlp_form", mlp_form, "CEM MLP energy: a (W_U tied to the read-out) | b (quadratic)");
+    v("recursion", recursion, "CEM attention T >= 2 work plan: auto | direct | gram (same outputs)");
   }
 
   // Whether a sub-layer has the learnable eta parameter (not frozen, no preconditioner).
