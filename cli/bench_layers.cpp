@@ -224,10 +224,10 @@ int run_layers(const LayersFlags& flags) {
              "{} after a warm-up\nCPU {}; BLAS core {}\n\n",
              base.model.d_model, base.model.n_heads, base.model.d_ff, base.model.context, flags.batch,
              at::get_num_threads(), flags.reps, read_cpu_features().model_name, blas_status().core);
-  fmt::print("{:<6} {:<18} {:<8} {:>10} {:>9} {:>10} {:>9} {:>8}\n", "", "kind", "variant", "params",
+  fmt::print("{:<6} {:<18} {:<10} {:>10} {:>9} {:>10} {:>9} {:>8}\n", "", "kind", "variant", "params",
              "fwd ms", "f+b ms", "f+b us/t", "x base");
   for (const json& r : report["rows"]) {
-    fmt::print("{:<6} {:<18} {:<8} {:>10} {:>9.2f} {:>10.2f} {:>9.2f} {:>8.2f}\n",
+    fmt::print("{:<6} {:<18} {:<10} {:>10} {:>9.2f} {:>10.2f} {:>9.2f} {:>8.2f}\n",
                r["sublayer"].get<std::string>(), r["kind"].get<std::string>(),
                r["variant"].get<std::string>(), r["parameters"].get<int64_t>(),
                r["forward_ms"]["best"].get<double>(), r["forward_backward_ms"]["best"].get<double>(),

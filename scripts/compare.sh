@@ -76,6 +76,7 @@ for n in names:
     cfg = open(f"{d}/config.toml").read()
     def field(k):
         for line in cfg.splitlines():
+            line = line.split("#", 1)[0]
             if line.split("=")[0].strip() == k:
                 return line.split("=", 1)[1].strip().strip('"')
         return "?"
