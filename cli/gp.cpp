@@ -24,19 +24,10 @@
 #include "cemfrac/core/check.h"
 #include "cemfrac/tasks/gp_experiment.h"
 #include "cli/commands.h"
+#include "cli/format_util.h"
 
 namespace cemfrac::cli {
 namespace {
-
-// 124439 -> "124,439"
-std::string with_commas(int64_t n) {
-  std::string digits = std::to_string(n), out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out;
-}
 
 std::string t_text(int64_t T) { return T > 0 ? std::to_string(T) : "-"; }
 

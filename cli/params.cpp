@@ -11,20 +11,11 @@
 #include "cemfrac/model/lm_model.h"
 #include "cemfrac/train/run_config.h"
 #include "cli/commands.h"
+#include "cli/format_util.h"
 
 namespace cemfrac::cli {
 
 namespace {
-
-// 124439808 -> "124,439,808"
-std::string with_commas(int64_t n) {
-  std::string digits = std::to_string(n), out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out;
-}
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string out;
