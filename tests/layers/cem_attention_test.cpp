@@ -148,7 +148,9 @@ TEST(CemAttention, EnergyIsSeparable) {
   for (int64_t j = 0; j < kN; ++j) {
     const torch::Tensor g = torch::autograd::grad({E[0][j]}, {x}, {}, /*retain_graph=*/true)[0];
     for (int64_t i = 0; i < kN; ++i) {
-      if (i != j) EXPECT_EQ(g[0][i].abs().max().item<double>(), 0.0) << "dE_" << j << "/dx_" << i;
+      if (i != j) {
+        EXPECT_EQ(g[0][i].abs().max().item<double>(), 0.0) << "dE_" << j << "/dx_" << i;
+      }
     }
     EXPECT_GT(g[0][j].abs().max().item<double>(), 0.0);
   }

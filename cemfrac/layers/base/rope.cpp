@@ -1,6 +1,9 @@
 #include "cemfrac/layers/base/rope.h"
 
+#include <ATen/Parallel.h>
 #include <torch/torch.h>
+
+#include <algorithm>
 
 #include <cmath>
 #include <sstream>
@@ -60,11 +63,93 @@ std::pair<torch::Tensor, torch::Tensor> RotaryEmbedding::tables(int64_t offset, 
   return {it->second.first.narrow(0, offset, n), it->second.second.narrow(0, offset, n)};
 }
 
-torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+torch::Tensor apply_rope_reference(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                                   bool inverse) {
   const int64_t half = x.size(-1) / 2;
+  const torch::Tensor s = inverse ? -sin : sin;
   torch::Tensor x1 = x.narrow(-1, 0, half);     // (B, h, N, d_h/2)
   torch::Tensor x2 = x.narrow(-1, half, half);  // (B, h, N, d_h/2)
-  return torch::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
+  return torch::cat({x1 * cos - x2 * s, x2 * cos + x1 * s}, -1);
+}
+
+namespace {
+
+// One pass over x (B, h, N, d_h), any strides (copied first unless the last one is 1): y has x's layout
+// (empty_like keeps the strides of a dense tensor), so a rotated transpose view stays a view for the
+// caller.
+// Each element is computed as the reference computes it (x1 c - x2 s, x2 c + x1 s; s = -sin when
+// inverse), so the two agree bitwise.
+torch::Tensor rope_kernel(const torch::Tensor& x_in, const torch::Tensor& cos_in, const torch::Tensor& sin_in,
+                          bool inverse) {
+  const torch::Tensor x = x_in.stride(3) == 1 ? x_in : x_in.contiguous();
+  const int64_t B = x.size(0), h = x.size(1), N = x.size(2), half = x.size(3) / 2;
+  const torch::Tensor cos = cos_in.contiguous(), sin = sin_in.contiguous();
+  torch::Tensor y = at::empty_like(x);
+  const int64_t xs0 = x.stride(0), xs1 = x.stride(1), xs2 = x.stride(2);
+  const int64_t ys0 = y.stride(0), ys1 = y.stride(1), ys2 = y.stride(2);
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "apply_rope", [&] {
+    const scalar_t* xp = x.data_ptr<scalar_t>();
+    scalar_t* yp = y.data_ptr<scalar_t>();
+    const scalar_t* cp = cos.data_ptr<scalar_t>();
+    const scalar_t* sp = sin.data_ptr<scalar_t>();
+    const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, 2 * half));
+    at::parallel_for(0, B * h * N, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t n = r % N, k = (r / N) % h, b = r / (N * h);
+        const scalar_t* x1 = xp + b * xs0 + k * xs1 + n * xs2;
+        const scalar_t* x2 = x1 + half;
+        scalar_t* y1 = yp + b * ys0 + k * ys1 + n * ys2;
+        scalar_t* y2 = y1 + half;
+        const scalar_t* c = cp + n * half;
+        const scalar_t* s = sp + n * half;
+        if (inverse) {
+          for (int64_t i = 0; i < half; ++i) {
+            y1[i] = x1[i] * c[i] - x2[i] * -s[i];
+            y2[i] = x2[i] * c[i] + x1[i] * -s[i];
+          }
+        } else {
+          for (int64_t i = 0; i < half; ++i) {
+            y1[i] = x1[i] * c[i] - x2[i] * s[i];
+            y2[i] = x2[i] * c[i] + x1[i] * s[i];
+          }
+        }
+      }
+    });
+  });
+  return y;
+}
+
+// y = R x is a rotation per pair of channels, so the gradient is the inverse rotation R^T g; the
+// backward calls the same Function, so it is differentiable again (double backward, create_graph).
+class RopeFunction : public torch::autograd::Function<RopeFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& cos, const torch::Tensor& sin, bool inverse) {
+    ctx->save_for_backward({cos, sin});
+    ctx->saved_data["inverse"] = inverse;
+    return rope_kernel(x.detach(), cos, sin, inverse);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const bool inverse = ctx->saved_data["inverse"].toBool();
+    return {apply_rope(grads[0], saved[0], saved[1], !inverse), torch::Tensor(), torch::Tensor(),
+            torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                         bool inverse) {
+  const bool fused = x.dim() == 4 && x.device().is_cpu() && x.size(3) % 2 == 0 &&
+                     (x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kFloat64) &&
+                     cos.scalar_type() == x.scalar_type() && sin.scalar_type() == x.scalar_type() &&
+                     cos.dim() == 2 && cos.size(0) == x.size(2) && cos.size(1) * 2 == x.size(3) &&
+                     sin.sizes() == cos.sizes() && !cos.requires_grad() && !sin.requires_grad();
+  if (!fused) return apply_rope_reference(x, cos, sin, inverse);
+  return RopeFunction::apply(x, cos, sin, inverse);
 }
 
 }  // namespace cemfrac

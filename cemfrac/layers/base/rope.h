@@ -36,7 +36,14 @@ class RotaryEmbedding {
   std::map<std::string, std::pair<torch::Tensor, torch::Tensor>> cache_;  // by dtype + device
 };
 
-// x (B, h, N, d_h), cos/sin (N, d_h / 2) -> x rotated, same shape.
-torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+// x (B, h, N, d_h), cos/sin (N, d_h / 2) -> x rotated, same shape; inverse = rotate by the negative
+// angles (R^T x, what sin -> -sin gives). Float32/64 on the CPU run one fused pass whose output keeps
+// x's memory layout and whose backward is the inverse rotation; anything else runs the reference.
+torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                         bool inverse = false);
+
+// The same function composed of tensor ops (autograd differentiates it): the fused path's oracle.
+torch::Tensor apply_rope_reference(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                                   bool inverse = false);
 
 }  // namespace cemfrac

@@ -218,7 +218,7 @@ torch::Tensor CemAttentionImpl::direction(const torch::Tensor& x, const CemAtten
   }
 
   // 3. Exact RoPE: rotate the read-out back by R_{-i}; then the output projection W_Q^T.
-  if (rotates() && options_.rope_mode() == CemRopeMode::kExact) a = apply_rope(a, c.cos, -c.sin);
+  if (rotates() && options_.rope_mode() == CemRopeMode::kExact) a = apply_rope(a, c.cos, c.sin, /*inverse=*/true);
   torch::Tensor d = torch::matmul(merge_heads(a), w_q);  // (B, N, D): same tensor as the queries'
   if (diag.defined()) d = d + diag;
 
@@ -242,7 +242,7 @@ torch::Tensor CemAttentionImpl::readout(const torch::Tensor& q_merged, const Cem
   torch::Tensor q = split_heads(q_merged, options_.n_heads());
   if (rotates()) q = apply_rope(q, c.cos, c.sin);
   torch::Tensor a = causal_attention(q, c.k, c.v, c.offset);
-  if (rotates() && options_.rope_mode() == CemRopeMode::kExact) a = apply_rope(a, c.cos, -c.sin);
+  if (rotates() && options_.rope_mode() == CemRopeMode::kExact) a = apply_rope(a, c.cos, c.sin, /*inverse=*/true);
   return merge_heads(a);  // (B, N, H d_h)
 }
 
