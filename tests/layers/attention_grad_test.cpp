@@ -1,6 +1,7 @@
 // The fused causal attention (offset 0, the training path of causal_attention) against autograd through
 // a plain ATen formulation: outputs and the gradients of q, k and v, for multi-head, grouped-query and
-// multi-query shapes, in float64 and float32, with 1 and 2 threads.
+// multi-query shapes, in float64 and float32, with 1 and 2 threads, in one and in several query blocks;
+// and the fused RoPE against its reference.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -9,6 +10,7 @@
 
 #include "cemfrac/core/blas.h"
 #include "cemfrac/layers/base/mha.h"
+#include "cemfrac/layers/base/rope.h"
 
 namespace cemfrac {
 namespace {
@@ -22,12 +24,14 @@ torch::Tensor plain_attention(const torch::Tensor& q, const torch::Tensor& k, co
       torch::softmax(scores.masked_fill(hidden, -std::numeric_limits<double>::infinity()), -1), vv);
 }
 
-void check(torch::ScalarType dtype, int64_t h_kv, int threads, double tol) {
-  SCOPED_TRACE(::testing::Message() << c10::toString(dtype) << " H_kv=" << h_kv << " threads=" << threads);
+// N = 37 fits one block of queries; N = 150 takes three (64, 64, 22 rows).
+void check(torch::ScalarType dtype, int64_t h_kv, int threads, double tol, int64_t N) {
+  SCOPED_TRACE(::testing::Message() << c10::toString(dtype) << " H_kv=" << h_kv << " threads=" << threads
+                                    << " N=" << N);
   set_threads(threads);
   torch::manual_seed(3);
   const auto o = torch::TensorOptions().dtype(dtype);
-  const int64_t B = 3, H = 4, N = 37, d_h = 16;
+  const int64_t B = 3, H = 4, d_h = 16;
   torch::Tensor q = torch::randn({B, H, N, d_h}, o).requires_grad_();
   torch::Tensor k = torch::randn({B, h_kv, N, d_h}, o).requires_grad_();
   torch::Tensor v = torch::randn({B, h_kv, N, d_h}, o).requires_grad_();
@@ -36,6 +40,12 @@ void check(torch::ScalarType dtype, int64_t h_kv, int threads, double tol) {
   const torch::Tensor plain = plain_attention(q, k, v);
   ASSERT_EQ(fused.sizes(), plain.sizes());
   EXPECT_TRUE(torch::allclose(fused, plain, tol, tol));
+  {
+    // Leave NaN-filled blocks of the gradients' sizes on the heap: a gradient block that the backward
+    // accumulates into without writing it first would pick one up.
+    std::vector<torch::Tensor> poison;
+    for (int i = 0; i < 4; ++i) poison.push_back(torch::full({B, H, N, d_h}, std::nan(""), o));
+  }
   const auto g_fused = torch::autograd::grad({fused}, {q, k, v}, {g});
   const auto g_plain = torch::autograd::grad({plain}, {q, k, v}, {g});
   const char* names[] = {"dq", "dk", "dv"};
@@ -46,13 +56,15 @@ void check(torch::ScalarType dtype, int64_t h_kv, int threads, double tol) {
 }
 
 TEST(FusedAttention, EqualsAutogradFloat64) {
-  for (int threads : {1, 2})
-    for (int64_t h_kv : {4, 2, 1}) check(torch::kFloat64, h_kv, threads, 1e-12);
+  for (int64_t N : {37, 150})
+    for (int threads : {1, 2})
+      for (int64_t h_kv : {4, 2, 1}) check(torch::kFloat64, h_kv, threads, 1e-12, N);
 }
 
 TEST(FusedAttention, EqualsAutogradFloat32) {
-  for (int threads : {1, 2})
-    for (int64_t h_kv : {4, 2, 1}) check(torch::kFloat32, h_kv, threads, 1e-5);
+  for (int64_t N : {37, 150})
+    for (int threads : {1, 2})
+      for (int64_t h_kv : {4, 2, 1}) check(torch::kFloat32, h_kv, threads, 1e-5, N);
 }
 
 TEST(FusedAttention, MaskedProbabilitiesAreExactZeros) {
@@ -64,6 +76,61 @@ TEST(FusedAttention, MaskedProbabilitiesAreExactZeros) {
   v.select(2, 8).fill_(-1e4);
   const torch::Tensor after = causal_attention(q, k, v, 0);
   EXPECT_TRUE(torch::equal(before.narrow(2, 0, 8), after.narrow(2, 0, 8)));
+  // Across query blocks (N = 130: blocks of 64, 64, 2 rows), changing key 100 leaves rows 0..99 alone.
+  q = torch::randn({1, 2, 130, 8}), k = torch::randn({1, 2, 130, 8}), v = torch::randn({1, 2, 130, 8});
+  const torch::Tensor long_before = causal_attention(q, k, v, 0);
+  k.select(2, 100).fill_(1e4);
+  v.select(2, 100).fill_(-1e4);
+  const torch::Tensor long_after = causal_attention(q, k, v, 0);
+  EXPECT_TRUE(torch::equal(long_before.narrow(2, 0, 100), long_after.narrow(2, 0, 100)));
+  EXPECT_FALSE(torch::equal(long_before.narrow(2, 100, 30), long_after.narrow(2, 100, 30)));
+}
+
+// The fused RoPE (one pass, layout-preserving, inverse rotation as its backward) against the reference
+// made of tensor ops: bitwise forward, gradients and second derivatives, for a contiguous input, a
+// transposed view (what split_heads gives) and a strided slice (what a fused QKV split gives).
+TEST(FusedRope, EqualsReferenceWithGradients) {
+  torch::manual_seed(5);
+  const int64_t B = 2, H = 3, N = 7, d_h = 8;
+  const auto o = torch::TensorOptions().dtype(torch::kFloat64);
+  RotaryEmbedding rotary(d_h, 16, 10000.0);
+  const auto [cos, sin] = rotary.tables(0, N, o);
+  std::vector<std::pair<const char*, torch::Tensor>> inputs = {
+      {"contiguous", torch::randn({B, H, N, d_h}, o)},
+      {"transposed view", torch::randn({B, N, H, d_h}, o).transpose(1, 2)},
+      {"strided slice", torch::randn({B, N, 3 * H * d_h}, o).narrow(-1, H * d_h, H * d_h).view({B, N, H, d_h}).transpose(1, 2)},
+  };
+  for (const auto& [name, base] : inputs) {
+    for (bool inverse : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << name << (inverse ? ", inverse" : ""));
+      const torch::Tensor x = base.detach().requires_grad_();
+      const torch::Tensor fused = apply_rope(x, cos, sin, inverse);
+      const torch::Tensor ref = apply_rope_reference(x, cos, sin, inverse);
+      EXPECT_TRUE(torch::equal(fused, ref));
+      if (x.is_non_overlapping_and_dense()) {
+        EXPECT_EQ(fused.strides(), x.strides());
+      }
+      // An output gradient whose last dimension is not contiguous (as matmul backward can produce).
+      const torch::Tensor g = torch::randn({B, H, d_h, N}, o).transpose(2, 3);
+      const auto gf = torch::autograd::grad({fused}, {x}, {g}, /*retain_graph=*/true, /*create_graph=*/true);
+      const auto gr = torch::autograd::grad({ref}, {x}, {g}, /*retain_graph=*/true, /*create_graph=*/true);
+      EXPECT_TRUE(torch::allclose(gf[0], gr[0], 0, 1e-14));
+      // Second order, through the backward's own graph: the gradient of sum(y^2 w1) depends on x, and
+      // the gradient of <that gradient, w2> runs the Function's backward of the backward.
+      const torch::Tensor w1 = torch::randn({B, H, N, d_h}, o), w2 = torch::randn({B, H, N, d_h}, o);
+      const auto d1f = torch::autograd::grad({(fused * fused * w1).sum()}, {x}, {}, true, true);
+      const auto d1r = torch::autograd::grad({(ref * ref * w1).sum()}, {x}, {}, true, true);
+      const auto d2f = torch::autograd::grad({(d1f[0] * w2).sum()}, {x});
+      const auto d2r = torch::autograd::grad({(d1r[0] * w2).sum()}, {x});
+      EXPECT_TRUE(torch::allclose(d2f[0], d2r[0], 0, 1e-13));
+      // A rotation followed by its inverse is the identity.
+      EXPECT_TRUE(torch::allclose(apply_rope(fused, cos, sin, !inverse), x, 0, 1e-14));
+    }
+  }
+  // Float32 takes the same fused path and matches the reference bitwise too.
+  const torch::Tensor x32 = torch::randn({B, N, H, d_h}).transpose(1, 2);
+  const auto [c32, s32] = rotary.tables(0, N, torch::TensorOptions().dtype(torch::kFloat32));
+  EXPECT_TRUE(torch::equal(apply_rope(x32, c32, s32), apply_rope_reference(x32, c32, s32)));
 }
 
 }  // namespace

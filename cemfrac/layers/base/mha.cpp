@@ -6,7 +6,9 @@
 // one custom autograd Function that runs every (batch, head) pair as its own small problem on one thread
 // (at::parallel_for over the pairs, OpenBLAS held to one thread meanwhile): scores into a per-thread
 // scratch block that stays in cache, the causal mask and the softmax on it, then P V written straight
-// into the merged-heads layout (B, N, H d_h). Backward recomputes nothing: it uses the saved P. This
+// into the merged-heads layout (B, N, H d_h). Queries go in blocks of 64 rows whose matmuls stop at the
+// block's last visible key, so most of the hidden upper triangle is never computed, forward or
+// backward. Backward recomputes nothing: it uses the saved P. This
 // avoids the batched matmuls' per-call thread fork/join on small matrices, the masked_fill and scale
 // passes and four full-size (B, H, N, N) temporaries per layer; masked probabilities stay exact zeros.
 #include "cemfrac/layers/base/mha.h"
@@ -17,6 +19,11 @@
 
 #include <cmath>
 #include <limits>
+#include <type_traits>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 
 #include "cemfrac/core/check.h"
 #include "cemfrac/layers/base/rope.h"
@@ -52,40 +59,152 @@ class SerialBlasGuard {
   int previous_ = 1;
 };
 
-// From a contiguous (N, N) block of scores s = q k^T to probabilities p (same layout): row n is
-// softmax(scale * s[n, 0..n]) followed by exact zeros (the keys after n are hidden from query n).
+// Queries are taken in blocks of this many rows: block [r0, r1) only needs keys 0..r1-1, so the
+// matmuls skip the hidden upper triangle beyond the block (at N = 256 they do 10/16 of the square).
+constexpr int64_t kQueryBlock = 64;
+
+// The softmax rows' two inner loops for float32 with AVX2 + FMA when the CPU has them (chosen once
+// from CPUID): exp of a row with its sum, and the row dot product of the backward. The float64 rows
+// and other CPUs run the scalar loops below.
+#if defined(__x86_64__) && defined(__GNUC__)
+#define CEMFRAC_SOFTMAX_AVX2 1
+
+// exp(x), float32 lanes (Cephes' expf: x = n ln2 + r, |r| <= ln2/2, a degree-6 polynomial for e^r,
+// then 2^n through the exponent bits; about 1 ulp). Inputs below ln(FLT_MIN) give FLT_MIN-scale
+// results instead of denormals or 0; NaN stays NaN (max_ps returns its second operand on NaN).
+__attribute__((target("avx2,fma"))) inline __m256 exp_ps(__m256 x) {
+  x = _mm256_max_ps(_mm256_set1_ps(-87.33654f), x);
+  x = _mm256_min_ps(_mm256_set1_ps(88.3762626647949f), x);
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  const __m256 y = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r), _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+// out[t] = exp((in[t] - top) * c) for t < count; returns the sum, accumulated in float64.
+__attribute__((target("avx2,fma"))) double exp_row_avx2(const float* in, float* out, int64_t count, float top,
+                                                       float c) {
+  const __m256 vt = _mm256_set1_ps(top), vc = _mm256_set1_ps(c);
+  __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+  int64_t t = 0;
+  for (; t + 8 <= count; t += 8) {
+    const __m256 e = exp_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(in + t), vt), vc));
+    _mm256_storeu_ps(out + t, e);
+    lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+    hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+  }
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, _mm256_add_pd(lo, hi));
+  double total = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  if (t < count) {  // the tail through the same exp, one masked vector
+    alignas(32) float buf[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t i = t; i < count; ++i) buf[i - t] = in[i];
+    const __m256 e = exp_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_load_ps(buf), vt), vc));
+    _mm256_store_ps(buf, e);
+    for (int64_t i = t; i < count; ++i) {
+      out[i] = buf[i - t];
+      total += buf[i - t];
+    }
+  }
+  return total;
+}
+
+// sum_t g[t] p[t] for t < count, products and sums in float64.
+__attribute__((target("avx2,fma"))) double dot_row_avx2(const float* g, const float* p, int64_t count) {
+  __m256d a = _mm256_setzero_pd(), b = _mm256_setzero_pd();
+  int64_t t = 0;
+  for (; t + 8 <= count; t += 8) {
+    const __m256 vg = _mm256_loadu_ps(g + t), vp = _mm256_loadu_ps(p + t);
+    a = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(vg)), _mm256_cvtps_pd(_mm256_castps256_ps128(vp)), a);
+    b = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(vg, 1)), _mm256_cvtps_pd(_mm256_extractf128_ps(vp, 1)), b);
+  }
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, _mm256_add_pd(a, b));
+  double dot = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  for (; t < count; ++t) dot += double(g[t]) * double(p[t]);
+  return dot;
+}
+
+bool softmax_avx2() {
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return ok;
+}
+#endif
+
+// exp((in[t] - top) * c) into out for t < count; returns the sum in float64.
 template <typename scalar_t>
-void causal_softmax_rows(const scalar_t* s, scalar_t* p, int64_t n_rows, double scale) {
-  for (int64_t n = 0; n < n_rows; ++n) {
-    const scalar_t* in = s + n * n_rows;
-    scalar_t* out = p + n * n_rows;
+double exp_row(const scalar_t* in, scalar_t* out, int64_t count, scalar_t top, scalar_t c) {
+#ifdef CEMFRAC_SOFTMAX_AVX2
+  if constexpr (std::is_same_v<scalar_t, float>) {
+    if (softmax_avx2()) return exp_row_avx2(in, out, count, top, c);
+  }
+#endif
+  double total = 0;
+  for (int64_t t = 0; t < count; ++t) {
+    out[t] = std::exp((in[t] - top) * c);
+    total += out[t];
+  }
+  return total;
+}
+
+template <typename scalar_t>
+double dot_row(const scalar_t* g, const scalar_t* p, int64_t count) {
+#ifdef CEMFRAC_SOFTMAX_AVX2
+  if constexpr (std::is_same_v<scalar_t, float>) {
+    if (softmax_avx2()) return dot_row_avx2(g, p, count);
+  }
+#endif
+  double dot = 0;
+  for (int64_t t = 0; t < count; ++t) dot += double(g[t]) * double(p[t]);
+  return dot;
+}
+
+// Rows r0..r1-1 of the probabilities from their scores: s holds q[r0:r1] k[0:r1]^T (row i at s + i r1),
+// p is the (N, N) probability matrix of the pair (leading dimension N). Row n becomes
+// softmax(scale * s[n, 0..n]) followed by exact zeros up to N (the keys after n are hidden from n).
+template <typename scalar_t>
+void causal_softmax_rows(const scalar_t* s, scalar_t* p, int64_t r0, int64_t r1, int64_t N, double scale) {
+  const auto c = static_cast<scalar_t>(scale);
+  for (int64_t n = r0; n < r1; ++n) {
+    const scalar_t* in = s + (n - r0) * r1;
+    scalar_t* out = p + n * N;
     scalar_t top = in[0];
     for (int64_t t = 1; t <= n; ++t) top = std::max(top, in[t]);
-    const auto c = static_cast<scalar_t>(scale);
-    double total = 0;
-    for (int64_t t = 0; t <= n; ++t) {
-      out[t] = std::exp((in[t] - top) * c);
-      total += out[t];
-    }
+    const double total = exp_row(in, out, n + 1, top, c);
     const auto inv = static_cast<scalar_t>(1.0 / total);
     for (int64_t t = 0; t <= n; ++t) out[t] *= inv;
-    for (int64_t t = n + 1; t < n_rows; ++t) out[t] = 0;
+    for (int64_t t = n + 1; t < N; ++t) out[t] = 0;
   }
 }
 
-// In place on a (N, N) block of scores' gradients dP (leading dimension ld), with P the saved
-// probabilities: dS = P * (dP - rowsum(dP * P)); entries above the diagonal become 0.
+// In place on the rows r0..r1-1 of the probabilities' gradients dP (row i at dp + i r1, keys 0..r1-1),
+// with P the saved probabilities (leading dimension N): dS = scale * P * (dP - rowsum(dP * P)), the
+// gradient of the unscaled scores q k^T; entries above the diagonal become 0.
 template <typename scalar_t>
-void causal_softmax_backward_rows(scalar_t* dp, const scalar_t* p, int64_t n_rows, int64_t ld) {
-  for (int64_t n = 0; n < n_rows; ++n) {
-    scalar_t* g = dp + n * ld;
-    const scalar_t* pr = p + n * ld;
-    double dot = 0;
-    for (int64_t t = 0; t <= n; ++t) dot += double(g[t]) * double(pr[t]);
-    const auto s = static_cast<scalar_t>(dot);
-    for (int64_t t = 0; t <= n; ++t) g[t] = pr[t] * (g[t] - s);
-    for (int64_t t = n + 1; t < n_rows; ++t) g[t] = 0;
+void causal_softmax_backward_rows(scalar_t* dp, const scalar_t* p, int64_t r0, int64_t r1, int64_t N,
+                                  double scale) {
+  const auto c = static_cast<scalar_t>(scale);
+  for (int64_t n = r0; n < r1; ++n) {
+    scalar_t* g = dp + (n - r0) * r1;
+    const scalar_t* pr = p + n * N;
+    const auto s = static_cast<scalar_t>(dot_row(g, pr, n + 1));
+    for (int64_t t = 0; t <= n; ++t) g[t] = pr[t] * (g[t] - s) * c;
+    for (int64_t t = n + 1; t < r1; ++t) g[t] = 0;
   }
+}
+
+// The (rows, cols) matrix at the start of a contiguous scratch buffer.
+torch::Tensor scratch_view(const torch::Tensor& scratch, int64_t rows, int64_t cols) {
+  return scratch.view({-1}).narrow(0, 0, rows * cols).view({rows, cols});
 }
 
 // softmax(scale q k^T + causal mask) v for q (B, H, N, d_h), k, v (B, H_kv, N, d_h), offset 0.
@@ -104,17 +223,24 @@ class FusedCausalAttention : public torch::autograd::Function<FusedCausalAttenti
       SerialBlasGuard serial_blas;
       at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
         at::NoGradGuard no_grad;
-        torch::Tensor scores = at::empty({N, N}, q.options());
+        torch::Tensor scratch = at::empty({std::min(N, kQueryBlock) * N}, q.options());
         for (int64_t i = begin; i < end; ++i) {
           const int64_t b = i / H, h = i % H, j = h / group;
-          // scores = q k^T; then scale, causal mask (key t is hidden from query n when t > n), softmax.
-          at::mm_out(scores, q[b][h], k[b][j].t());
+          const torch::Tensor q_i = q[b][h], k_j = k[b][j], v_j = v[b][j];
           torch::Tensor p_i = p[b][h];
           torch::Tensor out_i = out[b].select(1, h);  // (N, d_h), rows H d_h apart
-          AT_DISPATCH_FLOATING_TYPES(scores.scalar_type(), "causal_softmax", [&] {
-            causal_softmax_rows<scalar_t>(scores.data_ptr<scalar_t>(), p_i.data_ptr<scalar_t>(), N, scale);
-          });
-          at::mm_out(out_i, p_i, v[b][j]);
+          for (int64_t r0 = 0; r0 < N; r0 += kQueryBlock) {
+            const int64_t r1 = std::min(N, r0 + kQueryBlock), rows = r1 - r0;
+            // scores = q k^T over the keys this block can see; then scale, causal mask, softmax.
+            torch::Tensor scores = scratch_view(scratch, rows, r1);
+            at::mm_out(scores, q_i.narrow(0, r0, rows), k_j.narrow(0, 0, r1).t());
+            AT_DISPATCH_FLOATING_TYPES(scores.scalar_type(), "causal_softmax", [&] {
+              causal_softmax_rows<scalar_t>(scores.data_ptr<scalar_t>(), p_i.data_ptr<scalar_t>(), r0, r1, N,
+                                            scale);
+            });
+            torch::Tensor out_rows = out_i.narrow(0, r0, rows);
+            at::mm_out(out_rows, p_i.narrow(0, r0, rows).narrow(1, 0, r1), v_j.narrow(0, 0, r1));
+          }
         }
       });
     }
@@ -132,30 +258,52 @@ class FusedCausalAttention : public torch::autograd::Function<FusedCausalAttenti
     const int64_t B = q.size(0), H = q.size(1), N = q.size(2), d_h = q.size(3);
     const int64_t H_kv = k.size(1), group = H / H_kv;
     const double scale = 1.0 / std::sqrt(double(d_h));
-    torch::Tensor dq = at::zeros({B, H, N, d_h}, q.options());
-    torch::Tensor dk = at::zeros({B, H_kv, N, d_h}, q.options());
-    torch::Tensor dv = at::zeros({B, H_kv, N, d_h}, q.options());
+    // Every block of dq, dk and dv is first written by mm_out (no zero fill), then accumulated: the
+    // query blocks run last to first, so the first one (keys 0..N-1) covers every row of dk and dv.
+    torch::Tensor dq = at::empty({B, H, N, d_h}, q.options());
+    torch::Tensor dk = at::empty({B, H_kv, N, d_h}, q.options());
+    torch::Tensor dv = at::empty({B, H_kv, N, d_h}, q.options());
+    const int64_t last_r0 = ((N - 1) / kQueryBlock) * kQueryBlock;
     {
       SerialBlasGuard serial_blas;
       // One (batch, key/value head) per item: the heads of a group add into the same dk, dv.
       at::parallel_for(0, B * H_kv, 1, [&](int64_t begin, int64_t end) {
         at::NoGradGuard no_grad;
-        torch::Tensor ds = at::empty({N, N}, q.options());
+        torch::Tensor scratch = at::empty({std::min(N, kQueryBlock) * N}, q.options());
         for (int64_t i = begin; i < end; ++i) {
           const int64_t b = i / H_kv, j = i % H_kv;
+          const torch::Tensor k_j = k[b][j], v_j = v[b][j];
           torch::Tensor dk_j = dk[b][j], dv_j = dv[b][j];
           for (int64_t h = j * group; h < (j + 1) * group; ++h) {
-            const torch::Tensor p_i = p[b][h];
+            const torch::Tensor p_i = p[b][h], q_i = q[b][h];
             const torch::Tensor do_i = d_out[b].select(1, h);  // (N, d_h)
-            at::addmm_out(dv_j, dv_j, p_i.t(), do_i);           // dv += P^T dO
-            at::mm_out(ds, do_i, v[b][j].t());                  // dP = dO v^T
-            AT_DISPATCH_FLOATING_TYPES(ds.scalar_type(), "causal_softmax_backward", [&] {
-              causal_softmax_backward_rows<scalar_t>(ds.data_ptr<scalar_t>(),
-                                                     p_i.data_ptr<scalar_t>(), N, N);
-            });
             torch::Tensor dq_i = dq[b][h];
-            at::addmm_out(dq_i, dq_i, ds, k[b][j], /*beta=*/1, /*alpha=*/scale);      // dq = s dS k
-            at::addmm_out(dk_j, dk_j, ds.t(), q[b][h], /*beta=*/1, /*alpha=*/scale);  // dk += s dS^T q
+            for (int64_t r0 = last_r0; r0 >= 0; r0 -= kQueryBlock) {
+              const int64_t r1 = std::min(N, r0 + kQueryBlock), rows = r1 - r0;
+              const bool first = h == j * group && r1 == N;
+              const torch::Tensor p_blk = p_i.narrow(0, r0, rows).narrow(1, 0, r1);  // (rows, r1)
+              const torch::Tensor do_blk = do_i.narrow(0, r0, rows);                // (rows, d_h)
+              torch::Tensor dv_rows = dv_j.narrow(0, 0, r1), dk_rows = dk_j.narrow(0, 0, r1);
+              if (first) {
+                at::mm_out(dv_rows, p_blk.t(), do_blk);              // dv = P^T dO
+              } else {
+                at::addmm_out(dv_rows, dv_rows, p_blk.t(), do_blk);  // dv += P^T dO
+              }
+              torch::Tensor ds = scratch_view(scratch, rows, r1);
+              at::mm_out(ds, do_blk, v_j.narrow(0, 0, r1).t());      // dP = dO v^T
+              AT_DISPATCH_FLOATING_TYPES(ds.scalar_type(), "causal_softmax_backward", [&] {
+                causal_softmax_backward_rows<scalar_t>(ds.data_ptr<scalar_t>(), p_i.data_ptr<scalar_t>(), r0,
+                                                       r1, N, scale);
+              });
+              torch::Tensor dq_rows = dq_i.narrow(0, r0, rows);
+              at::mm_out(dq_rows, ds, k_j.narrow(0, 0, r1));        // dq = dS k
+              const torch::Tensor q_blk = q_i.narrow(0, r0, rows);
+              if (first) {
+                at::mm_out(dk_rows, ds.t(), q_blk);                  // dk = dS^T q
+              } else {
+                at::addmm_out(dk_rows, dk_rows, ds.t(), q_blk);      // dk += dS^T q
+              }
+            }
           }
         }
       });
