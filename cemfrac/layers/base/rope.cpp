@@ -1,6 +1,7 @@
 #include "cemfrac/layers/base/rope.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <cmath>
 #include <sstream>
