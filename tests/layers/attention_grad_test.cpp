@@ -2,7 +2,9 @@
 // a plain ATen formulation: outputs and the gradients of q, k and v, for multi-head, grouped-query and
 // multi-query shapes, in float64 and float32, with 1 and 2 threads.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/autograd.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <cmath>
 #include <limits>
