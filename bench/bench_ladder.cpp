@@ -4,10 +4,12 @@
 // f out, upstream gradient in, grad a out), so bytes_per_second compares directly with a copy.
 // The same measurements, with the copy bandwidth, the floor and the Python peer in one table:
 // `cemfrac bench ladder`.
+#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
 #include <malloc.h>
-#include <torch/torch.h>
+#include <torch/autograd.h>
+#include <torch/utils.h>
 
 #include <cstdio>
 #include <limits>

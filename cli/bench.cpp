@@ -23,7 +23,8 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
-#include <torch/torch.h>
+#include <torch/autograd.h>
+#include <torch/utils.h>
 #include <malloc.h>
 #include <unistd.h>
 

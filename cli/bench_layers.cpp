@@ -10,9 +10,12 @@
 // in float32; forward runs without autograd, forward+backward takes the gradient of <y, g> for a fixed
 // random g with respect to x and every parameter. Times are best and median of --reps calls after one
 // warm-up; the ratio column is best / the baseline's best.
+#include <ATen/Parallel.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <algorithm>
 #include <memory>

@@ -20,11 +20,13 @@
 // The peer is bench/peers/train_step_peer.py under /usr/bin/python3 (Debian's python3-torch): the
 // same model, batch, AdamW, steps and threads in PyTorch eager, started with OPENBLAS_CORETYPE set to
 // the core this process runs. It runs right after the C++ steps; the ratio is C++ / PyTorch step time.
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 #include <malloc.h>
 #include <sys/resource.h>
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -207,7 +209,7 @@ StepTimes run_cpp_steps(const RunConfig& rc, int64_t S, const TrainBenchFlags& f
     const auto t0 = Clock::now();
     optimizer.zero_grad();
     const torch::Tensor logits = model->forward(inputs);  // (B, S, V)
-    const torch::Tensor loss = torch::nn::functional::cross_entropy(logits.reshape({-1, V}), targets);
+    const torch::Tensor loss = torch::cross_entropy_loss(logits.reshape({-1, V}), targets);  // mean
     const double fwd = seconds_since(t0);
     const auto t1 = Clock::now();
     loss.backward();

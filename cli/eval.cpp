@@ -1,6 +1,7 @@
 // cemfrac eval: loss, perplexity and bits per byte of a checkpoint on a prepared split or any text,
 // with sliding windows that score every token exactly once (the protocol is printed).
 #include <fmt/format.h>
+#include <torch/types.h>
 
 #include <nlohmann/json.hpp>
 

@@ -12,7 +12,6 @@
 // prints RMSE against the noisy targets and against the exact GP posterior mean (the oracle floor),
 // with parameters and times. Writes <out>/gp.json and <out>/gp-rmse.svg.
 #include <fmt/format.h>
-#include <torch/torch.h>
 
 #include <filesystem>
 #include <memory>

@@ -2,7 +2,7 @@
 // non-embedding. The model is built on the meta device (shapes only, nothing allocated), through the
 // same constructors that create and name the tensors of a real model.
 #include <fmt/format.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <map>
 #include <nlohmann/json.hpp>

@@ -12,7 +12,8 @@ function(cemfrac_use_pch target)
   endif()
 endfunction()
 
-# cemfrac_add_test(NAME name SOURCES a.cpp b.cpp LABELS unit ...)
+# cemfrac_add_test(NAME name SOURCES a.cpp b.cpp LABELS unit ...): one executable from the sources,
+# each of its gtest tests a ctest test of its own.
 function(cemfrac_add_test)
   cmake_parse_arguments(T "" "NAME" "SOURCES;LABELS" ${ARGN})
   add_executable(${T_NAME} ${T_SOURCES})

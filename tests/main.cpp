@@ -1,7 +1,7 @@
 // gtest main: deterministic seed and one ATen thread unless a test asks for more.
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/utils.h>
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);

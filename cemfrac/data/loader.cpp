@@ -1,6 +1,6 @@
 #include "cemfrac/data/loader.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <numeric>
 #include <utility>

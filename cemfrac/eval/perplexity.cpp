@@ -1,6 +1,7 @@
 #include "cemfrac/eval/perplexity.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <algorithm>
 #include <cmath>
@@ -64,9 +65,10 @@ PerplexityResult evaluate_perplexity(const LogitsFn& logits, const torch::Tensor
                   "eval: the model returned logits of shape {} for inputs ({}, {})",
                   fmt::format("[{}]", fmt::join(out.sizes(), ", ")), b, L);
     const torch::Tensor losses =
-        torch::nn::functional::cross_entropy(
-            out.reshape({b * L, -1}).to(torch::kFloat32), window.narrow(1, 1, L).reshape({b * L}),
-            torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone))
+        torch::cross_entropy_loss(out.reshape({b * L, -1}).to(torch::kFloat32),
+                                  window.narrow(1, 1, L).reshape({b * L}), /*weight=*/{},
+                                  at::Reduction::None, /*ignore_index=*/-100,
+                                  /*label_smoothing=*/0.0)
             .reshape({b, L});
     total += losses.masked_select(mask).to(torch::kFloat64).sum().item<double>();
   }

@@ -1,6 +1,8 @@
 #include "cemfrac/layers/param_tags.h"
 
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <map>
 

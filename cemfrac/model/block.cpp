@@ -1,6 +1,6 @@
 #include "cemfrac/model/block.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include "cemfrac/layers/registry.h"
 

@@ -1,7 +1,8 @@
 #include "cemfrac/model/generate.h"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <cmath>
 #include <limits>

@@ -1,6 +1,7 @@
 #include "cemfrac/model/lm_model.h"
 
-#include <torch/torch.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/types.h>
 
 #include <map>
 

@@ -1,7 +1,7 @@
 #include "cemfrac/tasks/gp_data.h"
 
 #include <torch/linalg.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cmath>
 

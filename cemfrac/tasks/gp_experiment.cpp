@@ -2,7 +2,8 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 #include <unistd.h>
 
 #include <algorithm>

@@ -1,6 +1,8 @@
 #include "cemfrac/tasks/gp_model.h"
 
-#include <torch/torch.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include "cemfrac/core/check.h"
 #include "cemfrac/layers/registry.h"

@@ -1,7 +1,8 @@
 #include "cemfrac/train/checkpoint.h"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/types.h>
 
 #include <algorithm>
 #include <cstring>

@@ -1,6 +1,8 @@
 #include "cemfrac/train/optimizer.h"
 
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <cmath>
 #include <nlohmann/json.hpp>

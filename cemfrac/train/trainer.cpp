@@ -1,6 +1,8 @@
 #include "cemfrac/train/trainer.h"
 
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -244,9 +246,9 @@ double Trainer::evaluate() {
                           window.data_ptr<int64_t>() + i * (S + 1));
     const torch::Tensor on_device = window.to(model_.device);
     const torch::Tensor logits = model_.logits(on_device.narrow(1, 0, S).contiguous());  // (b, S, V)
-    const torch::Tensor losses = torch::nn::functional::cross_entropy(
-        logits.reshape({b * S, -1}), on_device.narrow(1, 1, S).reshape({b * S}),
-        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+    const torch::Tensor losses = torch::cross_entropy_loss(
+        logits.reshape({b * S, -1}), on_device.narrow(1, 1, S).reshape({b * S}), /*weight=*/{},
+        at::Reduction::None, /*ignore_index=*/-100, /*label_smoothing=*/0.0);
     total += losses.to(torch::kFloat64).sum().item<double>();
   }
   model_.module->train();
@@ -275,9 +277,11 @@ double Trainer::train_step(double* grad_norm) {
     const int64_t V = logits.size(-1);
     // Every micro-batch has B x S targets, so the step's loss is the mean of the micro-batch means;
     // dividing before backward makes the accumulated gradient that mean's gradient.
+    // The ATen op's defaults (no weight, mean, ignore_index -100, no smoothing) are
+    // torch::nn::functional::cross_entropy's.
     const torch::Tensor loss =
-        torch::nn::functional::cross_entropy(logits.reshape({-1, V}),
-                                             batch.targets.to(model_.device).reshape({-1}));
+        torch::cross_entropy_loss(logits.reshape({-1, V}),
+                                  batch.targets.to(model_.device).reshape({-1}));
     (loss / static_cast<double>(accum_)).backward();
     loss_sum += loss.item<double>();
   }

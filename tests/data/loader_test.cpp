@@ -3,7 +3,7 @@
 #include "cemfrac/data/loader.h"
 
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <algorithm>
 #include <map>

@@ -4,7 +4,7 @@
 #include "cemfrac/data/sentencepiece_tokenizer.h"
 
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <algorithm>
 #include <cstdlib>

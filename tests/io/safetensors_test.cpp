@@ -3,7 +3,7 @@
 #include "cemfrac/io/safetensors.h"
 
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstring>
 #include <nlohmann/json.hpp>

@@ -3,7 +3,9 @@
 // multi-query shapes, in float64 and float32, with 1 and 2 threads, in one and in several query blocks;
 // and the fused RoPE against its reference.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/autograd.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <cmath>
 #include <limits>

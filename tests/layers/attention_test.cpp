@@ -2,7 +2,8 @@
 // over batch, heads and positions, an explicit softmax, RoPE from cos/sin of p * theta^(-2i/d_h), all
 // in float64.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <cmath>
 #include <vector>

@@ -1,7 +1,9 @@
 // cem_mlp against its closed-form energies and against SwiGLU (spec papers/cem.md §7), float64,
 // N = 6, D = 8, M = 10, r = 2. Property numbers are the spec's.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/autograd.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <cmath>
 #include <string>

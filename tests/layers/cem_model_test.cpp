@@ -3,7 +3,9 @@
 // whole model at T = 1, 2, 4 (property 9), config checks, and the checkpoint overrides of test-time
 // scaling (--set model.cem.steps=4).
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/optim/adam.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <cstdio>
 #include <map>
@@ -163,8 +165,8 @@ TEST(CemModel, OverfitsOneBatch) {
     int64_t step = 0;
     for (; step < 200; ++step) {
       adam.zero_grad();
-      torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(input).reshape({-1, V}),
-                                                                target.reshape({-1}));
+      torch::Tensor loss =
+          torch::cross_entropy_loss(model->forward(input).reshape({-1, V}), target.reshape({-1}));
       loss.backward();
       adam.step();
       loss_value = loss.item<double>();

@@ -4,7 +4,11 @@
 // causality (bitwise), CAttnM attention rows, the CAttnU mask after optimizer steps, Cffn
 // degenerations, pole hits at initialisation, and decoding through the state.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/autograd.h>
+#include <torch/nn/module.h>
+#include <torch/optim/adamw.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <cmath>
 #include <functional>

@@ -3,7 +3,9 @@
 // 19: the literal ladders (CoFrGeNet-B) and the continuant ladders train to equal losses over the
 // first 100 steps of a tiny model when no guard is active.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/optim/sgd.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <functional>
 #include <string>
@@ -165,7 +167,7 @@ TEST(CofrGeNetModel, LiteralAndContinuantTrainToEqualLosses) {
     for (auto [model, opt] : {std::pair<LmModel*, torch::optim::SGD*>{&fused, &opt_f}, {&literal, &opt_l}}) {
       opt->zero_grad();
       const torch::Tensor loss =
-          torch::nn::functional::cross_entropy((*model)->forward(x).reshape({-1, 48}), y);
+          torch::cross_entropy_loss((*model)->forward(x).reshape({-1, 48}), y);
       loss.backward();
       opt->step();
       losses[i++] = loss.item<double>();

@@ -9,7 +9,9 @@
 // A kind that needs settings the base tiny config lacks, or that has flavours worth checking, adds
 // variants in mixer_variants() / ffn_variants() below (the only per-kind code in this file).
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <map>
 #include <ostream>

@@ -1,7 +1,8 @@
 // Sampling and generation: greedy = argmax, top-k = 1 = greedy, top-k / top-p masks, seeds, stops,
 // and generation through the decode state equals recomputing the whole sequence every step.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <cmath>
 

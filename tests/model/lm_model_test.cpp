@@ -1,7 +1,10 @@
 // The whole model: causality, tied embeddings, cached decoding, initialisation, the parameter table
 // (exact counts of the published shapes, equality with an instantiated model) and a one-batch overfit.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/sgd.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <cmath>
 #include <map>
@@ -123,8 +126,8 @@ TEST(LmModel, TiedEmbeddingsShareStorage) {
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
   torch::Tensor before = model->wte().weight.detach().clone();
   torch::Tensor logits = model->forward(tokens);
-  torch::Tensor loss = torch::nn::functional::cross_entropy(logits.view({-1, V}),
-                                                           torch::roll(tokens, -1, 1).view({-1}));
+  torch::Tensor loss =
+      torch::cross_entropy_loss(logits.view({-1, V}), torch::roll(tokens, -1, 1).view({-1}));
   loss.backward();
   EXPECT_GT(model->wte().weight.grad()[V - 1].abs().sum().item<double>(), 0.0);
   sgd.step();
@@ -283,8 +286,8 @@ TEST(LmModel, OverfitsOneBatch) {
     int64_t step = 0;
     for (; step < 150; ++step) {
       adam.zero_grad();
-      torch::Tensor loss = torch::nn::functional::cross_entropy(
-          model->forward(input).reshape({-1, V}), target.reshape({-1}));
+      torch::Tensor loss =
+          torch::cross_entropy_loss(model->forward(input).reshape({-1, V}), target.reshape({-1}));
       loss.backward();
       adam.step();
       loss_value = loss.item<double>();

@@ -1,8 +1,10 @@
 // Ladder forward and kernel-vs-reference tests (spec papers/cofrgenet.md §8, properties 1, 2, 5, 6, 7,
 // 9, 10). Gradients against finite differences and the literal ladder: continuant_grad_test.cpp.
+#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <cmath>
 #include <limits>

@@ -3,7 +3,9 @@
 // model, a short training lowers the held-out RMSE, and the experiment's rows, JSON and SVG.
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/autograd.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <cmath>
 

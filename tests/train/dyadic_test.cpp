@@ -4,7 +4,8 @@
 // ceil(t (1 - 2^-i)) and change after it; depth 0 changes from the first step; resuming gives the same
 // steps bit for bit, with and without `truncate`.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <map>
 #include <sstream>

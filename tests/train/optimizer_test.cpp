@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 #include <ATen/Parallel.h>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/optim/adamw.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <algorithm>
 #include <cmath>
@@ -22,8 +25,7 @@ using test::ToyLm;
 void backward(ToyLm& model) {
   const torch::Tensor tokens = torch::arange(12, torch::kInt64).reshape({2, 6}) % 7;
   const torch::Tensor logits = model->forward(tokens);
-  torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
-                                       (tokens.roll(-1, 1)).reshape({-1}))
+  torch::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), tokens.roll(-1, 1).reshape({-1}))
       .backward();
 }
 

@@ -2,7 +2,12 @@
 // the same TrainModel interface. logits = head(embed(x_t) + mix * embed(x_{t-1})), with `gate` a
 // parameter the tests freeze and unfreeze. Also a prepared-dataset writer with learnable structure.
 #pragma once
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <cstdint>
 #include <filesystem>

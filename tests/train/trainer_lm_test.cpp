@@ -1,7 +1,7 @@
 // The trainer, checkpoints and sliding-window eval with the real LmModel (through make_train_model),
 // for both flavours: exact resume, tied tensors stored once, and eval counting.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <set>
 #include <sstream>

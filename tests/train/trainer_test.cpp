@@ -3,7 +3,8 @@
 #include "cemfrac/train/trainer.h"
 
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <csignal>
 #include <filesystem>

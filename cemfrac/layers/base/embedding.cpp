@@ -1,6 +1,6 @@
 #include "cemfrac/layers/base/embedding.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 namespace cemfrac {
 

@@ -1,6 +1,6 @@
 #include "cemfrac/layers/base/gelu_mlp.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 namespace cemfrac {
 

@@ -15,7 +15,8 @@
 
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
-#include <torch/torch.h>
+#include <torch/autograd.h>
+#include <torch/types.h>
 
 #include <cmath>
 #include <limits>

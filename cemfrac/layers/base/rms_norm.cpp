@@ -1,6 +1,6 @@
 #include "cemfrac/layers/base/rms_norm.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 namespace cemfrac {
 

@@ -1,10 +1,11 @@
 #include "cemfrac/layers/base/rope.h"
 
 #include <ATen/Parallel.h>
-#include <torch/torch.h>
+#include <torch/autograd.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <algorithm>
-
 #include <cmath>
 #include <sstream>
 

@@ -1,6 +1,6 @@
 #include "cemfrac/layers/base/swiglu.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 namespace cemfrac {
 

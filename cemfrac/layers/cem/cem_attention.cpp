@@ -13,7 +13,7 @@
 // term once: delta * (sum_k P_k) h, so it costs two D-wide matmuls instead of H.
 #include "cemfrac/layers/cem/cem_attention.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cmath>
 #include <limits>

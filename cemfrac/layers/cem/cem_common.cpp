@@ -1,11 +1,20 @@
 #include "cemfrac/layers/cem/cem_common.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <algorithm>
 #include <cmath>
 
 namespace cemfrac {
+namespace {
+
+// torch::nn::functional::softplus with its default options: the ATen op it calls, with the beta and
+// threshold it passes.
+torch::Tensor default_softplus(const torch::Tensor& x) {
+  return torch::softplus(x, /*beta=*/1.0, /*threshold=*/20.0);
+}
+
+}  // namespace
 
 void CemEnergyTrace::add(int64_t t, const torch::Tensor& energy) {
   if (static_cast<int64_t>(sum.size()) <= t) sum.resize(t + 1, 0.0);
@@ -37,7 +46,7 @@ CemPreconditionerImpl::CemPreconditionerImpl(int64_t d_model, int64_t rank, bool
 }
 
 torch::Tensor CemPreconditionerImpl::apply(const torch::Tensor& g) const {
-  torch::Tensor out = torch::nn::functional::softplus(p) * g;  // (..., D)
+  torch::Tensor out = default_softplus(p) * g;                 // (..., D)
   torch::Tensor gu = torch::matmul(g, u);                      // (..., r) = U^T g
   if (psd) return out + torch::matmul(gu, u.t());              // + U U^T g
   torch::Tensor gv = torch::matmul(g, v);                      // (..., r) = V^T g
@@ -45,24 +54,24 @@ torch::Tensor CemPreconditionerImpl::apply(const torch::Tensor& g) const {
 }
 
 torch::Tensor CemPreconditionerImpl::dense() const {
-  torch::Tensor P = torch::diag(torch::nn::functional::softplus(p));
+  torch::Tensor P = torch::diag(default_softplus(p));
   if (psd) return P + u.matmul(u.t());
   return P + u.matmul(v.t()) + v.matmul(u.t());
 }
 
 torch::Tensor CemStepSize::advance(const torch::Tensor& x, const torch::Tensor& d) const {
   if (!raw.defined()) return x + d;
-  return x + torch::nn::functional::softplus(raw) * d;
+  return x + default_softplus(raw) * d;
 }
 
 torch::Tensor CemStepSize::scale(const torch::Tensor& d) const {
   if (!raw.defined()) return d;
-  return torch::nn::functional::softplus(raw) * d;
+  return default_softplus(raw) * d;
 }
 
 double CemStepSize::value() const {
   if (!raw.defined()) return 1.0;
-  return torch::nn::functional::softplus(raw.detach().to(torch::kFloat64)).item<double>();
+  return default_softplus(raw.detach().to(torch::kFloat64)).item<double>();
 }
 
 torch::Tensor cem_phi(const torch::Tensor& u_in) {
@@ -74,7 +83,7 @@ torch::Tensor cem_phi(const torch::Tensor& u_in) {
   const double pi2 = M_PI * M_PI;
   const torch::Tensor a = torch::where(u > 0, -u, u);                   // -|u| (slope +-1 at 0 too)
   const torch::Tensor w = torch::sigmoid(a);                             // <= 1/2
-  const torch::Tensor sp = torch::nn::functional::softplus(a);           // log(1 + e^-|u|)
+  const torch::Tensor sp = default_softplus(a);                          // log(1 + e^-|u|)
   torch::Tensor series = torch::zeros_like(w), power = torch::ones_like(w);
   for (int k = 1; k <= 60; ++k) {
     power = power * w;
@@ -83,7 +92,7 @@ torch::Tensor cem_phi(const torch::Tensor& u_in) {
   const torch::Tensor li2_neg = -series - 0.5 * sp * sp;                // Li2(-e^-|u|)
   // u <= 0: Li2(-e^u) = li2_neg; u > 0: -pi^2/6 - u^2/2 - li2_neg.
   const torch::Tensor li2 = torch::where(u > 0, -pi2 / 6.0 - 0.5 * u * u - li2_neg, li2_neg);
-  const torch::Tensor phi = u * torch::nn::functional::softplus(u) + li2 + pi2 / 12.0;
+  const torch::Tensor phi = u * default_softplus(u) + li2 + pi2 / 12.0;
   return phi.to(u_in.scalar_type());
 }
 

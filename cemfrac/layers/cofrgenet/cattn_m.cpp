@@ -1,6 +1,6 @@
 #include "cemfrac/layers/cofrgenet/cattn_m.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cmath>
 #include <string>

@@ -1,6 +1,7 @@
 #include "cemfrac/layers/cofrgenet/cattn_u.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <string>
 

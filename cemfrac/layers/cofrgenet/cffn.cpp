@@ -1,6 +1,6 @@
 #include "cemfrac/layers/cofrgenet/cffn.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cmath>
 #include <string>

@@ -1,6 +1,6 @@
 #include "cemfrac/layers/cofrgenet/sparse_attention.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cmath>
 #include <limits>

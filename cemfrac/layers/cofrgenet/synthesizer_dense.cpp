@@ -1,6 +1,6 @@
 #include "cemfrac/layers/cofrgenet/synthesizer_dense.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include "cemfrac/core/check.h"
 #include "cemfrac/layers/cofrgenet/ladder_common.h"
