@@ -8,8 +8,9 @@
 // width / 64, d_ff = 4 width, RoPE), plus the variants listed in kVariants (CEM at T = 2, 4, the direct
 // T = 2 loop, D+LR). One sub-layer = the module make_mixer / make_ffn builds for layer 0, fed x (B, N, D)
 // in float32; forward runs without autograd, forward+backward takes the gradient of <y, g> for a fixed
-// random g with respect to x and every parameter. Times are best and median of --reps calls after one
-// warm-up; the ratio column is best / the baseline's best.
+// random g with respect to x and every parameter. All rows are timed round-robin (each round runs
+// every row once), so a slow spell of a shared machine lands on all rows alike; times are best and
+// median of --reps rounds after one warm-up; the ratio column is best / the baseline's best.
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -18,6 +19,8 @@
 #include <torch/utils.h>
 
 #include <algorithm>
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -93,30 +96,53 @@ int64_t count_params(torch::nn::Module& m) {
   return n;
 }
 
-// Times one module given how to call it on x.
-template <typename Call>
-Row time_module(torch::nn::Module& module, Call call, const ModelConfig& c, const LayersFlags& flags) {
-  Row row;
-  row.params = count_params(module);
-  torch::Tensor x = torch::randn({flags.batch, c.context, c.d_model});
-  torch::Tensor g = torch::randn_like(x);
-  {
+// One row's module and how to call it, ready to be timed.
+struct Subject {
+  std::shared_ptr<torch::nn::Module> module;
+  std::function<torch::Tensor(const torch::Tensor&)> call;
+  std::vector<torch::Tensor> params;
+  std::vector<double> forward_ms, forward_backward_ms;
+};
+
+// Best and median of a list of times.
+Timing summarize(std::vector<double> ms) {
+  std::sort(ms.begin(), ms.end());
+  const size_t n = ms.size();
+  const double median = n % 2 == 1 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+  return {ms.front(), median};
+}
+
+template <typename Fn>
+double time_once(Fn&& fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Times every subject round-robin: one warm-up call each, then `reps` rounds in which every subject
+// runs once, so that a slow spell of a shared machine hits all rows alike instead of a few of them.
+void time_round_robin(std::vector<Subject>& subjects, const torch::Tensor& x, const torch::Tensor& g, int reps) {
+  const torch::Tensor xg = x.clone().requires_grad_();
+  auto forward = [&](Subject& s) {
     torch::NoGradGuard no_grad;
-    row.forward = time_it([&] { call(x); }, flags.reps);
+    s.call(x);
+  };
+  auto forward_backward = [&](Subject& s) {
+    for (auto& p : s.params) {
+      if (p.grad().defined()) p.mutable_grad().reset();  // assign, as a training step does
+    }
+    xg.mutable_grad().reset();
+    torch::Tensor y = s.call(xg);
+    y.backward(g);
+  };
+  for (Subject& s : subjects) {
+    forward(s);
+    forward_backward(s);
   }
-  torch::Tensor xg = x.clone().requires_grad_();
-  auto params = module.parameters();
-  row.forward_backward = time_it(
-      [&] {
-        for (auto& p : params) {
-          if (p.grad().defined()) p.mutable_grad().reset();  // assign, as a training step does
-        }
-        xg.mutable_grad().reset();
-        torch::Tensor y = call(xg);
-        y.backward(g);
-      },
-      flags.reps);
-  return row;
+  for (int r = 0; r < reps; ++r) {
+    for (Subject& s : subjects) s.forward_ms.push_back(time_once([&] { forward(s); }));
+    for (Subject& s : subjects) s.forward_backward_ms.push_back(time_once([&] { forward_backward(s); }));
+  }
 }
 
 int run_layers(const LayersFlags& flags) {
@@ -161,31 +187,52 @@ int run_layers(const LayersFlags& flags) {
   for (const std::string& k : mixer_kind_names()) add_kind("mixer", k, kMixerBaseline);
   for (const std::string& k : ffn_kind_names()) add_kind("ffn", k, kFfnBaseline);
 
-  std::vector<Row> rows;
+  // Build every row's module first (same seed each), then time them all round-robin on one input.
+  std::vector<Subject> subjects;
+  std::vector<std::unique_ptr<MixerContext>> contexts;
+  std::vector<std::unique_ptr<RotaryEmbedding>> rotaries;
   for (const Job& job : jobs) {
     const ModelConfig c = with_overrides(base, job.sets).model;
     torch::manual_seed(1);
-    Row row;
+    Subject s;
     if (job.sublayer == "mixer") {
       auto mixer = make_mixer(c, 0, torch::kCPU);
-      std::unique_ptr<RotaryEmbedding> rope;
+      auto ctx = std::make_unique<MixerContext>();
       if (c.positions == "rope") {
-        rope = std::make_unique<RotaryEmbedding>(c.head_dim(), c.context, c.rope_theta, c.rope_scaling);
+        rotaries.push_back(
+            std::make_unique<RotaryEmbedding>(c.head_dim(), c.context, c.rope_theta, c.rope_scaling));
+        std::tie(ctx->rope_cos, ctx->rope_sin) =
+            rotaries.back()->tables(0, c.context, torch::TensorOptions().dtype(torch::kFloat32));
       }
-      MixerContext ctx;
-      if (rope) std::tie(ctx.rope_cos, ctx.rope_sin) = rope->tables(0, c.context, torch::TensorOptions().dtype(torch::kFloat32));
-      row = time_module(*mixer, [&](const torch::Tensor& x) { return mixer->forward(x, ctx); }, c, flags);
+      const MixerContext* context = ctx.get();
+      contexts.push_back(std::move(ctx));
+      s.module = mixer;
+      s.call = [mixer, context](const torch::Tensor& x) { return mixer->forward(x, *context); };
     } else {
       auto ffn = make_ffn(c, 0, torch::kCPU);
-      row = time_module(*ffn, [&](const torch::Tensor& x) { return ffn->forward(x); }, c, flags);
+      s.module = ffn;
+      s.call = [ffn](const torch::Tensor& x) { return ffn->forward(x); };
     }
-    row.sublayer = job.sublayer;
-    row.kind = job.kind;
-    row.variant = job.variant;
-    if (!flags.json) {
-      fmt::print(stderr, "  {} {} ({}): {:.2f} ms fwd+bwd\n", row.sublayer, row.kind, row.variant,
-                 row.forward_backward.best_ms);
-    }
+    s.params = s.module->parameters();
+    subjects.push_back(std::move(s));
+  }
+  if (!flags.json) {
+    fmt::print(stderr, "  timing {} rows round-robin, {} rounds after a warm-up...\n", subjects.size(), flags.reps);
+  }
+  torch::manual_seed(2);
+  const torch::Tensor x = torch::randn({flags.batch, base.model.context, base.model.d_model});
+  const torch::Tensor g = torch::randn_like(x);
+  time_round_robin(subjects, x, g, flags.reps);
+
+  std::vector<Row> rows;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    Row row;
+    row.sublayer = jobs[i].sublayer;
+    row.kind = jobs[i].kind;
+    row.variant = jobs[i].variant;
+    row.params = count_params(*subjects[i].module);
+    row.forward = summarize(subjects[i].forward_ms);
+    row.forward_backward = summarize(subjects[i].forward_backward_ms);
     rows.push_back(row);
   }
 
@@ -259,7 +306,7 @@ Command add_bench_layers(CLI::App& bench, const GlobalOptions& global) {
   app->add_option("--batch", flags->batch, "Sequences per call")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  app->add_option("--reps", flags->reps, "Timed calls after one warm-up")
+  app->add_option("--reps", flags->reps, "Timed rounds after one warm-up (each round runs every row once)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
   app->add_option("--kinds", flags->kinds, "Only these kinds (comma-separated; the baselines always run)");
