@@ -174,7 +174,9 @@ TEST(CofrGeNetModel, LiteralAndContinuantTrainToEqualLosses) {
     }
     worst = std::max(worst, std::abs(losses[0] - losses[1]) / losses[0]);
     ASSERT_LT(std::abs(losses[0] - losses[1]), 1e-4 * losses[0]) << "step " << step + 1;
-    if (step == 99) EXPECT_LT(losses[0], 2.5) << "it learned (log 48 = 3.87)";
+    if (step == 99) {
+      EXPECT_LT(losses[0], 2.5) << "it learned (log 48 = 3.87)";
+    }
   }
   RecordProperty("worst_relative_loss_difference", std::to_string(worst));
 }
