@@ -104,14 +104,6 @@ struct Subject {
   std::vector<double> forward_ms, forward_backward_ms;
 };
 
-// Best and median of a list of times.
-Timing summarize(std::vector<double> ms) {
-  std::sort(ms.begin(), ms.end());
-  const size_t n = ms.size();
-  const double median = n % 2 == 1 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
-  return {ms.front(), median};
-}
-
 template <typename Fn>
 double time_once(Fn&& fn) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -231,8 +223,8 @@ int run_layers(const LayersFlags& flags) {
     row.kind = jobs[i].kind;
     row.variant = jobs[i].variant;
     row.params = count_params(*subjects[i].module);
-    row.forward = summarize(subjects[i].forward_ms);
-    row.forward_backward = summarize(subjects[i].forward_backward_ms);
+    row.forward = summarize_times(subjects[i].forward_ms);
+    row.forward_backward = summarize_times(subjects[i].forward_backward_ms);
     rows.push_back(row);
   }
 

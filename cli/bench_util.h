@@ -21,6 +21,14 @@ struct Timing {
   double median_ms = 0;
 };
 
+// Best and median of a non-empty list of times.
+inline Timing summarize_times(std::vector<double> ms) {
+  std::sort(ms.begin(), ms.end());
+  const size_t n = ms.size();
+  const double median = n % 2 == 1 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+  return {ms.front(), median};
+}
+
 // One warm-up call, then `reps` timed calls; best and median.
 template <typename Fn>
 Timing time_it(Fn&& fn, int reps) {
@@ -31,10 +39,7 @@ Timing time_it(Fn&& fn, int reps) {
     fn();
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
-  std::sort(ms.begin(), ms.end());
-  const size_t n = ms.size();
-  const double median = n % 2 == 1 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
-  return {ms.front(), median};
+  return summarize_times(std::move(ms));
 }
 
 }  // namespace cemfrac::cli
