@@ -25,15 +25,18 @@ Command add_info(CLI::App& root, const GlobalOptions& global) {
     const BlasStatus& blas = blas_status();
     const CpuFeatures cpu = read_cpu_features();
     const double gflops = measure_sgemm_gflops(flags->sgemm_size, 3);
+    const int team = parallel_for_team();
     nlohmann::json j = {
         {"version", CEMFRAC_VERSION},
         {"libtorch", compat::torch_version()},
         {"cpu", cpu.model_name},
         {"threads", at::get_num_threads()},
+        {"parallel_for_team", team},
         {"blas",
          {{"library", blas.library},
           {"core", blas.core},
           {"best_core_for_cpu", blas.best},
+          {"threading", blas_threading()},
           {"choice", blas.source},
           {"sgemm_check", blas.verified ? "pass" : "FAIL"},
           {"sgemm_check_max_rel_error", blas.max_rel_error},
@@ -48,8 +51,9 @@ Command add_info(CLI::App& root, const GlobalOptions& global) {
     fmt::print("cemfrac      {}\n", CEMFRAC_VERSION);
     fmt::print("LibTorch     {}\n", compat::torch_version());
     fmt::print("CPU          {}\n", cpu.model_name);
-    fmt::print("threads      {}\n", at::get_num_threads());
+    fmt::print("threads      {} (a parallel_for of cemfrac's kernels runs on {})\n", at::get_num_threads(), team);
     fmt::print("BLAS         {}\n", blas.library);
+    fmt::print("BLAS threads {}\n", blas_threading());
     fmt::print("BLAS core    {} (best for this CPU: {})\n", blas.core, blas.best);
     fmt::print("  chosen by  {}\n", blas.source);
     fmt::print("  check      sgemm vs float64 reference: {} (max rel. error {:.1e})\n",

@@ -10,7 +10,7 @@ say() { printf 'setup: %s\n' "$*"; }
 # ---- Debian packages ----------------------------------------------------------------------------
 DEB_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git ca-certificates openssl
-  libtorch-dev libgloo-dev libopenblas-dev
+  libtorch-dev libgloo-dev libopenblas-dev libopenblas0-openmp
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libtomlplusplus-dev libfmt-dev libspdlog-dev
   libsentencepiece-dev libpcre2-dev

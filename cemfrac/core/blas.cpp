@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -261,6 +262,29 @@ int set_threads(int n) {
   at::set_num_threads(n);
   if (auto fn = blas_symbol<void (*)(int)>("openblas_set_num_threads")) fn(n);
   return n;
+}
+
+int parallel_for_team() {
+  const int64_t n = at::get_num_threads();
+  std::vector<std::atomic<int>> seen(static_cast<size_t>(std::max<int64_t>(n, 1)));
+  at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
+    const int tid = at::get_thread_num();
+    if (tid >= 0 && tid < n) seen[tid].store(1);
+  });
+  int team = 0;
+  for (const auto& s : seen) team += s.load();
+  return team;
+}
+
+std::string blas_threading() {
+  auto fn = blas_symbol<int (*)()>("openblas_get_parallel");
+  if (fn == nullptr) return "unknown";
+  switch (fn()) {
+    case 0: return "serial";
+    case 1: return "pthreads";
+    case 2: return "OpenMP";
+    default: return "unknown";
+  }
 }
 
 }  // namespace cemfrac

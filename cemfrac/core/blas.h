@@ -61,4 +61,13 @@ double measure_sgemm_gflops(int n = 2048, int reps = 3);
 int set_threads(int n);
 int default_threads();
 
+// How many threads an at::parallel_for compiled into this library really runs on, with one item per
+// intra-op thread. at::parallel_for is a header template: built without OpenMP it runs everything on
+// the calling thread, whatever at::get_num_threads() says. 1 then; the thread count otherwise.
+int parallel_for_team();
+
+// How the loaded OpenBLAS runs its own threads: "pthreads" (its own pool, beside LibTorch's OpenMP
+// one), "OpenMP" (the same libgomp pool as LibTorch), "serial", or "unknown" (not OpenBLAS).
+std::string blas_threading();
+
 }  // namespace cemfrac

@@ -1,4 +1,5 @@
 // BLAS core choice: which OpenBLAS core a given set of CPU flags gets, and the sgemm check.
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
 #include "cemfrac/core/blas.h"
@@ -67,6 +68,27 @@ TEST(BlasCore, RanksAndStepDown) {
 TEST(BlasCore, SgemmMatchesFloat64Reference) {
   EXPECT_LT(sgemm_check_error(), 1e-5);
   EXPECT_LT(sgemm_check_error(1, 1, 1), 1e-6);
+}
+
+// at::parallel_for is a header template: a library compiled without OpenMP runs every one of its
+// kernels' parallel_for on the calling thread, and nothing else notices (the results are the same).
+TEST(Threads, ParallelForOfTheLibraryUsesEveryIntraOpThread) {
+  const int before = at::get_num_threads();
+  set_threads(2);
+  EXPECT_EQ(parallel_for_team(), 2);
+  set_threads(1);
+  EXPECT_EQ(parallel_for_team(), 1);
+  set_threads(before);
+}
+
+// The build links OpenBLAS's OpenMP variant first when it is installed (cemfrac/CMakeLists.txt); if
+// the loader picked the system pthreads build instead, its workers would compete with LibTorch's.
+TEST(Threads, LoadsTheOpenBlasBuildTheLibraryWasLinkedFor) {
+#ifdef CEMFRAC_EXPECT_BLAS_OPENMP
+  EXPECT_EQ(blas_threading(), "OpenMP");
+#else
+  GTEST_SKIP() << "libopenblas0-openmp was not installed at configure time";
+#endif
 }
 
 }  // namespace

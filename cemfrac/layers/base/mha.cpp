@@ -33,14 +33,20 @@ namespace cemfrac {
 namespace {
 
 // Holds OpenBLAS to one thread for its lifetime (each of our threads then runs its own small gemms);
-// restores the previous count. A no-op when the BLAS is not OpenBLAS.
+// restores the previous count. A no-op when the BLAS is not OpenBLAS, and for OpenBLAS's OpenMP build:
+// that one already runs serially inside a parallel region, and its openblas_set_num_threads calls
+// omp_set_num_threads, which would shrink the team of the very parallel_for this guard surrounds.
 class SerialBlasGuard {
  public:
   SerialBlasGuard() {
     using Get = int (*)();
     static const auto get = reinterpret_cast<Get>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
     static const auto set = reinterpret_cast<Set>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-    if (get != nullptr && set != nullptr) {
+    static const bool openmp = [] {
+      const auto parallel = reinterpret_cast<Get>(dlsym(RTLD_DEFAULT, "openblas_get_parallel"));
+      return parallel != nullptr && parallel() == 2;  // 0 serial, 1 pthreads, 2 OpenMP
+    }();
+    if (get != nullptr && set != nullptr && !openmp) {
       previous_ = get();
       if (previous_ > 1) {
         set_ = set;
