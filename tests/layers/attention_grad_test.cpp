@@ -69,6 +69,46 @@ TEST(FusedAttention, EqualsAutogradFloat32) {
       for (int64_t h_kv : {4, 2, 1}) check(torch::kFloat32, h_kv, threads, 1e-5, N);
 }
 
+// Tied values (v is the key tensor itself, as in CEM attention): the kernel returns one gradient
+// dS^T q + P^T dO; autograd through the plain form adds the key and value paths. Queries come in the
+// merged-heads layout the layers give it, (B, N, H, d_h) seen as (B, H, N, d_h), so the row stride is
+// H d_h rather than d_h.
+void check_tied(torch::ScalarType dtype, int64_t h_kv, int threads, double tol, int64_t N) {
+  SCOPED_TRACE(::testing::Message() << c10::toString(dtype) << " tied H_kv=" << h_kv << " threads=" << threads
+                                    << " N=" << N);
+  set_threads(threads);
+  torch::manual_seed(5);
+  const auto o = torch::TensorOptions().dtype(dtype);
+  const int64_t B = 2, H = 4, d_h = 16;
+  torch::Tensor q_merged = torch::randn({B, N, H, d_h}, o).requires_grad_();
+  torch::Tensor k = torch::randn({B, h_kv, N, d_h}, o).requires_grad_();
+  const torch::Tensor q = q_merged.transpose(1, 2);
+  ASSERT_NE(q.stride(2), d_h);
+  const torch::Tensor g = torch::randn({B, H, N, d_h}, o);
+  const torch::Tensor fused = causal_attention(q, k, k, 0);
+  const torch::Tensor plain = plain_attention(q, k, k.clone());  // two tensors: the untied oracle
+  EXPECT_TRUE(torch::allclose(fused, plain, tol, tol));
+  {
+    std::vector<torch::Tensor> poison;
+    for (int i = 0; i < 4; ++i) poison.push_back(torch::full({B, H, N, d_h}, std::nan(""), o));
+  }
+  const auto g_fused = torch::autograd::grad({fused}, {q_merged, k}, {g});
+  const auto g_plain = torch::autograd::grad({plain}, {q_merged, k}, {g});
+  EXPECT_TRUE(torch::allclose(g_fused[0], g_plain[0], tol, tol))
+      << "dq max abs diff " << (g_fused[0] - g_plain[0]).abs().max().item<double>();
+  EXPECT_TRUE(torch::allclose(g_fused[1], g_plain[1], tol, tol))
+      << "dk max abs diff " << (g_fused[1] - g_plain[1]).abs().max().item<double>();
+}
+
+TEST(FusedAttention, TiedValuesEqualAutograd) {
+  for (int64_t N : {37, 150})
+    for (int threads : {1, 2})
+      for (int64_t h_kv : {4, 2}) {
+        check_tied(torch::kFloat64, h_kv, threads, 1e-12, N);
+        check_tied(torch::kFloat32, h_kv, threads, 1e-5, N);
+      }
+}
+
 TEST(FusedAttention, MaskedProbabilitiesAreExactZeros) {
   // Changing the last key and value never changes the outputs of earlier queries, bitwise.
   torch::manual_seed(4);

@@ -20,6 +20,7 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <type_traits>
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -209,50 +210,93 @@ void causal_softmax_backward_rows(scalar_t* dp, const scalar_t* p, int64_t r0, i
   }
 }
 
-// The (rows, cols) matrix at the start of a contiguous scratch buffer.
-torch::Tensor scratch_view(const torch::Tensor& scratch, int64_t rows, int64_t cols) {
-  return scratch.view({-1}).narrow(0, 0, rows * cols).view({rows, cols});
+// Row-major C = op(A) op(B) + beta C (beta 0 or 1; C is never read when beta is 0). The inner loops
+// below run hundreds of small products per call, so they go straight to the BLAS's CBLAS entry point
+// when the loaded library exports one (OpenBLAS, MKL), looked up once; otherwise through ATen on
+// tensors wrapped around the same memory. Either way no tensor object is made per product.
+enum CblasConst { kRowMajor = 101, kNoTrans = 111, kTrans = 112 };
+template <typename T>
+using CblasGemm = void (*)(int, int, int, int, int, int, T, const T*, int, const T*, int, T, T*, int);
+
+template <typename T>
+CblasGemm<T> cblas_gemm() {
+  static const auto fn = reinterpret_cast<CblasGemm<T>>(
+      dlsym(RTLD_DEFAULT, std::is_same_v<T, float> ? "cblas_sgemm" : "cblas_dgemm"));
+  return fn;
+}
+
+template <typename T>
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb,
+          T beta, T* C, int64_t ldc) {
+  if (const auto fn = cblas_gemm<T>()) {
+    fn(kRowMajor, ta ? kTrans : kNoTrans, tb ? kTrans : kNoTrans, int(M), int(N), int(K), T(1), A, int(lda), B,
+       int(ldb), beta, C, int(ldc));
+    return;
+  }
+  const auto o = torch::TensorOptions().dtype(c10::CppTypeToScalarType<T>::value);
+  auto wrap = [&](const T* x, int64_t rows, int64_t cols, int64_t ld, bool t) {
+    torch::Tensor m = torch::from_blob(const_cast<T*>(x), {t ? cols : rows, t ? rows : cols}, {ld, 1}, o);
+    return t ? m.t() : m;
+  };
+  torch::Tensor c = torch::from_blob(C, {M, N}, {ldc, 1}, o);
+  if (beta == T(0)) {
+    at::mm_out(c, wrap(A, M, K, lda, ta), wrap(B, K, N, ldb, tb));
+  } else {
+    c.addmm_(wrap(A, M, K, lda, ta), wrap(B, K, N, ldb, tb));
+  }
+}
+
+// A (B, H, N, d_h) tensor whose rows the gemms can address: unit stride along d_h and a row stride of at
+// least d_h (views from split_heads or RoPE qualify as they are; anything else is copied).
+torch::Tensor gemm_rows(const torch::Tensor& t) {
+  return t.stride(3) == 1 && t.stride(2) >= t.size(3) ? t : t.contiguous();
 }
 
 // softmax(scale q k^T + causal mask) v for q (B, H, N, d_h), k, v (B, H_kv, N, d_h), offset 0.
-// Returns (B, N, H, d_h) contiguous.
+// Returns (B, N, H, d_h) contiguous. Tied (the CEM case, values are the keys): called with v = k, it
+// returns one gradient for both, dk = dS^T q + P^T dO accumulated in one buffer, instead of two that
+// autograd would then add.
 class FusedCausalAttention : public torch::autograd::Function<FusedCausalAttention> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q_in,
-                               const torch::Tensor& k_in, const torch::Tensor& v_in) {
-    const torch::Tensor q = q_in.detach(), k = k_in.detach(), v = v_in.detach();
+                               const torch::Tensor& k_in, const torch::Tensor& v_in, bool tied) {
+    const torch::Tensor q = gemm_rows(q_in.detach()), k = gemm_rows(k_in.detach());
+    const torch::Tensor v = tied ? k : gemm_rows(v_in.detach());
     const int64_t B = q.size(0), H = q.size(1), N = q.size(2), d_h = q.size(3);
     const int64_t group = H / k.size(1);
     const double scale = 1.0 / std::sqrt(double(d_h));
     torch::Tensor p = at::empty({B, H, N, N}, q.options());        // probabilities (saved)
     torch::Tensor out = at::empty({B, N, H, d_h}, q.options());    // merged-heads layout
-    {
+    AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "fused_causal_attention", [&] {
+      const scalar_t* qp = q.data_ptr<scalar_t>();
+      const scalar_t* kp = k.data_ptr<scalar_t>();
+      const scalar_t* vp = v.data_ptr<scalar_t>();
+      scalar_t* pp = p.data_ptr<scalar_t>();
+      scalar_t* op = out.data_ptr<scalar_t>();
+      const int64_t ldq = q.stride(2), ldk = k.stride(2), ldv = v.stride(2), ldo = H * d_h;
       SerialBlasGuard serial_blas;
       at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
-        at::NoGradGuard no_grad;
-        torch::Tensor scratch = at::empty({std::min(N, kQueryBlock) * N}, q.options());
+        const std::unique_ptr<scalar_t[]> scratch(new scalar_t[std::min(N, kQueryBlock) * N]);
         for (int64_t i = begin; i < end; ++i) {
           const int64_t b = i / H, h = i % H, j = h / group;
-          const torch::Tensor q_i = q[b][h], k_j = k[b][j], v_j = v[b][j];
-          torch::Tensor p_i = p[b][h];
-          torch::Tensor out_i = out[b].select(1, h);  // (N, d_h), rows H d_h apart
+          const scalar_t* q_i = qp + b * q.stride(0) + h * q.stride(1);
+          const scalar_t* k_j = kp + b * k.stride(0) + j * k.stride(1);
+          const scalar_t* v_j = vp + b * v.stride(0) + j * v.stride(1);
+          scalar_t* p_i = pp + i * N * N;
+          scalar_t* out_i = op + b * N * H * d_h + h * d_h;  // (N, d_h), rows H d_h apart
           for (int64_t r0 = 0; r0 < N; r0 += kQueryBlock) {
             const int64_t r1 = std::min(N, r0 + kQueryBlock), rows = r1 - r0;
             // scores = q k^T over the keys this block can see; then scale, causal mask, softmax.
-            torch::Tensor scores = scratch_view(scratch, rows, r1);
-            at::mm_out(scores, q_i.narrow(0, r0, rows), k_j.narrow(0, 0, r1).t());
-            AT_DISPATCH_FLOATING_TYPES(scores.scalar_type(), "causal_softmax", [&] {
-              causal_softmax_rows<scalar_t>(scores.data_ptr<scalar_t>(), p_i.data_ptr<scalar_t>(), r0, r1, N,
-                                            scale);
-            });
-            torch::Tensor out_rows = out_i.narrow(0, r0, rows);
-            at::mm_out(out_rows, p_i.narrow(0, r0, rows).narrow(1, 0, r1), v_j.narrow(0, 0, r1));
+            gemm<scalar_t>(false, true, rows, r1, d_h, q_i + r0 * ldq, ldq, k_j, ldk, 0, scratch.get(), r1);
+            causal_softmax_rows<scalar_t>(scratch.get(), p_i, r0, r1, N, scale);
+            gemm<scalar_t>(false, false, rows, d_h, r1, p_i + r0 * N, N, v_j, ldv, 0, out_i + r0 * ldo, ldo);
           }
         }
       });
-    }
+    });
     ctx->save_for_backward({q, k, v});
     ctx->saved_data["p"] = p;
+    ctx->saved_data["tied"] = tied;
     return out;
   }
 
@@ -261,61 +305,65 @@ class FusedCausalAttention : public torch::autograd::Function<FusedCausalAttenti
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor &q = saved[0], &k = saved[1], &v = saved[2];
     const torch::Tensor p = ctx->saved_data["p"].toTensor();
+    const bool tied = ctx->saved_data["tied"].toBool();
     const torch::Tensor d_out = grads[0].contiguous();  // (B, N, H, d_h)
     const int64_t B = q.size(0), H = q.size(1), N = q.size(2), d_h = q.size(3);
     const int64_t H_kv = k.size(1), group = H / H_kv;
     const double scale = 1.0 / std::sqrt(double(d_h));
-    // Every block of dq, dk and dv is first written by mm_out (no zero fill), then accumulated: the
+    // Every block of dq, dk and dv is first written with beta = 0 (no zero fill), then accumulated: the
     // query blocks run last to first, so the first one (keys 0..N-1) covers every row of dk and dv.
+    // Tied, dv is dk: its P^T dO term is written first and the dS^T q term added to it.
     torch::Tensor dq = at::empty({B, H, N, d_h}, q.options());
     torch::Tensor dk = at::empty({B, H_kv, N, d_h}, q.options());
-    torch::Tensor dv = at::empty({B, H_kv, N, d_h}, q.options());
+    torch::Tensor dv = tied ? dk : at::empty({B, H_kv, N, d_h}, q.options());
     const int64_t last_r0 = ((N - 1) / kQueryBlock) * kQueryBlock;
-    {
+    AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "fused_causal_attention_backward", [&] {
+      const scalar_t* qp = q.data_ptr<scalar_t>();
+      const scalar_t* kp = k.data_ptr<scalar_t>();
+      const scalar_t* vp = v.data_ptr<scalar_t>();
+      const scalar_t* pp = p.data_ptr<scalar_t>();
+      const scalar_t* dop = d_out.data_ptr<scalar_t>();
+      scalar_t* dqp = dq.data_ptr<scalar_t>();
+      scalar_t* dkp = dk.data_ptr<scalar_t>();
+      scalar_t* dvp = dv.data_ptr<scalar_t>();
+      const int64_t ldq = q.stride(2), ldk = k.stride(2), ldv = v.stride(2), lddo = H * d_h;
       SerialBlasGuard serial_blas;
       // One (batch, key/value head) per item: the heads of a group add into the same dk, dv.
       at::parallel_for(0, B * H_kv, 1, [&](int64_t begin, int64_t end) {
-        at::NoGradGuard no_grad;
-        torch::Tensor scratch = at::empty({std::min(N, kQueryBlock) * N}, q.options());
+        const std::unique_ptr<scalar_t[]> scratch(new scalar_t[std::min(N, kQueryBlock) * N]);
+        scalar_t* ds = scratch.get();
         for (int64_t i = begin; i < end; ++i) {
           const int64_t b = i / H_kv, j = i % H_kv;
-          const torch::Tensor k_j = k[b][j], v_j = v[b][j];
-          torch::Tensor dk_j = dk[b][j], dv_j = dv[b][j];
+          const scalar_t* k_j = kp + b * k.stride(0) + j * k.stride(1);
+          const scalar_t* v_j = vp + b * v.stride(0) + j * v.stride(1);
+          scalar_t* dk_j = dkp + i * N * d_h;
+          scalar_t* dv_j = dvp + i * N * d_h;
           for (int64_t h = j * group; h < (j + 1) * group; ++h) {
-            const torch::Tensor p_i = p[b][h], q_i = q[b][h];
-            const torch::Tensor do_i = d_out[b].select(1, h);  // (N, d_h)
-            torch::Tensor dq_i = dq[b][h];
+            const scalar_t* p_i = pp + (b * H + h) * N * N;
+            const scalar_t* q_i = qp + b * q.stride(0) + h * q.stride(1);
+            const scalar_t* do_i = dop + b * N * H * d_h + h * d_h;  // (N, d_h), rows H d_h apart
+            scalar_t* dq_i = dqp + (b * H + h) * N * d_h;
             for (int64_t r0 = last_r0; r0 >= 0; r0 -= kQueryBlock) {
               const int64_t r1 = std::min(N, r0 + kQueryBlock), rows = r1 - r0;
               const bool first = h == j * group && r1 == N;
-              const torch::Tensor p_blk = p_i.narrow(0, r0, rows).narrow(1, 0, r1);  // (rows, r1)
-              const torch::Tensor do_blk = do_i.narrow(0, r0, rows);                // (rows, d_h)
-              torch::Tensor dv_rows = dv_j.narrow(0, 0, r1), dk_rows = dk_j.narrow(0, 0, r1);
-              if (first) {
-                at::mm_out(dv_rows, p_blk.t(), do_blk);              // dv = P^T dO
-              } else {
-                at::addmm_out(dv_rows, dv_rows, p_blk.t(), do_blk);  // dv += P^T dO
-              }
-              torch::Tensor ds = scratch_view(scratch, rows, r1);
-              at::mm_out(ds, do_blk, v_j.narrow(0, 0, r1).t());      // dP = dO v^T
-              AT_DISPATCH_FLOATING_TYPES(ds.scalar_type(), "causal_softmax_backward", [&] {
-                causal_softmax_backward_rows<scalar_t>(ds.data_ptr<scalar_t>(), p_i.data_ptr<scalar_t>(), r0,
-                                                       r1, N, scale);
-              });
-              torch::Tensor dq_rows = dq_i.narrow(0, r0, rows);
-              at::mm_out(dq_rows, ds, k_j.narrow(0, 0, r1));        // dq = dS k
-              const torch::Tensor q_blk = q_i.narrow(0, r0, rows);
-              if (first) {
-                at::mm_out(dk_rows, ds.t(), q_blk);                  // dk = dS^T q
-              } else {
-                at::addmm_out(dk_rows, dk_rows, ds.t(), q_blk);      // dk += dS^T q
-              }
+              const scalar_t* p_blk = p_i + r0 * N;     // (rows, r1), leading dimension N
+              const scalar_t* do_blk = do_i + r0 * lddo;  // (rows, d_h)
+              // dv (+)= P^T dO
+              gemm<scalar_t>(true, false, r1, d_h, rows, p_blk, N, do_blk, lddo, first ? 0 : 1, dv_j, d_h);
+              // dP = dO v^T, then dS in place
+              gemm<scalar_t>(false, true, rows, r1, d_h, do_blk, lddo, v_j, ldv, 0, ds, r1);
+              causal_softmax_backward_rows<scalar_t>(ds, p_i, r0, r1, N, scale);
+              // dq = dS k;  dk (+)= dS^T q (tied: always added, onto the P^T dO just written)
+              gemm<scalar_t>(false, false, rows, d_h, r1, ds, r1, k_j, ldk, 0, dq_i + r0 * d_h, d_h);
+              gemm<scalar_t>(true, false, r1, d_h, rows, ds, r1, q_i + r0 * ldq, ldq, first && !tied ? 0 : 1,
+                             dk_j, d_h);
             }
           }
         }
       });
-    }
-    return {dq, dk, dv};
+    });
+    if (tied) return {dq, dk, torch::Tensor(), torch::Tensor()};
+    return {dq, dk, dv, torch::Tensor()};
   }
 };
 
@@ -388,7 +436,8 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   const int64_t H_kv = k.size(1), T = k.size(2), group = H / H_kv;
   if (offset == 0 && N == T && q.device().is_cpu() &&
       (q.scalar_type() == torch::kFloat32 || q.scalar_type() == torch::kFloat64)) {
-    return FusedCausalAttention::apply(q, k, v).permute({0, 2, 1, 3});  // (B, H, N, d_h) view
+    // Values that are the keys (one tensor, CEM) take the tied kernel: one gradient for both.
+    return FusedCausalAttention::apply(q, k, v, v.is_same(k)).permute({0, 2, 1, 3});  // (B, H, N, d_h) view
   }
   // Query heads h = j * group + r share key/value head j: stack each group's queries along the rows,
   // so one matmul per key/value head serves the whole group (no copies of K or V).
