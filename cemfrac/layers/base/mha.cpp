@@ -18,6 +18,7 @@
 #include <torch/autograd.h>
 #include <torch/types.h>
 
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -178,7 +179,8 @@ double dot_row(const scalar_t* g, const scalar_t* p, int64_t count) {
 
 // Rows r0..r1-1 of the probabilities from their scores: s holds q[r0:r1] k[0:r1]^T (row i at s + i r1),
 // p is the (N, N) probability matrix of the pair (leading dimension N). Row n becomes
-// softmax(scale * s[n, 0..n]) followed by exact zeros up to N (the keys after n are hidden from n).
+// softmax(scale * s[n, 0..n]) followed by exact zeros up to r1 (the keys after n are hidden from n).
+// Columns r1.. of these rows are never written: no product of the forward or backward reads them.
 template <typename scalar_t>
 void causal_softmax_rows(const scalar_t* s, scalar_t* p, int64_t r0, int64_t r1, int64_t N, double scale) {
   const auto c = static_cast<scalar_t>(scale);
@@ -190,7 +192,7 @@ void causal_softmax_rows(const scalar_t* s, scalar_t* p, int64_t r0, int64_t r1,
     const double total = exp_row(in, out, n + 1, top, c);
     const auto inv = static_cast<scalar_t>(1.0 / total);
     for (int64_t t = 0; t <= n; ++t) out[t] *= inv;
-    for (int64_t t = n + 1; t < N; ++t) out[t] = 0;
+    for (int64_t t = n + 1; t < r1; ++t) out[t] = 0;
   }
 }
 
@@ -246,6 +248,12 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t
   }
 }
 
+// The (batch, head) items are claimed one at a time from a shared counter by one worker per intra-op
+// thread: a static split waits for its slower half, which on a shared machine is whichever thread was
+// descheduled. Every item is computed the same way by whichever thread takes it, so results do not
+// depend on the schedule. Run inline (in a parallel region already, or one thread) a worker takes all.
+int64_t claimers(int64_t items) { return std::max<int64_t>(1, std::min<int64_t>(items, at::get_num_threads())); }
+
 // A (B, H, N, d_h) tensor whose rows the gemms can address: unit stride along d_h and a row stride of at
 // least d_h (views from split_heads or RoPE qualify as they are; anything else is copied).
 torch::Tensor gemm_rows(const torch::Tensor& t) {
@@ -275,9 +283,10 @@ class FusedCausalAttention : public torch::autograd::Function<FusedCausalAttenti
       scalar_t* op = out.data_ptr<scalar_t>();
       const int64_t ldq = q.stride(2), ldk = k.stride(2), ldv = v.stride(2), ldo = H * d_h;
       SerialBlasGuard serial_blas;
-      at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
+      std::atomic<int64_t> next{0};
+      at::parallel_for(0, claimers(B * H), 1, [&](int64_t, int64_t) {
         const std::unique_ptr<scalar_t[]> scratch(new scalar_t[std::min(N, kQueryBlock) * N]);
-        for (int64_t i = begin; i < end; ++i) {
+        for (int64_t i = next++; i < B * H; i = next++) {
           const int64_t b = i / H, h = i % H, j = h / group;
           const scalar_t* q_i = qp + b * q.stride(0) + h * q.stride(1);
           const scalar_t* k_j = kp + b * k.stride(0) + j * k.stride(1);
@@ -313,9 +322,10 @@ class FusedCausalAttention : public torch::autograd::Function<FusedCausalAttenti
     // Every block of dq, dk and dv is first written with beta = 0 (no zero fill), then accumulated: the
     // query blocks run last to first, so the first one (keys 0..N-1) covers every row of dk and dv.
     // Tied, dv is dk: its P^T dO term is written first and the dS^T q term added to it.
-    torch::Tensor dq = at::empty({B, H, N, d_h}, q.options());
-    torch::Tensor dk = at::empty({B, H_kv, N, d_h}, q.options());
-    torch::Tensor dv = tied ? dk : at::empty({B, H_kv, N, d_h}, q.options());
+    // The gradients take their inputs' memory layout (a transposed view of (B, N, H, d_h) from
+    // split_heads stays one), so the view and reshape backward of the projections need no copy.
+    torch::Tensor dq = at::empty_like(q), dk = at::empty_like(k);
+    torch::Tensor dv = tied ? dk : at::empty_like(v);
     const int64_t last_r0 = ((N - 1) / kQueryBlock) * kQueryBlock;
     AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "fused_causal_attention_backward", [&] {
       const scalar_t* qp = q.data_ptr<scalar_t>();
@@ -327,36 +337,38 @@ class FusedCausalAttention : public torch::autograd::Function<FusedCausalAttenti
       scalar_t* dkp = dk.data_ptr<scalar_t>();
       scalar_t* dvp = dv.data_ptr<scalar_t>();
       const int64_t ldq = q.stride(2), ldk = k.stride(2), ldv = v.stride(2), lddo = H * d_h;
+      const int64_t lddq = dq.stride(2), lddk = dk.stride(2), lddv = dv.stride(2);
       SerialBlasGuard serial_blas;
       // One (batch, key/value head) per item: the heads of a group add into the same dk, dv.
-      at::parallel_for(0, B * H_kv, 1, [&](int64_t begin, int64_t end) {
+      std::atomic<int64_t> next{0};
+      at::parallel_for(0, claimers(B * H_kv), 1, [&](int64_t, int64_t) {
         const std::unique_ptr<scalar_t[]> scratch(new scalar_t[std::min(N, kQueryBlock) * N]);
         scalar_t* ds = scratch.get();
-        for (int64_t i = begin; i < end; ++i) {
+        for (int64_t i = next++; i < B * H_kv; i = next++) {
           const int64_t b = i / H_kv, j = i % H_kv;
           const scalar_t* k_j = kp + b * k.stride(0) + j * k.stride(1);
           const scalar_t* v_j = vp + b * v.stride(0) + j * v.stride(1);
-          scalar_t* dk_j = dkp + i * N * d_h;
-          scalar_t* dv_j = dvp + i * N * d_h;
+          scalar_t* dk_j = dkp + b * dk.stride(0) + j * dk.stride(1);
+          scalar_t* dv_j = dvp + b * dv.stride(0) + j * dv.stride(1);
           for (int64_t h = j * group; h < (j + 1) * group; ++h) {
             const scalar_t* p_i = pp + (b * H + h) * N * N;
             const scalar_t* q_i = qp + b * q.stride(0) + h * q.stride(1);
             const scalar_t* do_i = dop + b * N * H * d_h + h * d_h;  // (N, d_h), rows H d_h apart
-            scalar_t* dq_i = dqp + (b * H + h) * N * d_h;
+            scalar_t* dq_i = dqp + b * dq.stride(0) + h * dq.stride(1);
             for (int64_t r0 = last_r0; r0 >= 0; r0 -= kQueryBlock) {
               const int64_t r1 = std::min(N, r0 + kQueryBlock), rows = r1 - r0;
               const bool first = h == j * group && r1 == N;
               const scalar_t* p_blk = p_i + r0 * N;     // (rows, r1), leading dimension N
               const scalar_t* do_blk = do_i + r0 * lddo;  // (rows, d_h)
               // dv (+)= P^T dO
-              gemm<scalar_t>(true, false, r1, d_h, rows, p_blk, N, do_blk, lddo, first ? 0 : 1, dv_j, d_h);
+              gemm<scalar_t>(true, false, r1, d_h, rows, p_blk, N, do_blk, lddo, first ? 0 : 1, dv_j, lddv);
               // dP = dO v^T, then dS in place
               gemm<scalar_t>(false, true, rows, r1, d_h, do_blk, lddo, v_j, ldv, 0, ds, r1);
               causal_softmax_backward_rows<scalar_t>(ds, p_i, r0, r1, N, scale);
               // dq = dS k;  dk (+)= dS^T q (tied: always added, onto the P^T dO just written)
-              gemm<scalar_t>(false, false, rows, d_h, r1, ds, r1, k_j, ldk, 0, dq_i + r0 * d_h, d_h);
+              gemm<scalar_t>(false, false, rows, d_h, r1, ds, r1, k_j, ldk, 0, dq_i + r0 * lddq, lddq);
               gemm<scalar_t>(true, false, r1, d_h, rows, ds, r1, q_i + r0 * ldq, ldq, first && !tied ? 0 : 1,
-                             dk_j, d_h);
+                             dk_j, lddk);
             }
           }
         }

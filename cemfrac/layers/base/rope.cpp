@@ -75,6 +75,26 @@ torch::Tensor apply_rope_reference(const torch::Tensor& x, const torch::Tensor& 
 
 namespace {
 
+// One row: y1 = x1 c - x2 s, y2 = x2 c + x1 s over the two halves (s negated when inverse). Restrict
+// pointers (x and y never overlap) let the compiler vectorise both loops.
+template <typename scalar_t>
+inline void rotate_row(const scalar_t* __restrict x, scalar_t* __restrict y, const scalar_t* __restrict c,
+                       const scalar_t* __restrict s, int64_t half, bool inverse) {
+  const scalar_t* __restrict x2 = x + half;
+  scalar_t* __restrict y2 = y + half;
+  if (inverse) {
+    for (int64_t i = 0; i < half; ++i) {
+      y[i] = x[i] * c[i] - x2[i] * -s[i];
+      y2[i] = x2[i] * c[i] + x[i] * -s[i];
+    }
+  } else {
+    for (int64_t i = 0; i < half; ++i) {
+      y[i] = x[i] * c[i] - x2[i] * s[i];
+      y2[i] = x2[i] * c[i] + x[i] * s[i];
+    }
+  }
+}
+
 // One pass over x (B, h, N, d_h), any strides (copied first unless the last one is 1): y has x's layout
 // (empty_like keeps the strides of a dense tensor), so a rotated transpose view stays a view for the
 // caller.
@@ -94,26 +114,17 @@ torch::Tensor rope_kernel(const torch::Tensor& x_in, const torch::Tensor& cos_in
     const scalar_t* cp = cos.data_ptr<scalar_t>();
     const scalar_t* sp = sin.data_ptr<scalar_t>();
     const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, 2 * half));
+    // Rows in memory order: heads innermost when they are closer in memory than positions (the
+    // merged-heads layout (B, N, h, d_h) that split_heads and the attention output give), positions
+    // innermost otherwise; either way consecutive rows share or walk the cos/sin table in order.
+    const bool heads_inner = xs1 <= xs2;
+    const int64_t inner = heads_inner ? h : N;
     at::parallel_for(0, B * h * N, grain, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
-        const int64_t n = r % N, k = (r / N) % h, b = r / (N * h);
-        const scalar_t* x1 = xp + b * xs0 + k * xs1 + n * xs2;
-        const scalar_t* x2 = x1 + half;
-        scalar_t* y1 = yp + b * ys0 + k * ys1 + n * ys2;
-        scalar_t* y2 = y1 + half;
-        const scalar_t* c = cp + n * half;
-        const scalar_t* s = sp + n * half;
-        if (inverse) {
-          for (int64_t i = 0; i < half; ++i) {
-            y1[i] = x1[i] * c[i] - x2[i] * -s[i];
-            y2[i] = x2[i] * c[i] + x1[i] * -s[i];
-          }
-        } else {
-          for (int64_t i = 0; i < half; ++i) {
-            y1[i] = x1[i] * c[i] - x2[i] * s[i];
-            y2[i] = x2[i] * c[i] + x1[i] * s[i];
-          }
-        }
+        const int64_t b = r / (N * h), i_in = r % inner, i_out = (r / inner) % (heads_inner ? N : h);
+        const int64_t k = heads_inner ? i_in : i_out, n = heads_inner ? i_out : i_in;
+        rotate_row<scalar_t>(xp + b * xs0 + k * xs1 + n * xs2, yp + b * ys0 + k * ys1 + n * ys2,
+                             cp + n * half, sp + n * half, half, inverse);
       }
     });
   });
