@@ -58,7 +58,7 @@ void check(torch::ScalarType dtype, int64_t h_kv, int threads, double tol, int64
 }
 
 TEST(FusedAttention, EqualsAutogradFloat64) {
-  for (int64_t N : {37, 150})
+  for (int64_t N : {1, 37, 150})
     for (int threads : {1, 2})
       for (int64_t h_kv : {4, 2, 1}) check(torch::kFloat64, h_kv, threads, 1e-12, N);
 }
@@ -101,7 +101,7 @@ void check_tied(torch::ScalarType dtype, int64_t h_kv, int threads, double tol, 
 }
 
 TEST(FusedAttention, TiedValuesEqualAutograd) {
-  for (int64_t N : {37, 150})
+  for (int64_t N : {1, 37, 150})  // N = 1: one row, whose row stride BLAS still checks
     for (int threads : {1, 2})
       for (int64_t h_kv : {4, 2}) {
         check_tied(torch::kFloat64, h_kv, threads, 1e-12, N);

@@ -254,10 +254,14 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t
 // depend on the schedule. Run inline (in a parallel region already, or one thread) a worker takes all.
 int64_t claimers(int64_t items) { return std::max<int64_t>(1, std::min<int64_t>(items, at::get_num_threads())); }
 
+// The leading dimension the gemms get for a (B, H, N, d_h) tensor's (N, d_h) matrices: the row stride,
+// or d_h when there is a single row (a size-1 dimension's stride means nothing, but BLAS checks it).
+int64_t row_stride(const torch::Tensor& t) { return t.size(2) > 1 ? t.stride(2) : t.size(3); }
+
 // A (B, H, N, d_h) tensor whose rows the gemms can address: unit stride along d_h and a row stride of at
 // least d_h (views from split_heads or RoPE qualify as they are; anything else is copied).
 torch::Tensor gemm_rows(const torch::Tensor& t) {
-  return t.stride(3) == 1 && t.stride(2) >= t.size(3) ? t : t.contiguous();
+  return (t.stride(3) == 1 || t.size(3) == 1) && row_stride(t) >= t.size(3) ? t : t.contiguous();
 }
 
 // softmax(scale q k^T + causal mask) v for q (B, H, N, d_h), k, v (B, H_kv, N, d_h), offset 0.
@@ -281,7 +285,7 @@ class FusedCausalAttention : public torch::autograd::Function<FusedCausalAttenti
       const scalar_t* vp = v.data_ptr<scalar_t>();
       scalar_t* pp = p.data_ptr<scalar_t>();
       scalar_t* op = out.data_ptr<scalar_t>();
-      const int64_t ldq = q.stride(2), ldk = k.stride(2), ldv = v.stride(2), ldo = H * d_h;
+      const int64_t ldq = row_stride(q), ldk = row_stride(k), ldv = row_stride(v), ldo = H * d_h;
       SerialBlasGuard serial_blas;
       std::atomic<int64_t> next{0};
       at::parallel_for(0, claimers(B * H), 1, [&](int64_t, int64_t) {
@@ -336,8 +340,8 @@ class FusedCausalAttention : public torch::autograd::Function<FusedCausalAttenti
       scalar_t* dqp = dq.data_ptr<scalar_t>();
       scalar_t* dkp = dk.data_ptr<scalar_t>();
       scalar_t* dvp = dv.data_ptr<scalar_t>();
-      const int64_t ldq = q.stride(2), ldk = k.stride(2), ldv = v.stride(2), lddo = H * d_h;
-      const int64_t lddq = dq.stride(2), lddk = dk.stride(2), lddv = dv.stride(2);
+      const int64_t ldq = row_stride(q), ldk = row_stride(k), ldv = row_stride(v), lddo = H * d_h;
+      const int64_t lddq = row_stride(dq), lddk = row_stride(dk), lddv = row_stride(dv);
       SerialBlasGuard serial_blas;
       // One (batch, key/value head) per item: the heads of a group add into the same dk, dv.
       std::atomic<int64_t> next{0};
