@@ -28,6 +28,7 @@
 #include <immintrin.h>
 #endif
 
+#include "cemfrac/core/blas.h"
 #include "cemfrac/core/check.h"
 #include "cemfrac/layers/base/rope.h"
 
@@ -44,10 +45,7 @@ class SerialBlasGuard {
     using Get = int (*)();
     static const auto get = reinterpret_cast<Get>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
     static const auto set = reinterpret_cast<Set>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-    static const bool openmp = [] {
-      const auto parallel = reinterpret_cast<Get>(dlsym(RTLD_DEFAULT, "openblas_get_parallel"));
-      return parallel != nullptr && parallel() == 2;  // 0 serial, 1 pthreads, 2 OpenMP
-    }();
+    static const bool openmp = blas_threading() == "OpenMP";
     if (get != nullptr && set != nullptr && !openmp) {
       previous_ = get();
       if (previous_ > 1) {
