@@ -68,7 +68,7 @@ class SymmetricGram : public torch::autograd::Function<SymmetricGram> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& w_in) {
     const torch::Tensor w = w_in.detach().contiguous();
-    ctx->save_for_backward({w});
+    ctx->save_for_backward({w_in});  // the input itself: the backward's matmul stays differentiable
     const int64_t n = w.size(0), k = w.size(1);
     torch::Tensor c;
     if (w.device().is_cpu() && (w.scalar_type() == torch::kFloat32 || w.scalar_type() == torch::kFloat64)) {
