@@ -10,7 +10,9 @@
 // in float32; forward runs without autograd, forward+backward takes the gradient of <y, g> for a fixed
 // random g with respect to x and every parameter. All rows are timed round-robin (each round runs
 // every row once), so a slow spell of a shared machine lands on all rows alike; times are best and
-// median of --reps rounds after one warm-up; the ratio column is best / the baseline's best.
+// median of --reps rounds after one warm-up; the ratio column is best / the baseline's best. --json
+// also lists every round's forward+backward time in round order, so a ratio of two rows can be taken
+// round by round (its median resists a noisy machine better than a ratio of two bests).
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -75,6 +77,7 @@ struct Row {
   int64_t params = 0;
   Timing forward;
   Timing forward_backward;
+  std::vector<double> forward_backward_rounds;  // ms, round by round (round r of every row ran together)
 };
 
 std::vector<std::string> split_names(const std::string& text) {
@@ -225,6 +228,7 @@ int run_layers(const LayersFlags& flags) {
     row.params = count_params(*subjects[i].module);
     row.forward = summarize_times(subjects[i].forward_ms);
     row.forward_backward = summarize_times(subjects[i].forward_backward_ms);
+    row.forward_backward_rounds = subjects[i].forward_backward_ms;
     rows.push_back(row);
   }
 
@@ -255,6 +259,7 @@ int run_layers(const LayersFlags& flags) {
                               {"forward_ms", {{"best", r.forward.best_ms}, {"median", r.forward.median_ms}}},
                               {"forward_backward_ms",
                                {{"best", r.forward_backward.best_ms}, {"median", r.forward_backward.median_ms}}},
+                              {"forward_backward_rounds_ms", r.forward_backward_rounds},
                               {"forward_backward_us_per_token", 1e3 * r.forward_backward.best_ms / tokens},
                               {"ratio_vs_baseline", base_ms > 0 ? r.forward_backward.best_ms / base_ms : 0.0}});
   }

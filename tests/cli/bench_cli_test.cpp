@@ -51,7 +51,7 @@ TEST(BenchTrainCli, BadConfigPathIsOneLineError) {
 
 TEST(BenchLayersCli, TinyJsonHasEveryKindAndTheBaselines) {
   auto r = run_cemfrac({"--threads", "1", "bench", "layers", "--width", "32", "--context", "16",
-                        "--batch", "1", "--reps", "1", "--json"});
+                        "--batch", "1", "--reps", "2", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["bench"], "layers");
@@ -64,6 +64,12 @@ TEST(BenchLayersCli, TinyJsonHasEveryKindAndTheBaselines) {
     EXPECT_GT(row["forward_ms"]["best"].get<double>(), 0) << kind;
     EXPECT_LE(row["forward_ms"]["best"].get<double>(), row["forward_ms"]["median"].get<double>()) << kind;
     EXPECT_GT(row["forward_backward_us_per_token"].get<double>(), 0) << kind;
+    // Every round's time, in round order (so per-round ratios between rows can be taken); the best is
+    // their minimum.
+    const auto rounds = row["forward_backward_rounds_ms"].get<std::vector<double>>();
+    ASSERT_EQ(rounds.size(), 2u) << kind;
+    EXPECT_DOUBLE_EQ(*std::min_element(rounds.begin(), rounds.end()), row["forward_backward_ms"]["best"].get<double>())
+        << kind;
     if (row["variant"] == "default" && (kind == "mha" || kind == "gelu_mlp")) {
       EXPECT_DOUBLE_EQ(row["ratio_vs_baseline"].get<double>(), 1.0) << kind;
     }
