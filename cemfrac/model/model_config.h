@@ -48,9 +48,9 @@ struct ModelConfig {
   int64_t d_ff = 512;          // M; hidden width of the FFN
   int64_t context = 128;       // N_max; longest sequence (learned positions are this long)
 
-  // Block kinds, chosen independently (layers may override). Mixers: "mha" (this issue), later
-  // "cem_attention", "cattn_u", "cattn_m", "synthesizer_dense", "sparse_attention". FFNs: "gelu_mlp",
-  // "swiglu" (this issue), later "cem_mlp", "cffn".
+  // Block kinds, chosen independently (layers may override). Mixers: "mha", "cem_attention",
+  // "cattn_u", "cattn_m", "synthesizer_dense", "sparse_attention". FFNs: "gelu_mlp", "swiglu",
+  // "cem_mlp", "cffn" (layers/registry.h lists them).
   std::string mixer = "mha";
   std::string ffn = "swiglu";
   std::vector<LayerOverride> layer_overrides;

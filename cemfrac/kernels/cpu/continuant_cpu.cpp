@@ -1,4 +1,4 @@
-// Fused CPU kernels for continued-fraction ladders: forward and backward (docs/layers/cofrgenet.md).
+// Fused CPU kernels for continued-fraction ladders: forward and backward (docs/layers/ladders.md).
 //
 // Legend.  R rows, d depth, L ladders per row; layout a[n][k-1][l], ladder index fastest, so every
 // step of the recurrence below is one contiguous multiply-add over a run of ladders.
