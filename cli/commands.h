@@ -13,6 +13,10 @@ struct GlobalOptions {
   std::string blas_core;   // --blas-core; "" = auto unless OPENBLAS_CORETYPE is set
 };
 
+// Exit codes: 0 success, 1 an error (one line on stderr), 2 a command-line usage error, and
+// kExitInterrupted for a `train` stopped by SIGINT/SIGTERM after saving its checkpoint.
+inline constexpr int kExitInterrupted = 3;
+
 struct Command {
   CLI::App* app = nullptr;
   std::function<int()> run;  // returns the exit code; throws cemfrac::Error for user errors

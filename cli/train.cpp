@@ -1,12 +1,16 @@
 // cemfrac train: trains a model described by a TOML run config (configs/*.toml) on a prepared
-// dataset. Prints the resolved config, saves it as <run>/config.toml, then runs the trainer (metrics,
-// progress, checkpoints, NaN guard, SIGINT/SIGTERM checkpoint; --resume continues a run exactly).
+// dataset. Prints the resolved config; once every check has passed, saves it as <run>/config.toml
+// and runs the trainer (metrics, progress, checkpoints, NaN guard, SIGINT/SIGTERM checkpoint and exit
+// code kExitInterrupted; --resume continues a run exactly, in its own directory).
 #include <fmt/format.h>
+
+#include <unistd.h>
 
 #include <filesystem>
 
 #include "cemfrac/core/atomic_file.h"
 #include "cemfrac/core/check.h"
+#include "cemfrac/core/warn.h"
 #include "cemfrac/data/tokenizer.h"
 #include "cemfrac/model/lm_model.h"
 #include "cemfrac/train/run_config.h"
@@ -14,6 +18,27 @@
 #include "cli/commands.h"
 
 namespace cemfrac::cli {
+
+namespace {
+
+// A lower bound of the memory training `config` needs, in bytes (float32): 16 bytes per parameter
+// (weights, gradients, two AdamW moments) for the embedding and, per layer, two D x D attention
+// matrices and two D x d_ff FFN matrices; plus the logits of one micro-batch and their gradient
+// (2 x micro_batch x seq_len x V floats) and four activations of micro_batch x seq_len x D floats
+// per layer. Every architecture has at least these, so a config refused by it cannot fit. Doubles:
+// absurd sizes must not overflow.
+double training_memory_lower_bound(const RunConfig& config) {
+  const ModelConfig& m = config.model;
+  const double V = static_cast<double>(m.vocab_size), D = static_cast<double>(m.d_model),
+               L = static_cast<double>(m.n_layers), M = static_cast<double>(m.d_ff);
+  const double S = static_cast<double>(config.train.seq_len > 0 ? config.train.seq_len : m.context);
+  const double B = static_cast<double>(config.train.micro_batch);
+  const double params = V * D + L * (2 * D * D + 2 * D * M);
+  const double activations = 2 * B * S * V + L * 4 * B * S * D;
+  return 16 * params + 4 * activations;
+}
+
+}  // namespace
 
 Command add_train(CLI::App& root, const GlobalOptions& global) {
   struct Flags {
@@ -26,11 +51,15 @@ Command add_train(CLI::App& root, const GlobalOptions& global) {
   };
   auto f = std::make_shared<Flags>();
   CLI::App* app = root.add_subcommand("train", "Train a model from a TOML run config");
+  app->footer("Exit codes: 0 completed (or stopped at --stop-at-step), 1 error, 2 usage error, 3 "
+              "interrupted by SIGINT/SIGTERM (checkpoint saved; continue with --resume RUN).");
   app->add_option("--config", f->config, "Run config (TOML: [model] [data] [train] [eval])")
       ->required();
   app->add_option("--set", f->sets, "Override a config field: section.key=value (repeatable)");
   app->add_option("--resume", f->resume,
-                  "Continue a run: its directory (newest checkpoint) or one checkpoint directory");
+                  "Continue a run in its own directory: the run directory (newest complete "
+                  "checkpoint) or one checkpoint directory; settings that break exactness must not "
+                  "change");
   app->add_option("--out", f->out, "Run directory (same as --set train.out=DIR)");
   app->add_option("--stop-at-step", f->stop_at_step,
                   "Stop after this step with a checkpoint (the schedule still spans train.steps)");
@@ -39,12 +68,27 @@ Command add_train(CLI::App& root, const GlobalOptions& global) {
     std::vector<std::string> sets = f->sets;
     if (!f->out.empty()) sets.push_back("train.out=" + f->out);
     RunConfig config = load_run_config(f->config, sets);
+    // --resume continues in the run's own directory (the trainer warns when train.out differs).
+    std::string resume = f->resume;
+    if (!resume.empty()) {
+      resume = resolve_checkpoint(resume);  // warns about skipped incomplete checkpoints, once
+      const std::filesystem::path parent = std::filesystem::path(resume).lexically_normal().parent_path();
+      if (parent.filename() == "checkpoints") {
+        const std::string own = parent.parent_path().empty() ? "." : parent.parent_path().string();
+        std::error_code ec1, ec2;
+        if (std::filesystem::weakly_canonical(own, ec1) !=
+            std::filesystem::weakly_canonical(config.train.out, ec2)) {
+          warn("train.out = {} is ignored: --resume continues the run in {}", config.train.out, own);
+          config.train.out = own;
+        }
+      }
+    }
     const std::string toml = to_toml(config);
     fmt::print("# resolved run config ({}{})\n{}\n", f->config,
                sets.empty() ? "" : fmt::format(", {} override(s)", sets.size()), toml);
-    std::filesystem::create_directories(config.train.out);
-    write_file_atomic(config.train.out + "/config.toml", toml);
+    std::fflush(stdout);
 
+    // Every check that can refuse the command runs before the first write into the run directory.
     const std::string tokenizer_dir = config.data.path + "/tokenizer";
     CEMFRAC_CHECK(std::filesystem::exists(config.data.path + "/meta.json"),
                   "data.path '{}' is not a prepared dataset (no meta.json): run cemfrac prepare "
@@ -55,21 +99,36 @@ Command add_train(CLI::App& root, const GlobalOptions& global) {
                   "model.vocab_size = {} is smaller than the dataset tokenizer's vocabulary ({}, {})",
                   config.model.vocab_size, tokenizer->vocab_size(), tokenizer->id());
 
+    const double need = training_memory_lower_bound(config);
+    const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+    CEMFRAC_CHECK(have <= 0 || need <= have,
+                  "this config needs at least {:.1f} GiB to train (parameters, gradients, AdamW "
+                  "state and activations) but this machine has {:.1f} GiB; use a smaller model, "
+                  "train.micro_batch or train.seq_len",
+                  need / (1u << 30), have / (1u << 30));
     seed_everything(config.train.seed);
     LmModel model(config.model);
     TrainerOptions options;
     options.train = config.train;
     options.data_dir = config.data.path;
     options.tokenizer = tokenizer.get();
-    options.resume = f->resume;
+    options.resume = resume;
     options.progress = !f->quiet;
     options.stop_at_step = f->stop_at_step;
-    Trainer trainer(make_train_model(model), options);
+    Trainer trainer(make_train_model(model), options);  // data, existing run, checkpoint, settings
+
+    write_file_atomic(trainer.run_dir() + "/config.toml", toml);
     TrainResult result = trainer.run();
     fmt::print("{} at step {} ({} tokens, {:.1f} s): loss {:.4f}{}\n", to_string(result.status),
                result.step, result.tokens, result.elapsed_s, result.last_loss,
                result.last_val_loss ? fmt::format(", val_loss {:.4f}", *result.last_val_loss) : "");
     if (!result.last_checkpoint.empty()) fmt::print("checkpoint: {}\n", result.last_checkpoint);
+    if (result.status == TrainStatus::kInterrupted) {
+      std::fflush(stdout);
+      fmt::print(stderr, "cemfrac: interrupted at step {}; continue with --resume {}\n", result.step,
+                 trainer.run_dir());
+      return kExitInterrupted;
+    }
     return 0;
   };
   (void)global;

@@ -25,7 +25,7 @@ run="$root/runs/quickstart-llama"
 echo; echo "== cemfrac train --config $config"
 if grep -qs '"status": "completed"' "$run/summary.json"; then
   echo "(already trained: $run/summary.json; remove $run to train again)"
-elif compgen -G "$run/checkpoints/step-*" >/dev/null; then
+elif ls -d "$run"/checkpoints/step-* 2>/dev/null | grep -qv '\.tmp-'; then  # not a save's temporary
   "$cemfrac" train --config "$config" --set data.path="$data" --out "$run" --resume "$run"
 else
   "$cemfrac" train --config "$config" --set data.path="$data" --out "$run"

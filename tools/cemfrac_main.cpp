@@ -3,15 +3,21 @@
 // flags and runs one subcommand. Every user error ends as one line on stderr and a non-zero exit.
 #include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
+#include <fmt/format.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <filesystem>
+#include <new>
+#include <regex>
 #include <string>
 #include <vector>
 
 #include "cemfrac/core/blas.h"
 #include "cemfrac/core/check.h"
+#include "cemfrac/core/warn.h"
 #include "cli/commands.h"
 
 namespace {
@@ -43,6 +49,45 @@ std::string unknown_command(int argc, char** argv, const CLI::App& app) {
   return "";
 }
 
+// --threads may exceed the core count by this factor (with a warning above the count).
+constexpr int kMaxThreadsPerCore = 4;
+
+std::string memory_advice() {
+  const double total = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  return fmt::format("this machine has {:.1f} GiB; use a smaller model, train.micro_batch or "
+                     "train.seq_len (cemfrac params shows a model's size)",
+                     total / (1u << 30));
+}
+
+// LibTorch's allocation failures and size overflows as one user-facing line; "" for other errors.
+std::string resource_error(const std::string& what) {
+  static const std::regex kAlloc("tried to allocate ([0-9]+) bytes");
+  std::smatch m;
+  if (std::regex_search(what, m, kAlloc)) {
+    const double bytes = std::stod(m[1].str());
+    return fmt::format("out of memory: one allocation of {:.1f} GiB failed; {}", bytes / (1u << 30),
+                       memory_advice());
+  }
+  if (what.find("can't allocate memory") != std::string::npos ||
+      what.find("out of memory") != std::string::npos)
+    return "out of memory: " + memory_advice();
+  if (what.find("size calculation overflowed") != std::string::npos)
+    return "a tensor size overflows 64 bits: some dimension of the model or batch is far too large";
+  return "";
+}
+
+// "filesystem error: cannot create directories: Permission denied [/proc/x]" ->
+// "/proc/x: cannot create directories: Permission denied".
+std::string filesystem_line(const std::filesystem::filesystem_error& e) {
+  std::string what = e.what();
+  const std::string prefix = "filesystem error: ";
+  if (what.rfind(prefix, 0) == 0) what = what.substr(prefix.size());
+  const size_t bracket = what.find(" [");
+  if (bracket != std::string::npos) what = what.substr(0, bracket);
+  if (e.path1().empty()) return what;
+  return e.path1().string() + ": " + what;
+}
+
 int report(const char* kind, const std::string& what) {
   std::string line = what.substr(0, what.find('\n'));
   std::fprintf(stderr, "cemfrac: %s%s\n", kind, line.c_str());
@@ -59,8 +104,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("cemfrac ") + CEMFRAC_VERSION);
   app.require_subcommand(1);
   app.fallthrough();
-  app.add_option("--threads", global.threads, "Intra-op and BLAS threads (default: number of cores)")
-      ->check(CLI::Range(0, 4096));
+  app.add_option("--threads", global.threads, "Intra-op and BLAS threads (default: number of cores; at most 4 x the cores)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--blas-core", global.blas_core,
                  "OpenBLAS kernel set: auto (from the CPU flags; also ignores OPENBLAS_CORETYPE), "
                  "Prescott, Nehalem, Sandybridge, Haswell, Zen, SkylakeX, Cooperlake");
@@ -97,7 +142,17 @@ int main(int argc, char** argv) {
   }
 
   try {
+    // More threads than cores only slows a CPU-bound run; thousands of them take minutes to start.
+    const int cores = default_threads();
+    const int max_threads = kMaxThreadsPerCore * cores;
+    CEMFRAC_CHECK(global.threads <= max_threads,
+                  "--threads {}: at most {} ({} x the {} core(s) of this machine; 0 = one per core)",
+                  global.threads, max_threads, kMaxThreadsPerCore, cores);
     configure_blas(argv, find_blas_core_flag(argc, argv));
+    if (global.threads > cores)
+      warn("--threads {} is more than the {} core(s) of this machine: threads will share cores, "
+           "which is slower, not faster",
+           global.threads, cores);
     set_threads(global.threads);
     for (auto& command : commands)
       if (command.app->parsed()) return command.run();
@@ -105,7 +160,13 @@ int main(int argc, char** argv) {
   } catch (const Error& e) {
     return report("error: ", e.what());
   } catch (const c10::Error& e) {
-    return report("internal error: ", e.what_without_backtrace());
+    const std::string what = e.what_without_backtrace();
+    if (const std::string line = resource_error(what); !line.empty()) return report("error: ", line);
+    return report("internal error: ", what);
+  } catch (const std::bad_alloc&) {
+    return report("error: ", "out of memory: " + memory_advice());
+  } catch (const std::filesystem::filesystem_error& e) {
+    return report("error: ", filesystem_line(e));
   } catch (const std::exception& e) {
     return report("internal error: ", e.what());
   }

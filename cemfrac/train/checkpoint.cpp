@@ -5,13 +5,18 @@
 #include <torch/types.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <regex>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include "cemfrac/core/atomic_file.h"
 #include "cemfrac/core/check.h"
+#include "cemfrac/core/warn.h"
 #include "cemfrac/layers/param_tags.h"
 
 namespace cemfrac {
@@ -178,6 +183,7 @@ json trainer_state_to_json(const TrainerState& s) {
       {"last_val_loss", optional_to_json(s.last_val_loss)},
       {"best_val_loss", optional_to_json(s.best_val_loss)},
       {"elapsed_s", s.elapsed_s},
+      {"run", s.run.is_null() ? json::object() : s.run},
   };
 }
 
@@ -210,6 +216,12 @@ TrainerState trainer_state_from_json(const json& j, const std::string& source) {
   s.last_val_loss = optional_field(j, "last_val_loss", source);
   s.best_val_loss = optional_field(j, "best_val_loss", source);
   s.elapsed_s = field<double>(j, "elapsed_s", source);
+  // Optional (checkpoints written before it have none): the settings an exact resume needs.
+  if (j.contains("run")) {
+    s.run = j.at("run");
+    CEMFRAC_CHECK(s.run.is_object(), "{}: field 'run' has the wrong type ({})", source,
+                  value_string(s.run));
+  }
   CEMFRAC_CHECK(s.step >= 0 && s.tokens >= 0 && s.loader.epoch >= 0 && s.loader.index >= 0,
                 "{}: negative step, token count or loader cursor", source);
   return s;
@@ -254,7 +266,11 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointContents
                       trainer_state_to_json(c.trainer).dump(2) + "\n");
   });
   if (keep > 0) {
+    // Only complete checkpoints count (and only they are deleted); anything else is left alone.
     auto all = list_checkpoints(run_dir);
+    all.erase(std::remove_if(all.begin(), all.end(),
+                             [](const auto& c) { return !checkpoint_problem(c.second).empty(); }),
+              all.end());
     for (size_t i = 0; i + keep < all.size(); ++i) {
       if (all[i].second == dir) continue;
       std::error_code ec;
@@ -262,6 +278,55 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointContents
     }
   }
   return dir;
+}
+
+std::string checkpoint_problem(const std::string& dir) {
+  const fs::path d(dir);
+  std::error_code ec;
+  if (fs::is_directory(d, ec) && fs::is_empty(d, ec)) return "empty directory";
+  for (const char* name : {kCheckpointTrainerFile, kCheckpointConfigFile, kCheckpointModelFile,
+                           kCheckpointOptimizerFile}) {
+    const fs::path f = d / name;
+    if (!fs::is_regular_file(f, ec)) return fmt::format("{} is missing", name);
+    if (fs::file_size(f, ec) == 0) return fmt::format("{} is empty", name);
+  }
+  const std::string path = (d / kCheckpointTrainerFile).string();
+  const json j = json::parse(read_file(path), nullptr, false);
+  if (j.is_discarded()) return fmt::format("{} is not valid JSON", kCheckpointTrainerFile);
+  try {
+    trainer_state_from_json(j, kCheckpointTrainerFile);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::vector<std::string> clean_stale_temporaries(const std::string& run_dir) {
+  std::vector<std::string> removed;
+  const fs::path dir = checkpoints_dir(run_dir);
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return removed;
+  // core/atomic_file.cpp names temporaries <name>.tmp-<pid>-<hex> (and <...>.old when moved aside).
+  static const std::regex kTemp("step-[0-9]+\\.tmp-([0-9]+)-[0-9a-f]+(\\.old)?");
+  std::vector<fs::path> stale;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string name = entry.path().filename().string();
+    if (!std::regex_match(name, m, kTemp)) continue;
+    const long pid = std::stol(m[1].str());
+    // A live writer other than this process keeps its temporary (two runs in one directory are
+    // refused elsewhere; this only guards against removing what someone is still writing).
+    if (pid != static_cast<long>(::getpid()) &&
+        (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM))
+      continue;
+    stale.push_back(entry.path());
+  }
+  std::sort(stale.begin(), stale.end());
+  for (const fs::path& p : stale) {
+    fs::remove_all(p, ec);
+    if (!ec) removed.push_back(p.string());
+  }
+  return removed;
 }
 
 std::string resolve_checkpoint(const std::string& path) {
@@ -273,7 +338,18 @@ std::string resolve_checkpoint(const std::string& path) {
   CEMFRAC_CHECK(!found.empty(),
                 "{}: neither a checkpoint (no {}) nor a run directory with checkpoints/step-*",
                 path, kCheckpointTrainerFile);
-  return found.back().second;
+  // The newest complete checkpoint; newer incomplete ones (a copy cut short, a directory made by
+  // hand: cemfrac's own saves appear complete or not at all) are skipped with a warning.
+  std::vector<std::string> skipped;
+  for (auto it = found.rbegin(); it != found.rend(); ++it) {
+    const std::string problem = checkpoint_problem(it->second);
+    if (problem.empty()) {
+      for (const std::string& s : skipped) warn("{}; using {}", s, it->second);
+      return it->second;
+    }
+    skipped.push_back(fmt::format("skipped incomplete checkpoint {} ({})", it->second, problem));
+  }
+  fail("{}: no complete checkpoint; {}", path, skipped.front());
 }
 
 void check_config_matches(const json& expected, const json& found, const std::string& source) {

@@ -49,6 +49,9 @@ struct TrainerState {
   std::optional<double> last_val_loss;
   std::optional<double> best_val_loss;
   double elapsed_s = 0;      // training wall time so far, across resumes
+  // The run's settings that exact resume depends on (Trainer: seq_len, micro_batch, seed, data, ...)
+  // and the safe ones (steps, log_every, ...), as {"train.key": value}; {} in older checkpoints.
+  nlohmann::json run = nlohmann::json::object();
 };
 
 nlohmann::json trainer_state_to_json(const TrainerState& state);
@@ -88,8 +91,19 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointContents
 // first.
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& run_dir);
 
+// "" when `dir` holds a complete checkpoint (trainer.json, config.json, model.safetensors and
+// optimizer.safetensors present and non-empty, trainer.json readable), else why not ("empty
+// directory", "model.safetensors is missing", ...). Tensor contents are checked on load.
+std::string checkpoint_problem(const std::string& dir);
+
+// Removes <run_dir>/checkpoints/step-*.tmp-* left by saves that were killed (whose process is gone)
+// and returns their paths. The trainer calls it when a run starts.
+std::vector<std::string> clean_stale_temporaries(const std::string& run_dir);
+
 // `path` is a checkpoint directory (holds trainer.json) -> itself; a run directory -> its newest
-// complete checkpoint; a checkpoints/ directory -> its newest. Throws naming `path` otherwise.
+// complete checkpoint (checkpoint_problem() == ""), printing one warning line per newer checkpoint
+// it skipped and why; a checkpoints/ directory -> its newest complete one. Throws naming `path`
+// otherwise (also when no checkpoint is complete).
 std::string resolve_checkpoint(const std::string& path);
 
 struct LoadOptions {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <set>
@@ -16,6 +17,7 @@
 
 #include "cemfrac/core/check.h"
 #include "cemfrac/core/fields.h"
+#include "cemfrac/core/warn.h"
 
 namespace cemfrac {
 
@@ -339,6 +341,20 @@ void validate_run_config(const RunConfig& config) {
 }
 
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
+  // A directory, /dev/null or an empty file would parse as an empty config (every default): refuse.
+  std::error_code ec;
+  const std::filesystem::file_status status = std::filesystem::status(path, ec);
+  if (std::filesystem::exists(status)) {
+    CEMFRAC_CHECK(!std::filesystem::is_directory(status),
+                  "run config {}: is a directory; give a TOML file (e.g. configs/tiny-llama.toml)",
+                  path);
+    CEMFRAC_CHECK(std::filesystem::is_regular_file(status),
+                  "run config {}: not a regular file; give a TOML file (e.g. configs/tiny-llama.toml)",
+                  path);
+    CEMFRAC_CHECK(std::filesystem::file_size(path, ec) > 0,
+                  "run config {}: the file is empty; give a TOML file (e.g. configs/tiny-llama.toml)",
+                  path);
+  }
   toml::table doc;
   try {
     doc = toml::parse_file(path);
@@ -350,6 +366,9 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
   RunConfig config;
   Locations locations;
   read_document(doc, Origin{path, ""}, locations, config);
+  if (locations.empty())
+    warn("run config {} sets no field (only comments or empty sections): every default applies",
+         path);
   for (const std::string& text : overrides) apply_override(text, locations, config);
   if (auto p = run_problem(config)) {
     auto where = locations.find(p->key);

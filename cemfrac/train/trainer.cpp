@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "cemfrac/core/atomic_file.h"
+#include "cemfrac/core/warn.h"
 #include "cemfrac/io/safetensors.h"
 
 namespace cemfrac {
@@ -82,6 +83,38 @@ std::shared_ptr<const ShardReader> open_split(const std::string& data_dir, const
                 "model.vocab_size to at least {}",
                 path, shard->header().vocab_size, vocab_size, shard->header().vocab_size);
   return shard;
+}
+
+// The directory of the run a checkpoint belongs to (<run>/checkpoints/step-N -> <run>); "" for a
+// checkpoint directory that is not inside a checkpoints/ folder.
+std::string run_dir_of_checkpoint(const std::string& checkpoint) {
+  const fs::path parent = fs::path(checkpoint).lexically_normal().parent_path();
+  if (parent.filename() != "checkpoints") return "";
+  return parent.parent_path().empty() ? std::string(".") : parent.parent_path().string();
+}
+
+bool same_path(const std::string& a, const std::string& b) {
+  std::error_code ec1, ec2;
+  const fs::path pa = fs::weakly_canonical(a, ec1), pb = fs::weakly_canonical(b, ec2);
+  if (ec1 || ec2) return fs::path(a).lexically_normal() == fs::path(b).lexically_normal();
+  return pa == pb;
+}
+
+// Settings a resumed run may change: they do not alter the sequence of parameter updates (steps
+// stretches the learning-rate schedule from the resumed step on, which is said in the warning).
+const char* const kResumeSafeSettings[] = {"train.steps", "train.log_every", "train.eval_every",
+                                           "train.eval_tokens", "train.checkpoint_every",
+                                           "train.keep_checkpoints"};
+
+bool resume_safe(const std::string& key) {
+  for (const char* k : kResumeSafeSettings)
+    if (key == k) return true;
+  return false;
+}
+
+bool same_setting(const json& a, const json& b) {
+  if (a.is_number() && b.is_number()) return a.get<double>() == b.get<double>();
+  return a == b;
 }
 
 }  // namespace
@@ -197,6 +230,13 @@ Trainer::Trainer(TrainModel model, TrainerOptions options)
     return;
   }
   const std::string dir = resolve_checkpoint(options_.resume);
+  // A resumed run continues in its own directory, whatever train.out says.
+  const std::string own_dir = run_dir_of_checkpoint(dir);
+  if (!own_dir.empty() && !same_path(own_dir, options_.train.out)) {
+    warn("train.out = {} is ignored: --resume continues the run in {}", options_.train.out,
+         own_dir);
+    options_.train.out = own_dir;
+  }
   LoadOptions load;
   load.expected_config = &model_.config;
   Checkpoint ckpt = load_checkpoint(dir, load);
@@ -215,8 +255,8 @@ Trainer::Trainer(TrainModel model, TrainerOptions options)
   }
   state_ = ckpt.trainer;
   const std::string trainer_json = (fs::path(dir) / kCheckpointTrainerFile).string();
+  check_resume_settings(trainer_json);
   set_torch_rng_state(state_.torch_rng, trainer_json);
-  // The run continues its own data order whatever seed the new invocation was given.
   loader_ = std::make_unique<TokenLoader>(train_shard_, [&] {
     LoaderOptions o = lo;
     o.seed = state_.data_seed;
@@ -228,6 +268,61 @@ Trainer::Trainer(TrainModel model, TrainerOptions options)
 }
 
 Trainer::~Trainer() = default;
+
+json Trainer::run_settings() const {
+  const TrainConfig& t = options_.train;
+  const ShardHeader& data = train_shard_->header();
+  // Resolved values (seq_len 0 -> the context; tokens_per_step 0 -> one micro-batch), so writing a
+  // default out explicitly is no change.
+  return json{
+      {"train.seq_len", seq_len_},
+      {"train.micro_batch", t.micro_batch},
+      {"train.tokens_per_step", accum_ * t.micro_batch * seq_len_},
+      {"world_size", options_.world_size},
+      {"train.seed", t.seed},
+      {"train.lr_max", t.lr_max},
+      {"train.lr_min", t.lr_min},
+      {"train.warmup_steps", t.warmup_steps},
+      {"train.weight_decay", t.weight_decay},
+      {"train.beta1", t.beta1},
+      {"train.beta2", t.beta2},
+      {"train.adam_eps", t.adam_eps},
+      {"train.grad_clip", t.grad_clip},
+      {"train.dyadic", t.dyadic},
+      {"data train.bin tokens", data.token_count},
+      {"data train.bin crc32", data.tokens_crc32},
+      {"data tokenizer", data.tokenizer_id},
+      {"train.steps", t.steps},
+      {"train.log_every", t.log_every},
+      {"train.eval_every", t.eval_every},
+      {"train.eval_tokens", t.eval_tokens},
+      {"train.checkpoint_every", t.checkpoint_every},
+      {"train.keep_checkpoints", t.keep_checkpoints},
+  };
+}
+
+void Trainer::check_resume_settings(const std::string& source) {
+  const json now = run_settings();
+  // Checkpoints of older versions carry no settings; their data seed is still known.
+  json saved = state_.run;
+  if (!saved.contains("train.seed")) saved["train.seed"] = state_.data_seed;
+  for (auto it = now.begin(); it != now.end(); ++it) {
+    if (!saved.contains(it.key()) || same_setting(saved.at(it.key()), it.value())) continue;
+    const std::string was = saved.at(it.key()).dump(), is = it.value().dump();
+    CEMFRAC_CHECK(resume_safe(it.key()),
+                  "--resume: {} = {} but the run was trained with {} ({}); changing it breaks "
+                  "exact resume: set it back, or start a new run",
+                  it.key(), is, was, source);
+    if (it.key() == "train.steps")
+      warn("train.steps changed from {} to {} on resume: the learning-rate schedule now spans {} "
+           "steps from step {} on",
+           was, is, is, state_.step);
+    else
+      warn("{} changed from {} to {} on resume (safe: training itself is unchanged)", it.key(),
+           was, is);
+  }
+  state_.run = now;
+}
 
 double Trainer::evaluate() {
   torch::NoGradGuard no_grad;
@@ -299,6 +394,7 @@ std::string Trainer::write_checkpoint() {
   c.optimizer_metadata = optimizer_->state_metadata();
   state_.torch_rng = torch_rng_state();
   state_.loader = loader_->state();
+  if (state_.run.empty()) state_.run = run_settings();
   c.trainer = state_;
   c.config = model_.config;
   c.tokenizer = options_.tokenizer;
@@ -334,35 +430,59 @@ void Trainer::write_summary(const std::string& status, const std::string& report
   j["tokens_per_step"] = tokens_per_step_;
   j["last_checkpoint"] = last_checkpoint_.empty() ? json(nullptr) : json(last_checkpoint_);
   if (!report.empty()) j["report"] = report;
+  if (status == "running") j["pid"] = static_cast<int64_t>(::getpid());
   write_file_atomic((fs::path(options_.train.out) / "summary.json").string(), j.dump(2) + "\n");
 }
 
 TrainResult Trainer::run() {
-  using Clock = std::chrono::steady_clock;
   const TrainConfig& t = options_.train;
   const bool fresh = state_.step == 0 && last_checkpoint_.empty();
   if (fresh) torch::manual_seed(t.seed);
   g_stop_requested.store(false);
   StopSignals signals(options_.handle_signals);
 
-  // metrics.jsonl: a fresh run starts it; a resumed one keeps the lines up to its checkpoint's step
-  // (a killed run may have logged steps after it, which are about to be redone).
   if (options_.rank == 0) {
     std::error_code ec;
     fs::create_directories(t.out, ec);
-    CEMFRAC_CHECK(fs::is_directory(t.out), "cannot create the run directory {}", t.out);
-    const std::string path = (fs::path(t.out) / "metrics.jsonl").string();
-    std::string kept;
-    if (!fresh && fs::exists(path)) {
-      std::istringstream in(read_file(path));
-      for (std::string line; std::getline(in, line);) {
-        json j = json::parse(line, nullptr, false);
-        if (!j.is_discarded() && j.is_object() && j.value("step", int64_t{0}) <= state_.step)
-          kept += line + "\n";
-      }
-    }
-    write_file_atomic(path, kept);
+    CEMFRAC_CHECK(fs::is_directory(t.out), "cannot create the run directory {}{}", t.out,
+                  ec ? ": " + ec.message() : "");
+    // "running" until the run ends: a killed run leaves it (with the pid), never an older verdict.
+    write_summary("running", "");
   }
+  try {
+    // metrics.jsonl: a fresh run starts it; a resumed one keeps the lines up to its checkpoint's
+    // step (a killed run may have logged steps after it, which are about to be redone).
+    if (options_.rank == 0) {
+      const std::string path = (fs::path(t.out) / "metrics.jsonl").string();
+      std::string kept;
+      if (!fresh && fs::exists(path)) {
+        std::istringstream in(read_file(path));
+        for (std::string line; std::getline(in, line);) {
+          json j = json::parse(line, nullptr, false);
+          if (!j.is_discarded() && j.is_object() && j.value("step", int64_t{0}) <= state_.step)
+            kept += line + "\n";
+        }
+      }
+      write_file_atomic(path, kept);
+      for (const std::string& stale : clean_stale_temporaries(t.out))
+        warn("removed {}, a temporary left by a checkpoint save that was killed", stale);
+    }
+    return run_loop();
+  } catch (const TrainingDiverged&) {
+    throw;  // summary.json already says "diverged"
+  } catch (const std::exception& e) {
+    try {
+      write_summary("failed", e.what());
+    } catch (const std::exception&) {
+      // the original error is the one to report
+    }
+    throw;
+  }
+}
+
+TrainResult Trainer::run_loop() {
+  using Clock = std::chrono::steady_clock;
+  const TrainConfig& t = options_.train;
 
   const int64_t last_step = options_.stop_at_step > 0 ? std::min(options_.stop_at_step, t.steps)
                                                       : t.steps;

@@ -146,6 +146,10 @@ class Trainer {
  private:
   double train_step(double* grad_norm);  // returns the step's mean loss
   void begin_step(int64_t step);          // dyadic unfreezing and on_train_step, before step `step`
+  TrainResult run_loop();                 // run() after the run directory is set up
+  nlohmann::json run_settings() const;    // TrainerState::run of this run's settings
+  // Resume: refuses a changed setting that exact resume depends on, warns about a safe change.
+  void check_resume_settings(const std::string& source);
   std::string write_checkpoint();
   void write_summary(const std::string& status, const std::string& report);
   void append_metrics(const StepMetrics& m);

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <unistd.h>
+
 #include "cemfrac/core/atomic_file.h"
 #include "cemfrac/core/check.h"
 #include "tests/test_util.h"
@@ -215,6 +217,48 @@ TEST_F(DamagedCheckpoint, ConfigDisagreeingWithTheRun) {
   other = c_.config;
   other["d_model"] = 64.0;  // the same value written as a float is not a difference
   EXPECT_NO_THROW(load_checkpoint(dir_, load_options(false, &other)));
+}
+
+TEST(Checkpoint, IncompleteCheckpointsAreSkippedAndStaleTemporariesRemoved) {
+  const std::string run = test::temp_dir("ckpt_partial");
+  const std::string ck = run + "/checkpoints/";
+  save_checkpoint(run, contents(2), 0);
+  save_checkpoint(run, contents(5), 0);
+  fs::remove(ck + "step-000005/model.safetensors");  // cut short (by a copy, say)
+  fs::create_directories(ck + "step-000009");          // made by hand
+  EXPECT_EQ(checkpoint_problem(ck + "step-000002"), "");
+  EXPECT_EQ(checkpoint_problem(ck + "step-000005"), "model.safetensors is missing");
+  EXPECT_EQ(checkpoint_problem(ck + "step-000009"), "empty directory");
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(resolve_checkpoint(run), ck + "step-000002");
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("skipped incomplete checkpoint " + ck + "step-000009 (empty directory); using " +
+                     ck + "step-000002"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find(ck + "step-000005 (model.safetensors is missing)"), std::string::npos) << err;
+
+  // Pruning counts and deletes complete checkpoints only.
+  save_checkpoint(run, contents(3), 1);
+  EXPECT_FALSE(fs::exists(ck + "step-000002"));
+  EXPECT_TRUE(fs::exists(ck + "step-000003"));
+  EXPECT_TRUE(fs::exists(ck + "step-000005"));
+  EXPECT_TRUE(fs::exists(ck + "step-000009"));
+  fs::remove_all(ck + "step-000003");
+  expect_error([&] { resolve_checkpoint(run); }, {"no complete checkpoint", "step-000009"});
+
+  // Temporaries of dead writers go (pid 99999999 is above any pid_max); a live writer's stay.
+  const std::string live = fmt::format("{}step-000012.tmp-{}-abc", ck, getppid());
+  for (const std::string& d : {ck + "step-000010.tmp-99999999-abc",
+                               ck + "step-000011.tmp-99999999-abc.old", live})
+    fs::create_directories(d + "/inner");
+  test::write_file(ck + "notes.tmp-99999999-abc", "not a checkpoint temporary");
+  EXPECT_EQ(clean_stale_temporaries(run),
+            (std::vector<std::string>{ck + "step-000010.tmp-99999999-abc",
+                                      ck + "step-000011.tmp-99999999-abc.old"}));
+  EXPECT_TRUE(fs::exists(live));
+  EXPECT_TRUE(fs::exists(ck + "notes.tmp-99999999-abc"));
+  EXPECT_FALSE(fs::exists(ck + "step-000010.tmp-99999999-abc"));
 }
 
 }  // namespace
