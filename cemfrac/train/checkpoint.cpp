@@ -178,6 +178,7 @@ json trainer_state_to_json(const TrainerState& s) {
       {"last_val_loss", optional_to_json(s.last_val_loss)},
       {"best_val_loss", optional_to_json(s.best_val_loss)},
       {"elapsed_s", s.elapsed_s},
+      {"world_size", s.world_size},
   };
 }
 
@@ -210,6 +211,8 @@ TrainerState trainer_state_from_json(const json& j, const std::string& source) {
   s.last_val_loss = optional_field(j, "last_val_loss", source);
   s.best_val_loss = optional_field(j, "best_val_loss", source);
   s.elapsed_s = field<double>(j, "elapsed_s", source);
+  if (j.contains("world_size")) s.world_size = field<int64_t>(j, "world_size", source);
+  CEMFRAC_CHECK(s.world_size >= 1, "{}: world_size {} must be at least 1", source, s.world_size);
   CEMFRAC_CHECK(s.step >= 0 && s.tokens >= 0 && s.loader.epoch >= 0 && s.loader.index >= 0,
                 "{}: negative step, token count or loader cursor", source);
   return s;

@@ -49,6 +49,7 @@ struct TrainerState {
   std::optional<double> last_val_loss;
   std::optional<double> best_val_loss;
   double elapsed_s = 0;      // training wall time so far, across resumes
+  int64_t world_size = 1;    // data-parallel ranks of the run (train/distributed.h); 1 when absent
 };
 
 nlohmann::json trainer_state_to_json(const TrainerState& state);
