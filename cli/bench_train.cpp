@@ -74,6 +74,7 @@ struct TrainBenchFlags {
   std::string peer_script;
   bool malloc_default = false;
   bool peer_keep_heap = false;
+  int nproc = 0;  // > 0: data-parallel scaling instead (cli/bench_train_dist.cpp)
 };
 
 // Every large tensor of a step (attention probabilities, logits and their gradients: tens of MB)
@@ -234,6 +235,9 @@ StepTimes run_cpp_steps(const RunConfig& rc, int64_t S, const TrainBenchFlags& f
 }
 
 int run_train_bench(const TrainBenchFlags& flags) {
+  if (flags.nproc > 0)
+    return run_train_bench_nproc(flags.config, flags.sets, flags.nproc, flags.steps, flags.warmup,
+                                 flags.json);
   CEMFRAC_CHECK(!(flags.peer && flags.no_peer), "--peer and --no-peer exclude each other");
   CEMFRAC_CHECK(flags.steps >= 1, "--steps must be >= 1 (got {})", flags.steps);
   CEMFRAC_CHECK(flags.warmup >= 0, "--warmup must be >= 0 (got {})", flags.warmup);
@@ -441,6 +445,10 @@ Command add_bench_train(CLI::App& bench, const GlobalOptions& global) {
   app->add_flag("--peer-keep-heap", flags->peer_keep_heap,
                 "Run the peer with the same heap policy as cemfrac (MALLOC_MMAP_MAX_=0, "
                 "MALLOC_TRIM_THRESHOLD_ max); default: Python's glibc defaults");
+  app->add_option("--nproc", flags->nproc,
+                  "Data-parallel scaling instead: N ranks x 1 thread vs 1 rank x 1 thread and 1 rank "
+                  "x N threads, real training steps on the config's data (docs/distributed.md)")
+      ->check(CLI::Range(2, 64));
   return {app, [flags] { return run_train_bench(*flags); }};
 }
 

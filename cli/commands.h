@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace cemfrac::cli {
 
@@ -32,6 +33,11 @@ Command add_bench_train(CLI::App& bench, const GlobalOptions& global);
 // `cemfrac bench layers` (cli/bench_layers.cpp), likewise.
 Command add_bench_layers(CLI::App& bench, const GlobalOptions& global);
 Command add_train(CLI::App& root, const GlobalOptions& global);
+// `cemfrac bench train --nproc N` (cli/bench_train_dist.cpp): data-parallel scaling.
+int run_train_bench_nproc(const std::string& config, const std::vector<std::string>& sets, int nproc,
+                          int steps, int warmup, bool as_json);
+// `cemfrac launch` (cli/launch.cpp): N data-parallel ranks of a command on this machine.
+Command add_launch(CLI::App& root, const GlobalOptions& global);
 Command add_eval(CLI::App& root, const GlobalOptions& global);
 Command add_generate(CLI::App& root, const GlobalOptions& global);
 // `cemfrac gp` (cli/gp.cpp): the CEM paper's Gaussian-process experiment.

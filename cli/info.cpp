@@ -7,6 +7,7 @@
 
 #include "cemfrac/core/blas.h"
 #include "cemfrac/core/compat.h"
+#include "cemfrac/train/distributed.h"
 #include "cli/commands.h"
 
 namespace cemfrac::cli {
@@ -26,6 +27,16 @@ Command add_info(CLI::App& root, const GlobalOptions& global) {
     const CpuFeatures cpu = read_cpu_features();
     const double gflops = measure_sgemm_gflops(flags->sgemm_size, 3);
     const int team = parallel_for_team();
+    // Data parallel: what this process would join (torchrun's variables), without connecting.
+    const DistEnv dist = dist_env_from_environment();
+    const std::string backends =
+        std::string(dist_has_gloo() ? "gloo" : "") + (dist_has_nccl() ? ", nccl" : "");
+    const std::string layout =
+        dist.world_size > 1
+            ? fmt::format("rank {} of {} (local {} of {}), store {}:{} hosted by {}", dist.rank,
+                          dist.world_size, dist.local_rank, dist.local_world_size,
+                          dist.master_addr, dist.port, dist.agent_store ? "the launcher" : "rank 0")
+            : "one process (WORLD_SIZE unset or 1)";
     nlohmann::json j = {
         {"version", CEMFRAC_VERSION},
         {"libtorch", compat::torch_version()},
@@ -43,6 +54,12 @@ Command add_info(CLI::App& root, const GlobalOptions& global) {
           {"notes", blas.notes}}},
         {"sgemm_gflops", gflops},
         {"sgemm_size", flags->sgemm_size},
+        {"distributed",
+         {{"backends", backends},
+          {"world_size", dist.world_size},
+          {"rank", dist.rank},
+          {"local_rank", dist.local_rank},
+          {"layout", layout}}},
     };
     if (flags->json) {
       fmt::print("{}\n", j.dump(2));
@@ -60,6 +77,8 @@ Command add_info(CLI::App& root, const GlobalOptions& global) {
                blas.verified ? "pass" : "FAIL", blas.max_rel_error);
     for (const auto& note : blas.notes) fmt::print("  note       {}\n", note);
     fmt::print("sgemm        {:.1f} GFLOP/s ({}^3, float32, best of 3)\n", gflops, flags->sgemm_size);
+    fmt::print("distributed  c10d {} (cemfrac launch / torchrun); world {}: {}\n", backends,
+               dist.world_size, layout);
     return 0;
   };
   (void)global;

@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 
 #include "cemfrac/core/atomic_file.h"
@@ -13,6 +14,7 @@
 #include "cemfrac/core/warn.h"
 #include "cemfrac/data/tokenizer.h"
 #include "cemfrac/model/lm_model.h"
+#include "cemfrac/train/distributed.h"
 #include "cemfrac/train/run_config.h"
 #include "cemfrac/train/trainer.h"
 #include "cli/commands.h"
@@ -48,6 +50,8 @@ Command add_train(CLI::App& root, const GlobalOptions& global) {
     std::string out;
     int64_t stop_at_step = 0;
     bool quiet = false;
+    double connect_timeout = 0;
+    double collective_timeout = 0;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* app = root.add_subcommand("train", "Train a model from a TOML run config");
@@ -64,6 +68,14 @@ Command add_train(CLI::App& root, const GlobalOptions& global) {
   app->add_option("--stop-at-step", f->stop_at_step,
                   "Stop after this step with a checkpoint (the schedule still spans train.steps)");
   app->add_flag("--quiet", f->quiet, "No progress line");
+  app->add_option("--connect-timeout", f->connect_timeout,
+                  "Data parallel: seconds to reach the store and meet every rank (default 60, or "
+                  "CEMFRAC_CONNECT_TIMEOUT)")
+      ->check(CLI::PositiveNumber);
+  app->add_option("--collective-timeout", f->collective_timeout,
+                  "Data parallel: seconds one collective may wait for a peer before the run fails "
+                  "(default 60, or CEMFRAC_COLLECTIVE_TIMEOUT)")
+      ->check(CLI::PositiveNumber);
   auto run = [f]() {
     std::vector<std::string> sets = f->sets;
     if (!f->out.empty()) sets.push_back("train.out=" + f->out);
@@ -84,9 +96,18 @@ Command add_train(CLI::App& root, const GlobalOptions& global) {
       }
     }
     const std::string toml = to_toml(config);
-    fmt::print("# resolved run config ({}{})\n{}\n", f->config,
-               sets.empty() ? "" : fmt::format(", {} override(s)", sets.size()), toml);
-    std::fflush(stdout);
+    // Data parallel when torchrun's WORLD_SIZE > 1 (cemfrac launch sets it); rank 0 alone prints the
+    // config and writes into the run directory.
+    DistOptions dist_options = dist_options_from_environment();
+    if (f->connect_timeout > 0) dist_options.connect_timeout_s = f->connect_timeout;
+    if (f->collective_timeout > 0) dist_options.collective_timeout_s = f->collective_timeout;
+    DistContext dist(dist_env_from_environment(), dist_options);
+    if (dist.rank() == 0) {
+      fmt::print("# resolved run config ({}{})\n{}\n", f->config,
+                 sets.empty() ? "" : fmt::format(", {} override(s)", sets.size()), toml);
+      if (dist.active()) fmt::print("# data parallel: {}\n", dist.describe());
+      std::fflush(stdout);
+    }
 
     // Every check that can refuse the command runs before the first write into the run directory.
     const std::string tokenizer_dir = config.data.path + "/tokenizer";
@@ -115,14 +136,21 @@ Command add_train(CLI::App& root, const GlobalOptions& global) {
     options.resume = resume;
     options.progress = !f->quiet;
     options.stop_at_step = f->stop_at_step;
+    options.dist = &dist;
     Trainer trainer(make_train_model(model), options);  // data, existing run, checkpoint, settings
 
-    write_file_atomic(trainer.run_dir() + "/config.toml", toml);
+    if (dist.rank() == 0) write_file_atomic(trainer.run_dir() + "/config.toml", toml);
     TrainResult result = trainer.run();
+    dist.finish();
+    if (dist.rank() != 0) return result.status == TrainStatus::kInterrupted ? kExitInterrupted : 0;
     fmt::print("{} at step {} ({} tokens, {:.1f} s): loss {:.4f}{}\n", to_string(result.status),
                result.step, result.tokens, result.elapsed_s, result.last_loss,
                result.last_val_loss ? fmt::format(", val_loss {:.4f}", *result.last_val_loss) : "");
     if (!result.last_checkpoint.empty()) fmt::print("checkpoint: {}\n", result.last_checkpoint);
+    if (dist.active() && dist.reduce_steps() > 0)
+      fmt::print("data parallel: all-reduce {:.3f} s in {} steps ({:.2f} ms/step, after backward)\n",
+                 dist.reduce_seconds(), dist.reduce_steps(),
+                 1e3 * dist.reduce_seconds() / static_cast<double>(dist.reduce_steps()));
     if (result.status == TrainStatus::kInterrupted) {
       std::fflush(stdout);
       fmt::print(stderr, "cemfrac: interrupted at step {}; continue with --resume {}\n", result.step,

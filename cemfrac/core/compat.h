@@ -13,3 +13,55 @@ namespace cemfrac::compat {
 inline const char* torch_version() { return TORCH_VERSION; }
 
 }  // namespace cemfrac::compat
+
+// c10d (distributed): only cemfrac/train/distributed.cpp defines CEMFRAC_COMPAT_C10D before including
+// this header, with USE_C10D_GLOO set for that file by CMake. Differences handled here:
+// - LibTorch 1.13: ProcessGroupGloo derives from c10d::ProcessGroup; 2.x: from c10d::Backend (the
+//   collectives we call, allreduce / broadcast / barrier returning intrusive_ptr<c10d::Work>, are on
+//   both).
+// - 2.x builds with CUDA define USE_C10D_NCCL: CUDA tensors go through ProcessGroupNCCL, CPU tensors
+//   through Gloo. Debian's 1.13 has no CUDA, so that branch is compiled only there.
+#ifdef CEMFRAC_COMPAT_C10D
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#if defined(USE_C10D_NCCL)
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+namespace cemfrac::compat {
+
+#if CEMFRAC_TORCH_VERSION_AT_LEAST(2, 0)
+using C10dBackend = c10d::Backend;
+#else
+using C10dBackend = c10d::ProcessGroup;
+#endif
+using C10dBackendPtr = c10::intrusive_ptr<C10dBackend>;
+
+inline constexpr bool kHaveNccl =
+#if defined(USE_C10D_NCCL)
+    true;
+#else
+    false;
+#endif
+
+// The process group for tensors on `device`: NCCL for CUDA (where built), Gloo otherwise.
+inline C10dBackendPtr make_c10d_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                        int size, std::chrono::milliseconds timeout,
+                                        c10::Device device,
+                                        std::shared_ptr<::gloo::transport::Device> gloo_device) {
+#if defined(USE_C10D_NCCL)
+  if (device.is_cuda()) {
+    auto options = c10d::ProcessGroupNCCL::Options::create();
+    options->timeout = timeout;
+    return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
+  }
+#else
+  (void)device;
+#endif
+  auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+  options->devices.push_back(std::move(gloo_device));
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
+}
+
+}  // namespace cemfrac::compat
+#endif  // CEMFRAC_COMPAT_C10D

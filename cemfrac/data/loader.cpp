@@ -68,6 +68,16 @@ void TokenLoader::restore(const LoaderState& state) {
   state_ = state;
 }
 
+void TokenLoader::skip(int64_t n) {
+  TORCH_INTERNAL_ASSERT(n >= 0);
+  state_.epoch += n / windows_per_rank_;
+  state_.index += n % windows_per_rank_;
+  if (state_.index >= windows_per_rank_) {
+    state_.index -= windows_per_rank_;
+    ++state_.epoch;
+  }
+}
+
 Batch TokenLoader::next() {
   const int64_t B = options_.batch_size, S = options_.seq_len;
   Batch batch;

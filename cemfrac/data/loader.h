@@ -53,6 +53,10 @@ class TokenLoader {
 
   Batch next();
 
+  // Moves the cursor past `n` windows without reading them (data parallel: the windows other ranks
+  // read, see train/distributed.h).
+  void skip(int64_t n);
+
   LoaderState state() const { return state_; }
   void restore(const LoaderState& state);
 

@@ -184,6 +184,7 @@ json trainer_state_to_json(const TrainerState& s) {
       {"best_val_loss", optional_to_json(s.best_val_loss)},
       {"elapsed_s", s.elapsed_s},
       {"run", s.run.is_null() ? json::object() : s.run},
+      {"world_size", s.world_size},
   };
 }
 
@@ -222,6 +223,8 @@ TrainerState trainer_state_from_json(const json& j, const std::string& source) {
     CEMFRAC_CHECK(s.run.is_object(), "{}: field 'run' has the wrong type ({})", source,
                   value_string(s.run));
   }
+  if (j.contains("world_size")) s.world_size = field<int64_t>(j, "world_size", source);
+  CEMFRAC_CHECK(s.world_size >= 1, "{}: world_size {} must be at least 1", source, s.world_size);
   CEMFRAC_CHECK(s.step >= 0 && s.tokens >= 0 && s.loader.epoch >= 0 && s.loader.index >= 0,
                 "{}: negative step, token count or loader cursor", source);
   return s;

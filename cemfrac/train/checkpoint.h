@@ -52,6 +52,7 @@ struct TrainerState {
   // The run's settings that exact resume depends on (Trainer: seq_len, micro_batch, seed, data, ...)
   // and the safe ones (steps, log_every, ...), as {"train.key": value}; {} in older checkpoints.
   nlohmann::json run = nlohmann::json::object();
+  int64_t world_size = 1;    // data-parallel ranks of the run (train/distributed.h); 1 when absent
 };
 
 nlohmann::json trainer_state_to_json(const TrainerState& state);

@@ -160,10 +160,15 @@ TrainModel make_train_model(LmModel model) {
 
 void Trainer::request_stop() { g_stop_requested.store(true); }
 
+bool Trainer::stop_requested() const {
+  return distributed() ? stop_agreed_ : g_stop_requested.load();
+}
+
 Trainer::Trainer(TrainModel model, TrainerOptions options)
     : model_(std::move(model)), options_(std::move(options)) {
   const TrainConfig& t = options_.train;
   TORCH_INTERNAL_ASSERT(model_.module && model_.logits, "TrainModel needs a module and logits");
+  set_data_parallel_layout(options_);
   CEMFRAC_CHECK(t.steps >= 1, "train.steps = {} must be at least 1", t.steps);
   CEMFRAC_CHECK(t.micro_batch >= 1, "train.micro_batch = {} must be at least 1", t.micro_batch);
   seq_len_ = t.seq_len > 0 ? t.seq_len : model_.context;
@@ -173,7 +178,14 @@ Trainer::Trainer(TrainModel model, TrainerOptions options)
                 "train.seq_len = {} exceeds the model's context {}; lower it or raise model.context",
                 seq_len_, model_.context);
   const int64_t micro_tokens = t.micro_batch * seq_len_;
-  if (t.tokens_per_step > 0) {
+  if (t.tokens_per_step > 0 && options_.world_size > 1) {
+    const int64_t per_round = micro_tokens * options_.world_size;
+    CEMFRAC_CHECK(t.tokens_per_step % per_round == 0,
+                  "train.tokens_per_step = {} is not a multiple of world size x micro_batch x seq_len "
+                  "= {} x {} x {} = {}",
+                  t.tokens_per_step, options_.world_size, t.micro_batch, seq_len_, per_round);
+    accum_ = t.tokens_per_step / per_round;
+  } else if (t.tokens_per_step > 0) {
     CEMFRAC_CHECK(t.tokens_per_step % micro_tokens == 0,
                   "train.tokens_per_step = {} is not a multiple of micro_batch x seq_len = {} x {} "
                   "= {}",
@@ -199,8 +211,9 @@ Trainer::Trainer(TrainModel model, TrainerOptions options)
   lo.batch_size = t.micro_batch;
   lo.seq_len = seq_len_;
   lo.seed = t.seed;
-  lo.rank = options_.rank;
-  lo.world_size = options_.world_size;
+  // The loader reads the global stream; train_step skips the other ranks' windows.
+  lo.rank = 0;
+  lo.world_size = 1;
   loader_ = std::make_unique<TokenLoader>(train_shard_, lo);
 
   AdamWConfig ac;
@@ -254,6 +267,10 @@ Trainer::Trainer(TrainModel model, TrainerOptions options)
     load_into(ckpt.buffers.tensors, buffer_targets, buffers_file);
   }
   state_ = ckpt.trainer;
+  CEMFRAC_CHECK(state_.world_size == options_.world_size,
+                "{}: written by a run of {} rank(s), resumed with {}; resume with the same number "
+                "of ranks (cemfrac launch --nproc {})",
+                dir, state_.world_size, options_.world_size, state_.world_size);
   const std::string trainer_json = (fs::path(dir) / kCheckpointTrainerFile).string();
   check_resume_settings(trainer_json);
   set_torch_rng_state(state_.torch_rng, trainer_json);
@@ -365,6 +382,8 @@ double Trainer::train_step(double* grad_norm) {
   model_.module->train();
   optimizer_->zero_grad();
   step_position_ = loader_->state();
+  const int64_t block = accum_ * options_.train.micro_batch;  // windows per rank and step
+  loader_->skip(options_.rank * block);
   double loss_sum = 0;
   for (int64_t a = 0; a < accum_; ++a) {
     Batch batch = loader_->next();
@@ -380,8 +399,10 @@ double Trainer::train_step(double* grad_norm) {
     (loss / static_cast<double>(accum_)).backward();
     loss_sum += loss.item<double>();
   }
+  loader_->skip((options_.world_size - 1 - options_.rank) * block);
+  if (distributed()) loss_sum = reduce_step(loss_sum, g_stop_requested.load());
   *grad_norm = clip_grad_norm(optimizer_->trainable(), options_.train.grad_clip);
-  return loss_sum / static_cast<double>(accum_);
+  return loss_sum / static_cast<double>(accum_ * options_.world_size);
 }
 
 std::string Trainer::write_checkpoint() {
@@ -395,6 +416,7 @@ std::string Trainer::write_checkpoint() {
   state_.torch_rng = torch_rng_state();
   state_.loader = loader_->state();
   if (state_.run.empty()) state_.run = run_settings();
+  state_.world_size = options_.world_size;
   c.trainer = state_;
   c.config = model_.config;
   c.tokenizer = options_.tokenizer;
@@ -440,6 +462,7 @@ TrainResult Trainer::run() {
   if (fresh) torch::manual_seed(t.seed);
   g_stop_requested.store(false);
   StopSignals signals(options_.handle_signals);
+  if (distributed()) start_data_parallel();
 
   if (options_.rank == 0) {
     std::error_code ec;
@@ -527,7 +550,7 @@ TrainResult Trainer::run_loop() {
     m.lr = lr;
     m.grad_norm = grad_norm;
     m.tokens_per_s = step_s > 0 ? tokens_per_step_ / step_s : 0.0;
-    const bool stopping = g_stop_requested.load() || state_.step == last_step;
+    const bool stopping = stop_requested() || state_.step == last_step;
     if ((t.eval_every > 0 && state_.step % t.eval_every == 0) || state_.step == t.steps) {
       m.val_loss = evaluate();
       state_.last_val_loss = m.val_loss;
@@ -559,7 +582,7 @@ TrainResult Trainer::run_loop() {
       saved = true;
     }
     if (options_.on_step) options_.on_step(*this, m);
-    if (g_stop_requested.load()) {
+    if (stop_requested()) {
       status = TrainStatus::kInterrupted;
       if (!saved) write_checkpoint();
       break;

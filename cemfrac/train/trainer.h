@@ -37,6 +37,8 @@
 
 namespace cemfrac {
 
+class DistContext;  // train/distributed.h
+
 // What the trainer needs of a model.
 struct TrainModel {
   std::shared_ptr<torch::nn::Module> module;  // named_parameters() keys are the ParamInfo names
@@ -84,8 +86,12 @@ struct TrainerOptions {
   std::string data_dir;   // prepared dataset: train.bin and val.bin (docs/formats.md)
   const Tokenizer* tokenizer = nullptr;  // saved into every checkpoint when given
   std::string resume;     // "" = fresh run; a run directory (newest checkpoint) or a checkpoint
-  int64_t rank = 0;       // data parallel later; rank 0 writes files
+  int64_t rank = 0;       // set from `dist` when given; rank 0 writes files
   int64_t world_size = 1;
+  // Data parallel (train/distributed.h): null or world 1 = one process. Each rank reads its block of
+  // every global batch of world x micro_batch x accumulation windows (train.tokens_per_step is the
+  // global batch); gradients are averaged over ranks before clipping.
+  DistContext* dist = nullptr;
   bool handle_signals = true;  // SIGINT/SIGTERM: finish the step, checkpoint, return kInterrupted
   bool progress = true;        // progress line on stderr
   // Stop after this many completed steps (0 = train.steps), writing a checkpoint as on a signal;
@@ -96,6 +102,9 @@ struct TrainerOptions {
   // made at step t applies from step t + 1 on.
   std::function<void(Trainer&, const StepMetrics&)> on_step;
 };
+
+// options.rank and options.world_size from options.dist (when given); the trainer's constructor calls it.
+void set_data_parallel_layout(TrainerOptions& options);
 
 enum class TrainStatus { kCompleted, kInterrupted, kStopped };
 const char* to_string(TrainStatus status);
@@ -153,6 +162,12 @@ class Trainer {
   std::string write_checkpoint();
   void write_summary(const std::string& status, const std::string& report);
   void append_metrics(const StepMetrics& m);
+  // Data parallel (trainer_dist.cpp): a no-op in one process.
+  bool distributed() const;
+  void start_data_parallel();                    // config hash check, parameters from rank 0
+  double reduce_step(double loss_sum, bool stop);  // gradients and loss over ranks; sets stop_agreed_
+  bool stop_requested() const;                   // the signal flag, agreed by all ranks
+  bool stop_agreed_ = false;
 
   TrainModel model_;
   TrainerOptions options_;

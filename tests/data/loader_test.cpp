@@ -163,6 +163,22 @@ TEST(Loader, ResumeMidEpochEqualsUninterrupted) {
   EXPECT_EQ(a.state(), b.state());
 }
 
+// skip(n) leaves the cursor where reading n windows would, across epoch ends (data parallel: a rank
+// skips the other ranks' windows of the global batch).
+TEST(Loader, SkipEqualsReadingThatManyWindows) {
+  const int64_t S = 4;
+  auto shard = iota_shard(23 * S + 1);
+  for (int64_t n : {0, 1, 7, 22, 23, 24, 50, 69}) {
+    TokenLoader read(shard, options(1, S, 3)), skipped(shard, options(1, S, 3));
+    read.restore({0, 5});
+    skipped.restore({0, 5});
+    for (int64_t i = 0; i < n; ++i) read.next();
+    skipped.skip(n);
+    EXPECT_EQ(read.state(), skipped.state()) << "n = " << n;
+    EXPECT_TRUE(torch::equal(read.next().inputs, skipped.next().inputs)) << "n = " << n;
+  }
+}
+
 TEST(Loader, RejectsTooLittleDataAndBadCursors) {
   auto shard = iota_shard(9);
   EXPECT_EQ(TokenLoader(shard, options(1, 8)).windows(), 1) << "9 tokens make one window of 8 + 1";

@@ -1,0 +1,508 @@
+// c10d plumbing for data-parallel training (see distributed.h). The only file that includes c10d
+// headers; CMake gives it USE_C10D_GLOO.
+#define CEMFRAC_COMPAT_C10D 1
+#include "cemfrac/train/distributed.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <thread>
+
+#include "cemfrac/core/check.h"
+#include "cemfrac/core/compat.h"
+
+namespace cemfrac {
+namespace {
+
+using Ms = std::chrono::milliseconds;
+constexpr Ms kHeartbeat{200};
+
+Ms to_ms(double seconds) { return Ms(static_cast<int64_t>(seconds * 1000.0 + 0.5)); }
+
+// First line of an exception text (c10 errors carry backtraces on later lines).
+std::string first_line(const std::string& s) {
+  std::string line = s.substr(0, s.find('\n'));
+  return line.size() > 300 ? line.substr(0, 300) + "..." : line;
+}
+
+int64_t env_int(const char* name, int64_t fallback, int64_t lo, int64_t hi) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(v, &end, 10);
+  CEMFRAC_CHECK(errno == 0 && end != v && *end == '\0' && x >= lo && x <= hi,
+                "environment variable {}='{}' is not an integer in [{}, {}]", name, v, lo, hi);
+  return x;
+}
+
+double env_seconds(const char* name, double fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const double x = std::strtod(v, &end);
+  CEMFRAC_CHECK(end != v && *end == '\0' && x > 0 && x < 1e7,
+                "environment variable {}='{}' is not a positive number of seconds", name, v);
+  return x;
+}
+
+bool is_loopback(const std::string& addr) {
+  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
+}
+
+std::shared_ptr<::gloo::transport::Device> gloo_device(const DistEnv& env) {
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
+    return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+  if (is_loopback(env.master_addr)) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+c10::intrusive_ptr<c10d::Store> connect_store(const DistEnv& env, double timeout_s, bool server) {
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<std::uint16_t>(env.port);
+  o.isServer = server;
+  o.numWorkers = static_cast<std::size_t>(env.world_size);
+  o.waitWorkers = false;
+  o.timeout = to_ms(timeout_s);
+  c10::intrusive_ptr<c10d::Store> tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+  return c10::make_intrusive<c10d::PrefixStore>(
+      fmt::format("cemfrac/attempt_{}", env.restart_count), tcp);
+}
+
+std::vector<uint8_t> to_bytes(const std::string& s) { return {s.begin(), s.end()}; }
+std::string from_bytes(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+
+// FNV-1a over the tensors' bytes (contiguous CPU copies).
+uint64_t bytes_hash(const std::vector<torch::Tensor>& tensors) {
+  uint64_t h = 1469598103934665603ull;
+  for (const torch::Tensor& t : tensors) {
+    if (!t.defined()) continue;
+    const torch::Tensor c = t.detach().to(torch::kCPU).contiguous();
+    const auto* p = static_cast<const unsigned char*>(c.data_ptr());
+    const size_t n = static_cast<size_t>(c.numel()) * c.element_size();
+    for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  }
+  return h;
+}
+
+// Consecutive runs of defined tensors of one dtype and device, each at most `bytes` (a single larger
+// tensor makes its own bucket).
+std::vector<std::vector<torch::Tensor>> buckets(const std::vector<torch::Tensor>& tensors,
+                                                int64_t bytes) {
+  std::vector<std::vector<torch::Tensor>> out;
+  int64_t size = 0;
+  for (const torch::Tensor& t : tensors) {
+    if (!t.defined()) continue;
+    const int64_t b = t.numel() * static_cast<int64_t>(t.element_size());
+    if (out.empty() || out.back().front().scalar_type() != t.scalar_type() ||
+        out.back().front().device() != t.device() || size + b > bytes) {
+      out.emplace_back();
+      size = 0;
+    }
+    out.back().push_back(t);
+    size += b;
+  }
+  return out;
+}
+
+struct Fault {
+  int64_t rank = -1;
+  int64_t step = -1;
+  std::string action;
+};
+
+Fault fault_from_environment() {
+  Fault f;
+  const char* v = std::getenv("CEMFRAC_FAULT");
+  if (v == nullptr || *v == '\0') return f;
+  long long r = -1, s = -1;
+  char action[16] = {0};
+  CEMFRAC_CHECK(std::sscanf(v, "%lld:%lld:%15s", &r, &s, action) == 3,
+                "CEMFRAC_FAULT='{}' is not RANK:STEP:kill|hang|nan", v);
+  f.rank = r;
+  f.step = s;
+  f.action = action;
+  CEMFRAC_CHECK(f.action == "kill" || f.action == "hang" || f.action == "nan",
+                "CEMFRAC_FAULT='{}' is not RANK:STEP:kill|hang|nan", v);
+  return f;
+}
+
+// SIGINT/SIGTERM blocked in this thread while it lives, so that threads started meanwhile (Gloo's
+// I/O loop, the heartbeat) inherit the mask: the stop signals then reach only the main thread, and
+// no Gloo socket call is interrupted by them.
+class BlockStopSignals {
+ public:
+  BlockStopSignals() {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, &old_);
+  }
+  ~BlockStopSignals() { pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
+
+ private:
+  sigset_t old_;
+};
+
+}  // namespace
+
+bool env_flag_true(const char* value) {
+  if (value == nullptr) return false;
+  const std::string v = value;
+  return v == "1" || v == "True" || v == "true" || v == "TRUE" || v == "yes";
+}
+
+DistEnv dist_env_from_environment() {
+  DistEnv e;
+  e.world_size = env_int("WORLD_SIZE", 1, 1, 1 << 20);
+  e.rank = env_int("RANK", 0, 0, e.world_size - 1);
+  e.local_world_size = env_int("LOCAL_WORLD_SIZE", e.world_size, 1, 1 << 20);
+  e.local_rank = env_int("LOCAL_RANK", e.rank, 0, 1 << 20);
+  if (const char* a = std::getenv("MASTER_ADDR"); a && *a) e.master_addr = a;
+  e.port = static_cast<int>(env_int("MASTER_PORT", e.world_size > 1 ? -1 : 29500, 1, 65535));
+  CEMFRAC_CHECK(e.world_size == 1 || e.port > 0,
+                "WORLD_SIZE={} but MASTER_PORT is not set (torchrun's variables: MASTER_ADDR, "
+                "MASTER_PORT, RANK, WORLD_SIZE; or use cemfrac launch)",
+                e.world_size);
+  e.agent_store = env_flag_true(std::getenv("TORCHELASTIC_USE_AGENT_STORE"));
+  e.restart_count = env_int("TORCHELASTIC_RESTART_COUNT", 0, 0, 1 << 30);
+  return e;
+}
+
+DistOptions dist_options_from_environment() {
+  DistOptions o;
+  o.connect_timeout_s = env_seconds("CEMFRAC_CONNECT_TIMEOUT", o.connect_timeout_s);
+  o.collective_timeout_s = env_seconds("CEMFRAC_COLLECTIVE_TIMEOUT", o.collective_timeout_s);
+  return o;
+}
+
+bool dist_has_gloo() { return true; }
+bool dist_has_nccl() { return compat::kHaveNccl; }
+
+struct DistContext::Impl {
+  DistEnv env;
+  DistOptions options;
+  c10::intrusive_ptr<c10d::Store> store;
+  compat::C10dBackendPtr pg;
+  std::string backend = "gloo";
+  int64_t seq = 0;  // collectives started, for telling a hung peer from a slow one
+  bool broken = false;
+  double reduce_s = 0;
+  int64_t reduce_steps = 0;
+  Fault fault;
+  // Shared with the heartbeat thread, which may outlive this object when it is detached.
+  std::shared_ptr<std::atomic<bool>> stop_heartbeat = std::make_shared<std::atomic<bool>>(false);
+  std::thread heartbeat;
+
+  std::string key(const char* what, int64_t rank) const { return fmt::format("{}/{}", what, rank); }
+
+  // Every kHeartbeat, adds 1 to hb/<rank> on its own store connection. Ends quietly when the store
+  // goes away (the job is ending or has failed; the main thread reports that).
+  void start_heartbeat() {
+    c10::intrusive_ptr<c10d::Store> own = connect_store(env, options.connect_timeout_s, false);
+    const std::string k = key("hb", env.rank);
+    heartbeat = std::thread([stop = stop_heartbeat, own, k] {
+      try {
+        while (!stop->load()) {
+          own->add(k, 1);
+          std::this_thread::sleep_for(kHeartbeat);
+        }
+      } catch (...) {
+      }
+    });
+  }
+
+  void stop() {
+    stop_heartbeat->store(true);
+    if (heartbeat.joinable()) {
+      if (broken)
+        heartbeat.detach();  // its store call may wait on a dead host; the process is exiting
+      else
+        heartbeat.join();
+    }
+  }
+
+  // Why a collective failed, in words naming the rank(s).
+  std::string diagnose() {
+    try {
+      const int64_t w = env.world_size;
+      std::vector<int64_t> before(w), after(w);
+      for (int64_t r = 0; r < w; ++r) before[r] = store->add(key("hb", r), 0);
+      std::this_thread::sleep_for(5 * kHeartbeat);
+      for (int64_t r = 0; r < w; ++r) after[r] = store->add(key("hb", r), 0);
+      std::vector<std::string> lost, behind;
+      for (int64_t r = 0; r < w; ++r) {
+        if (r == env.rank) continue;
+        if (after[r] == before[r]) {
+          lost.push_back(std::to_string(r));
+          continue;
+        }
+        const int64_t their = std::stoll(from_bytes(store->get(key("seq", r))));
+        if (their < seq) behind.push_back(std::to_string(r));
+      }
+      if (!lost.empty())
+        return fmt::format("lost rank {} (no heartbeat for {} ms: killed or crashed)",
+                           fmt::join(lost, ", "), 5 * kHeartbeat.count());
+      if (!behind.empty())
+        return fmt::format("rank {} is alive but did not join within the collective timeout of "
+                           "{:g} s (hung)",
+                           fmt::join(behind, ", "), options.collective_timeout_s);
+      return "every rank is alive; the peer connection failed";
+    } catch (const std::exception&) {
+      return env.agent_store
+                 ? fmt::format("lost the launcher (the store at {}:{} is gone)", env.master_addr,
+                               env.port)
+                 : fmt::format("lost rank 0 (it hosted the store at {}:{}, which is gone)",
+                               env.master_addr, env.port);
+    }
+  }
+
+  template <class F>
+  void collective(const std::string& what, F&& f) {
+    CEMFRAC_CHECK(!broken, "rank {}: the process group failed earlier", env.rank);
+    ++seq;
+    try {
+      store->set(key("seq", env.rank), to_bytes(std::to_string(seq)));
+      f();
+    } catch (const std::exception& e) {
+      broken = true;
+      const std::string why = diagnose();
+      fail("rank {} of {}: {} failed: {} [{}]", env.rank, env.world_size, what, why,
+           first_line(e.what()));
+    }
+  }
+};
+
+DistContext::DistContext(const DistEnv& env, const DistOptions& options)
+    : env_(env), options_(options) {
+  if (!active()) return;
+  BlockStopSignals block;
+  impl_ = std::make_unique<Impl>();
+  impl_->env = env;
+  impl_->options = options;
+  impl_->fault = fault_from_environment();
+  const bool server = env.rank == 0 && !env.agent_store;
+  try {
+    impl_->store = connect_store(env, options.connect_timeout_s, server);
+  } catch (const std::exception& e) {
+    fail("rank {} of {}: cannot {} the rendezvous store at {}:{} within {:g} s: {} (check "
+         "MASTER_ADDR/MASTER_PORT{})",
+         env.rank, env.world_size, server ? "host" : "reach", env.master_addr, env.port,
+         options.connect_timeout_s, first_line(e.what()),
+         env.agent_store ? " and that the launcher runs" : " and that rank 0 runs");
+  }
+  try {
+    impl_->start_heartbeat();
+    impl_->store->set(impl_->key("seq", env.rank), to_bytes("0"));
+    // Every rank present (within the connect timeout) before the group's own rendezvous, which then
+    // only needs the collective timeout.
+    std::vector<std::string> joined;
+    for (int64_t r = 0; r < env.world_size; ++r) joined.push_back(impl_->key("joined", r));
+    impl_->store->set(joined[env.rank], to_bytes("1"));
+    impl_->store->wait(joined, to_ms(options.connect_timeout_s));
+    impl_->pg = compat::make_c10d_backend(impl_->store, static_cast<int>(env.rank),
+                                          static_cast<int>(env.world_size),
+                                          to_ms(options.collective_timeout_s),
+                                          c10::Device(c10::kCPU), gloo_device(env));
+  } catch (const std::exception& e) {
+    impl_->broken = true;
+    impl_->stop();
+    fail("rank {} of {}: could not meet all {} ranks within {:g} s: {}", env.rank, env.world_size,
+         env.world_size, options.connect_timeout_s, first_line(e.what()));
+  }
+}
+
+DistContext::~DistContext() {
+  if (!impl_) return;
+  impl_->stop();
+  if (impl_->broken) {
+    // A failed Gloo group can block in its destructor on a peer that never answers: leave it.
+    (void)impl_->pg.release();
+    (void)impl_->store.release();
+  }
+}
+
+std::string DistContext::backend() const { return active() ? impl_->backend : "none"; }
+
+std::string DistContext::describe() const {
+  if (!active()) return "world 1 (one process, no process group)";
+  return fmt::format(
+      "world {}, backend {}, rank {} (local {} of {}), store {}:{} hosted by {}, timeouts: connect "
+      "{:g} s, collective {:g} s",
+      env_.world_size, backend(), env_.rank, env_.local_rank, env_.local_world_size,
+      env_.master_addr, env_.port, env_.agent_store ? "the launcher" : "rank 0",
+      options_.connect_timeout_s, options_.collective_timeout_s);
+}
+
+void DistContext::check_same(const std::string& what, const std::string& value) {
+  if (!active()) return;
+  Impl& m = *impl_;
+  const std::string mine = impl_->key(("same/" + what).c_str(), env_.rank);
+  std::vector<std::string> values(env_.world_size);
+  m.collective("comparing " + what, [&] {
+    m.store->set(mine, to_bytes(value));
+    for (int64_t r = 0; r < env_.world_size; ++r)
+      values[r] = from_bytes(m.store->get(impl_->key(("same/" + what).c_str(), r)));
+  });
+  for (int64_t r = 0; r < env_.world_size; ++r)
+    CEMFRAC_CHECK(values[r] == values[0],
+                  "rank {} of {}: rank {}'s {} ({}) differs from rank 0's ({}); start every rank "
+                  "with the same config, data and cemfrac binary",
+                  env_.rank, env_.world_size, r, what, values[r], values[0]);
+}
+
+void DistContext::broadcast_from_rank0(const std::vector<torch::Tensor>& tensors,
+                                       const std::string& what) {
+  if (!active()) return;
+  Impl& m = *impl_;
+  for (const auto& bucket : buckets(tensors, options_.bucket_bytes)) {
+    m.collective("broadcast of " + what, [&] {
+      std::vector<torch::Tensor> flat{
+          torch::cat([&] {
+            std::vector<torch::Tensor> v;
+            for (const auto& t : bucket) v.push_back(t.detach().reshape({-1}));
+            return v;
+          }())};
+      c10d::BroadcastOptions o;
+      o.rootRank = 0;
+      m.pg->broadcast(flat, o)->wait();
+      torch::NoGradGuard no_grad;
+      int64_t offset = 0;
+      for (const auto& t : bucket) {
+        t.detach().copy_(flat[0].narrow(0, offset, t.numel()).view_as(t));
+        offset += t.numel();
+      }
+    });
+  }
+  // Equal bytes everywhere: min and max of the hash over ranks agree.
+  const auto h = static_cast<int64_t>(bytes_hash(tensors));
+  torch::Tensor lo = torch::full({1}, h, torch::kInt64), hi = lo.clone();
+  m.collective("check of " + what, [&] {
+    std::vector<torch::Tensor> a{lo}, b{hi};
+    c10d::AllreduceOptions omin, omax;
+    omin.reduceOp = c10d::ReduceOp::MIN;
+    omax.reduceOp = c10d::ReduceOp::MAX;
+    m.pg->allreduce(a, omin)->wait();
+    m.pg->allreduce(b, omax)->wait();
+  });
+  CEMFRAC_CHECK(lo.item<int64_t>() == hi.item<int64_t>(),
+                "rank {} of {}: the {} differ across ranks after the broadcast from rank 0",
+                env_.rank, env_.world_size, what);
+}
+
+void DistContext::allreduce_mean(const std::vector<torch::Tensor>& tensors,
+                                 const std::string& what) {
+  if (!active()) return;
+  Impl& m = *impl_;
+  torch::NoGradGuard no_grad;
+  const auto start = std::chrono::steady_clock::now();
+  const double world = static_cast<double>(env_.world_size);
+  for (const auto& bucket : buckets(tensors, options_.bucket_bytes)) {
+    m.collective("all-reduce of " + what, [&] {
+      if (bucket.size() == 1 && bucket.front().is_contiguous()) {
+        std::vector<torch::Tensor> one{bucket.front()};
+        m.pg->allreduce(one)->wait();
+        one.front().div_(world);
+        return;
+      }
+      std::vector<torch::Tensor> parts;
+      for (const auto& t : bucket) parts.push_back(t.reshape({-1}));
+      std::vector<torch::Tensor> flat{torch::cat(parts)};
+      m.pg->allreduce(flat)->wait();
+      flat[0].div_(world);
+      int64_t offset = 0;
+      for (const auto& t : bucket) {
+        t.copy_(flat[0].narrow(0, offset, t.numel()).view_as(t));
+        offset += t.numel();
+      }
+    });
+  }
+  m.reduce_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::vector<double> DistContext::allreduce_sum(const std::vector<double>& values,
+                                               const std::string& what) {
+  if (!active()) return values;
+  Impl& m = *impl_;
+  torch::Tensor t = torch::tensor(values, torch::kFloat64);
+  const auto start = std::chrono::steady_clock::now();
+  m.collective("all-reduce of " + what, [&] {
+    std::vector<torch::Tensor> v{t};
+    m.pg->allreduce(v)->wait();
+  });
+  m.reduce_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  m.reduce_steps += 1;
+  return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+}
+
+double DistContext::reduce_seconds() const { return active() ? impl_->reduce_s : 0.0; }
+int64_t DistContext::reduce_steps() const { return active() ? impl_->reduce_steps : 0; }
+
+void DistContext::barrier(const std::string& what) {
+  if (!active()) return;
+  Impl& m = *impl_;
+  m.collective(what, [&] { m.pg->barrier()->wait(); });
+}
+
+void DistContext::fault_point(int64_t step, const std::vector<torch::Tensor>& grads) {
+  if (!active()) return;
+  const Fault& f = impl_->fault;
+  if (f.rank != env_.rank || f.step != step) return;
+  if (f.action == "kill") std::raise(SIGKILL);
+  if (f.action == "hang") {
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  if (f.action == "nan") {
+    for (const torch::Tensor& g : grads) {
+      if (!g.defined()) continue;
+      torch::NoGradGuard no_grad;
+      g.fill_(std::numeric_limits<float>::quiet_NaN());
+      break;
+    }
+  }
+}
+
+void DistContext::finish() {
+  if (!active() || impl_->broken) return;
+  barrier("final barrier");
+  impl_->stop();
+}
+
+struct StoreServer::Impl {
+  c10::intrusive_ptr<c10d::TCPStore> store;
+};
+
+StoreServer::StoreServer(const std::string& addr, int port, double timeout_s)
+    : impl_(std::make_unique<Impl>()) {
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<std::uint16_t>(port);
+  o.isServer = true;
+  o.waitWorkers = false;
+  o.timeout = to_ms(timeout_s);
+  BlockStopSignals block;  // the store's daemon thread must not take the launcher's SIGINT
+  try {
+    impl_->store = c10::make_intrusive<c10d::TCPStore>(addr, o);
+  } catch (const std::exception& e) {
+    fail("cannot host the rendezvous store on {}:{}: {}", addr, port, first_line(e.what()));
+  }
+}
+
+StoreServer::~StoreServer() = default;
+
+int StoreServer::port() const { return impl_->store->getPort(); }
+
+}  // namespace cemfrac

@@ -1,0 +1,164 @@
+// cemfrac bench train --nproc N: data-parallel scaling on this machine (issue 15). Three real training
+// runs of the same config and the same global batch (N x micro_batch x seq_len tokens per step):
+//   dp      N ranks x 1 thread   (cemfrac launch --nproc N -- --threads 1 train ...)
+//   1x1     1 rank  x 1 thread   (N accumulation micro-batches per step)
+//   1xN     1 rank  x N threads  (likewise)
+// each for warmup + steps optimizer steps on the config's prepared data. The rate of a run is the
+// median over the timed steps of metrics.jsonl's tokens_per_s (global tokens over the step's wall time,
+// evaluation and checkpoints excluded). The dp run also reports its all-reduce time per step (the
+// gradient and loss reductions, including any wait for the slower rank); it does not overlap the
+// backward pass by design (docs/distributed.md).
+#include <fmt/format.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cemfrac/core/check.h"
+#include "cemfrac/train/run_config.h"
+#include "cli/bench_util.h"
+#include "cli/commands.h"
+
+namespace cemfrac::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct Case {
+  std::string name;
+  double tokens_per_s = 0;
+  double allreduce_ms = -1;  // dp only
+};
+
+}  // namespace
+
+int run_train_bench_nproc(const std::string& config, const std::vector<std::string>& sets, int nproc,
+                          int steps, int warmup, bool as_json) {
+  CEMFRAC_CHECK(nproc >= 2, "--nproc {} must be at least 2", nproc);
+  const RunConfig rc = load_run_config(config, sets);
+  const int64_t S = rc.train.seq_len > 0 ? rc.train.seq_len : rc.model.context;
+  const int64_t global_tokens = nproc * rc.train.micro_batch * S;
+  CEMFRAC_CHECK(fs::exists(fs::path(rc.data.path) / "meta.json"),
+                "bench train --nproc trains on the config's data: data.path '{}' is not a prepared "
+                "dataset (run cemfrac prepare --out {} first)",
+                rc.data.path, rc.data.path);
+  std::string tmpl = (fs::temp_directory_path() / "cemfrac-bench-dp-XXXXXX").string();
+  CEMFRAC_CHECK(mkdtemp(tmpl.data()) != nullptr, "cannot create a temporary directory");
+  const fs::path tmp = tmpl;
+
+  auto train_args = [&](const std::string& name) {
+    std::vector<std::string> a = {"train", "--config", config, "--quiet", "--out",
+                                  (tmp / name).string()};
+    for (const auto& s : sets) a.insert(a.end(), {"--set", s});
+    for (const std::string& s :
+         {fmt::format("train.steps={}", warmup + steps),
+          fmt::format("train.tokens_per_step={}", global_tokens), std::string("train.eval_every=0"),
+          fmt::format("train.eval_tokens={}", S), std::string("train.checkpoint_every=0"),
+          std::string("train.log_every=1"), std::string("train.keep_checkpoints=1")})
+      a.insert(a.end(), {"--set", s});
+    return a;
+  };
+  struct Spec {
+    std::string name;
+    std::vector<std::string> prefix;
+  };
+  const std::vector<Spec> specs = {
+      {"dp", {"--threads", "1", "launch", "--nproc", std::to_string(nproc), "--", "--threads", "1"}},
+      {"1x1", {"--threads", "1"}},
+      {fmt::format("1x{}", nproc), {"--threads", std::to_string(nproc)}},
+  };
+  std::vector<Case> cases;
+  for (const Spec& spec : specs) {
+    std::string cmd = "/proc/self/exe";
+    for (const auto& a : spec.prefix) cmd += " " + quote(a);
+    for (const auto& a : train_args(spec.name)) cmd += " " + quote(a);
+    const std::string out = (tmp / (spec.name + ".out")).string();
+    cmd += " >" + quote(out) + " 2>&1";
+    if (!as_json) fmt::print(stderr, "running {} ...\n", spec.name);
+    const int status = std::system(cmd.c_str());
+    if (status != 0) {
+      const std::string text = slurp(out);
+      std::error_code ec;
+      fs::remove_all(tmp, ec);
+      fail("bench train --nproc: the {} run failed: {}", spec.name,
+           text.substr(0, text.find('\n', text.rfind("error") == std::string::npos
+                                              ? 0
+                                              : text.rfind("error"))));
+    }
+    Case c;
+    c.name = spec.name;
+    std::vector<double> rates;
+    std::istringstream lines(slurp((tmp / spec.name / "metrics.jsonl").string()));
+    for (std::string line; std::getline(lines, line);) {
+      const json j = json::parse(line);
+      if (j["step"].get<int64_t>() > warmup) rates.push_back(j["tokens_per_s"].get<double>());
+    }
+    CEMFRAC_CHECK(!rates.empty(), "bench train --nproc: no timed steps in the {} run", spec.name);
+    c.tokens_per_s = summarize_times(rates).median_ms;  // the median of the values
+    const std::string text = slurp(out);
+    if (const size_t at = text.find("all-reduce "); at != std::string::npos) {
+      const size_t ms = text.find("ms/step", at);
+      if (ms != std::string::npos) {
+        const size_t open = text.rfind('(', ms);
+        c.allreduce_ms = std::atof(text.substr(open + 1, ms - open - 1).c_str());
+      }
+    }
+    cases.push_back(c);
+  }
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+
+  const double dp = cases[0].tokens_per_s, one = cases[1].tokens_per_s, many = cases[2].tokens_per_s;
+  json j = {{"bench", "train_dp"},
+            {"config", config},
+            {"nproc", nproc},
+            {"global_tokens_per_step", global_tokens},
+            {"steps", steps},
+            {"warmup", warmup},
+            {"tokens_per_s", {{"dp", dp}, {"1x1", one}, {cases[2].name, many}}},
+            {"speedup_vs_1x1", dp / one},
+            {"scaling_efficiency", dp / (one * nproc)},
+            {"dp_vs_1xN", dp / many},
+            {"allreduce_ms_per_step", cases[0].allreduce_ms},
+            {"allreduce_overlap_with_backward", 0.0}};
+  if (as_json) {
+    fmt::print("{}\n", j.dump(2));
+    return 0;
+  }
+  fmt::print("bench train --nproc {} ({}; global batch {} tokens; median of {} steps after {} warm-up)\n",
+             nproc, config, global_tokens, steps, warmup);
+  fmt::print("  {:<14} {:>12}\n", "run", "tokens/s");
+  fmt::print("  {:<14} {:>12.0f}\n", fmt::format("{} ranks x 1", nproc), dp);
+  fmt::print("  {:<14} {:>12.0f}\n", "1 rank x 1", one);
+  fmt::print("  {:<14} {:>12.0f}\n", fmt::format("1 rank x {}", nproc), many);
+  fmt::print("speed-up over 1x1 {:.2f} (scaling efficiency {:.0f}%), over 1x{} {:.2f}; all-reduce "
+             "{:.1f} ms/step, not overlapped with backward\n",
+             dp / one, 100 * dp / (one * nproc), nproc, dp / many, cases[0].allreduce_ms);
+  fmt::print("(issue 15 targets: >= 1.8x over 1x1 and not slower than 1x{}; measure on a quiet "
+             "machine)\n",
+             nproc);
+  return 0;
+}
+
+}  // namespace cemfrac::cli

@@ -1,0 +1,438 @@
+// Data-parallel training (issue 15) on localhost: 2 ranks of the real cemfrac executable on a tiny
+// model, through `cemfrac launch`, directly with torchrun's variables, and through torchrun itself
+// when it is installed. Ports are never fixed: the launcher's store takes a free port from the OS,
+// and the tests that start ranks by hand ask the OS for one.
+//
+// Exactness claim (derived, not tuned): rank r of w reads windows [r*A*B, (r+1)*A*B) of each global
+// batch, so 2 ranks x micro-batch b see exactly the micro-batches 1 rank sees with 2 accumulation
+// micro-batches of b, computed by the same kernels at the same thread count. One rank accumulates
+// g0/2 + g1/2 (backward of loss/2: scaling by a power of two is exact in IEEE arithmetic barring
+// under/overflow); two ranks get (g0 + g1)/2 from the all-reduce (one float add per element, which is
+// commutative, then an exact halving). The loss is (l0 + l1)/2 in float64 both ways. So the runs are
+// bitwise equal, and the tests demand that.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "cemfrac/model/lm_model.h"
+#include "cemfrac/train/checkpoint.h"
+#include "cemfrac/train/distributed.h"
+#include "tests/test_util.h"
+
+namespace cemfrac {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// A prepared byte-tokenizer dataset from generated text (a few seconds' worth of tiny steps).
+std::string prepared_data() {
+  const std::string dir = test::temp_dir("dist_data");
+  uint64_t x = 42;
+  const char* words[] = {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far",
+                         "in", "green", "field", "of", "stars", "quietly"};
+  fs::create_directories(dir + "/corpus");
+  for (int doc = 0; doc < 20; ++doc) {
+    std::string text;
+    for (int w = 0; w < 300; ++w) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      text += words[(x >> 33) % 16];
+      text += (w % 17 == 16) ? ".\n" : " ";
+    }
+    test::write_file(fmt::format("{}/corpus/doc{:02d}.txt", dir, doc), text);
+  }
+  auto r = test::run_cemfrac({"prepare", "--text", dir + "/corpus", "--tokenizer", "byte",
+                              "--split", "80,10,10", "--out", dir + "/data"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return dir + "/data";
+}
+
+// `train` arguments of a tiny Llama: seq_len 16, micro-batch 2, global batch 4 sequences.
+std::vector<std::string> train_args(const std::string& data, const std::string& out, int steps,
+                                    std::vector<std::string> extra = {}) {
+  std::vector<std::string> a = {
+      "--threads", "1", "train", "--config", test::source_path("configs/tiny-llama.toml"),
+      "--quiet", "--out", out, "--set", "data.path=" + data, "--set", "model.d_model=32",
+      "--set", "model.d_ff=64", "--set", "model.context=16", "--set", "train.seq_len=16",
+      "--set", "train.micro_batch=2", "--set", "train.tokens_per_step=64", "--set",
+      "train.steps=" + std::to_string(steps), "--set", "train.warmup_steps=2", "--set",
+      "train.log_every=1", "--set", "train.eval_every=0", "--set", "train.eval_tokens=256",
+      "--set", "train.checkpoint_every=0", "--set", "train.keep_checkpoints=0"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+std::vector<std::string> launch(int nproc, std::vector<std::string> args,
+                                std::vector<std::string> flags = {}) {
+  std::vector<std::string> a = {"launch", "--nproc", std::to_string(nproc)};
+  a.insert(a.end(), flags.begin(), flags.end());
+  a.push_back("--");
+  a.insert(a.end(), args.begin(), args.end());
+  return a;
+}
+
+std::vector<double> losses(const std::string& run) {
+  std::vector<double> out;
+  std::istringstream in(test::read_file(run + "/metrics.jsonl"));
+  for (std::string line; std::getline(in, line);) out.push_back(json::parse(line)["loss"]);
+  return out;
+}
+
+std::string newest_file(const std::string& run, const char* file) {
+  const auto all = list_checkpoints(run);
+  EXPECT_FALSE(all.empty()) << run;
+  return all.empty() ? "" : test::read_file(all.back().second + "/" + file);
+}
+
+// A TCP port nothing listens on right now (the OS's choice; closed again at once).
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// One process of the cemfrac executable with extra environment, output to files.
+struct Proc {
+  pid_t pid = -1;
+  std::string out, err;
+  int status = 0;
+
+  Proc(const std::vector<std::string>& args, const std::map<std::string, std::string>& env) {
+    const std::string dir = test::temp_dir("proc");
+    out = dir + "/stdout";
+    err = dir + "/stderr";
+    pid = fork();
+    if (pid == 0) {
+      for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+      if (!freopen(out.c_str(), "w", stdout) || !freopen(err.c_str(), "w", stderr)) _exit(126);
+      std::vector<std::string> argv_s = {CEMFRAC_EXE};
+      argv_s.insert(argv_s.end(), args.begin(), args.end());
+      std::vector<char*> argv;
+      for (auto& a : argv_s) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+  }
+  // Waits at most `seconds`; false (and the process killed) when it did not end in time.
+  bool wait(double seconds) {
+    const auto until = Clock::now() + std::chrono::duration<double>(seconds);
+    while (Clock::now() < until) {
+      if (waitpid(pid, &status, WNOHANG) == pid) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    return false;
+  }
+  int exit_code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
+  std::string stderr_text() const { return test::read_file(err); }
+};
+
+std::map<std::string, std::string> rank_env(int rank, int world, int port, bool agent_store,
+                                            double timeout_s) {
+  return {{"MASTER_ADDR", "127.0.0.1"},
+          {"MASTER_PORT", std::to_string(port)},
+          {"RANK", std::to_string(rank)},
+          {"WORLD_SIZE", std::to_string(world)},
+          {"LOCAL_RANK", std::to_string(rank)},
+          {"TORCHELASTIC_USE_AGENT_STORE", agent_store ? "True" : "0"},
+          {"CEMFRAC_CONNECT_TIMEOUT", fmt::format("{}", timeout_s)},
+          {"CEMFRAC_COLLECTIVE_TIMEOUT", fmt::format("{}", timeout_s)}};
+}
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+TEST(Distributed, TwoRanksEqualOneRankWithTwoAccumulationStepsBitwise) {
+  const std::string data = prepared_data();
+  const std::string one = test::temp_dir("dist_one"), two = test::temp_dir("dist_two");
+  auto r1 = test::run_cemfrac(train_args(data, one + "/run", 4));
+  ASSERT_EQ(r1.exit_code, 0) << r1.err;
+  auto r2 = test::run_cemfrac(launch(2, train_args(data, two + "/run", 4)));
+  ASSERT_EQ(r2.exit_code, 0) << r2.err;
+  EXPECT_NE(r2.out.find("# data parallel: world 2, backend gloo, rank 0"), std::string::npos)
+      << r2.out;
+  const auto l1 = losses(one + "/run"), l2 = losses(two + "/run");
+  ASSERT_EQ(l1.size(), 4u);
+  EXPECT_EQ(l1, l2);  // bitwise (see the header comment)
+  EXPECT_EQ(newest_file(one + "/run", kCheckpointModelFile),
+            newest_file(two + "/run", kCheckpointModelFile));
+  EXPECT_EQ(newest_file(one + "/run", kCheckpointOptimizerFile),
+            newest_file(two + "/run", kCheckpointOptimizerFile));
+  const json s1 = json::parse(test::read_file(one + "/run/summary.json"));
+  const json s2 = json::parse(test::read_file(two + "/run/summary.json"));
+  EXPECT_EQ(s1["accumulation_steps"], 2);
+  EXPECT_EQ(s2["accumulation_steps"], 1);
+  EXPECT_EQ(s1["tokens_per_step"], s2["tokens_per_step"]);
+  EXPECT_EQ(s1["tokens"], s2["tokens"]);
+  const json t2 = json::parse(test::read_file(list_checkpoints(two + "/run").back().second +
+                                              "/trainer.json"));
+  EXPECT_EQ(t2["world_size"], 2);
+}
+
+// Two ranks as threads of this process (a store from StoreServer, two Gloo groups): after
+// allreduce_mean every parameter's gradient is exactly (g0 + g1) / 2 of the ranks' float64 gradients
+// from one backward pass each, with small buckets so that several parameters share one.
+TEST(Distributed, AllReducedGradientIsTheMeanOfTheLocalGradients) {
+  StoreServer store("127.0.0.1", 0, 10);
+  ModelConfig c;
+  c.vocab_size = 40;
+  c.d_model = 16;
+  c.n_layers = 2;
+  c.n_heads = 2;
+  c.d_ff = 32;
+  c.context = 8;
+  std::vector<std::vector<torch::Tensor>> local(2), reduced(2);
+  std::vector<std::string> errors(2);
+  auto rank_main = [&](int rank) {
+    try {
+      DistEnv env;
+      env.rank = rank;
+      env.world_size = 2;
+      env.port = store.port();
+      env.agent_store = true;
+      DistOptions o;
+      o.connect_timeout_s = 10;
+      o.collective_timeout_s = 10;
+      o.bucket_bytes = 2048;  // several buckets, several tensors per bucket
+      DistContext dist(env, o);
+      torch::manual_seed(7);
+      LmModel model(c);
+      model->to(torch::kFloat64);
+      torch::manual_seed(100 + rank);  // each rank its own batch
+      const torch::Tensor tokens = torch::randint(0, c.vocab_size, {2, 9}, torch::kInt64);
+      const torch::Tensor logits = model->forward(tokens.narrow(1, 0, 8));
+      torch::cross_entropy_loss(logits.reshape({-1, c.vocab_size}),
+                                tokens.narrow(1, 1, 8).reshape({-1}))
+          .backward();
+      std::vector<torch::Tensor> grads;
+      for (const auto& p : model->parameters()) {
+        grads.push_back(p.grad());
+        local[rank].push_back(p.grad().clone());
+      }
+      dist.allreduce_mean(grads, "gradients");
+      for (const auto& g : grads) reduced[rank].push_back(g.clone());
+      dist.finish();
+    } catch (const std::exception& e) {
+      errors[rank] = e.what();
+    }
+  };
+  std::thread t0(rank_main, 0), t1(rank_main, 1);
+  t0.join();
+  t1.join();
+  ASSERT_EQ(errors[0], "");
+  ASSERT_EQ(errors[1], "");
+  ASSERT_EQ(local[0].size(), reduced[0].size());
+  ASSERT_GT(local[0].size(), 4u);
+  for (size_t i = 0; i < local[0].size(); ++i) {
+    EXPECT_EQ(local[0][i].scalar_type(), torch::kFloat64);
+    EXPECT_FALSE(torch::equal(local[0][i], local[1][i])) << i;  // the ranks' batches differ
+    const torch::Tensor mean = (local[0][i] + local[1][i]) / 2;
+    EXPECT_TRUE(torch::equal(reduced[0][i], mean)) << "parameter " << i;
+    EXPECT_TRUE(torch::equal(reduced[1][i], mean)) << "parameter " << i;
+  }
+}
+
+// Rank 1 gets its own --out: a rank other than 0 must not create it (config hashes ignore train.out).
+TEST(Distributed, ResumeOfTwoRanksIsBitwiseExactAndOnlyRankZeroWrites) {
+  const std::string data = prepared_data();
+  const std::string dir = test::temp_dir("dist_resume");
+  auto whole = test::run_cemfrac(launch(2, train_args(data, dir + "/whole", 6)));
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+
+  auto run_pair = [&](std::vector<std::string> extra) {
+    const int port = free_port();
+    Proc p0(train_args(data, dir + "/split", 6, extra), rank_env(0, 2, port, false, 20));
+    Proc p1(train_args(data, dir + "/rank1-out", 6, extra), rank_env(1, 2, port, false, 20));
+    EXPECT_TRUE(p0.wait(60));
+    EXPECT_TRUE(p1.wait(60));
+    EXPECT_EQ(p0.exit_code(), 0) << p0.stderr_text();
+    EXPECT_EQ(p1.exit_code(), 0) << p1.stderr_text();
+  };
+  run_pair({"--stop-at-step", "3"});
+  ASSERT_EQ(list_checkpoints(dir + "/split").size(), 1u);
+  run_pair({"--resume", dir + "/split"});
+  EXPECT_FALSE(fs::exists(dir + "/rank1-out")) << "rank 1 wrote into its run directory";
+  EXPECT_EQ(losses(dir + "/whole"), losses(dir + "/split"));
+  EXPECT_EQ(newest_file(dir + "/whole", kCheckpointModelFile),
+            newest_file(dir + "/split", kCheckpointModelFile));
+  EXPECT_EQ(newest_file(dir + "/whole", kCheckpointOptimizerFile),
+            newest_file(dir + "/split", kCheckpointOptimizerFile));
+
+  // Another world size is refused with one line.
+  auto other = test::run_cemfrac(train_args(data, dir + "/split", 8, {"--resume", dir + "/split"}));
+  test::expect_one_line_error(other, "written by a run of 2 rank(s), resumed with 1");
+}
+
+TEST(Distributed, KilledRankStopsTheOthersNamingIt) {
+  const std::string data = prepared_data();
+  const std::string run = test::temp_dir("dist_kill") + "/run";
+  setenv("CEMFRAC_FAULT", "1:3:kill", 1);
+  const auto start = Clock::now();
+  auto r = test::run_cemfrac(
+      launch(2, train_args(data, run, 50, {"--set", "train.checkpoint_every=1"}),
+             {"--collective-timeout", "20", "--grace", "20"}));
+  unsetenv("CEMFRAC_FAULT");
+  EXPECT_LT(seconds_since(start), 20.0) << "a dead peer must be noticed at once, not by a timeout";
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_LT(r.exit_code, 128) << r.err;
+  EXPECT_NE(r.err.find("rank 0 of 2: all-reduce of gradients failed: lost rank 1"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("launch: rank 1 of 2 was killed by signal 9"), std::string::npos) << r.err;
+  // Steps 1 and 2 completed; the last complete checkpoint loads.
+  const auto all = list_checkpoints(run);
+  ASSERT_FALSE(all.empty());
+  EXPECT_EQ(all.back().first, 2);
+  EXPECT_NO_THROW(load_checkpoint(all.back().second));
+}
+
+TEST(Distributed, HungRankIsDetectedByTheCollectiveTimeout) {
+  const std::string data = prepared_data();
+  const std::string run = test::temp_dir("dist_hang") + "/run";
+  setenv("CEMFRAC_FAULT", "1:2:hang", 1);
+  const auto start = Clock::now();
+  auto r = test::run_cemfrac(
+      launch(2, train_args(data, run, 50), {"--collective-timeout", "2", "--grace", "1"}));
+  unsetenv("CEMFRAC_FAULT");
+  EXPECT_LT(seconds_since(start), 20.0);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("rank 0 of 2: all-reduce of gradients failed: rank 1 is alive but did not "
+                       "join within the collective timeout of 2 s"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("launch: rank 0 of 2 exited with code 1"), std::string::npos) << r.err;
+}
+
+TEST(Distributed, NonFiniteGradientOnOneRankStopsEveryRank) {
+  const std::string data = prepared_data();
+  const std::string run = test::temp_dir("dist_nan") + "/run";
+  setenv("CEMFRAC_FAULT", "1:2:nan", 1);
+  auto r = test::run_cemfrac(launch(2, train_args(data, run, 50), {"--grace", "20"}));
+  unsetenv("CEMFRAC_FAULT");
+  EXPECT_NE(r.exit_code, 0);
+  // Both ranks see the same reduced gradient and stop at the same step with the same report.
+  size_t count = 0;
+  for (size_t at = r.err.find("training stopped at step 2/50: non-finite gradient norm");
+       at != std::string::npos; at = r.err.find("training stopped at step 2/50", at + 1))
+    ++count;
+  EXPECT_EQ(count, 2u) << r.err;
+  EXPECT_EQ(json::parse(test::read_file(run + "/summary.json"))["status"], "diverged");
+}
+
+TEST(Distributed, WrongStorePortFailsWithinTheTimeout) {
+  const int port = free_port();  // nothing listens there
+  const auto start = Clock::now();
+  Proc p(train_args("unused", test::temp_dir("dist_port") + "/run", 2),
+         rank_env(1, 2, port, true, 2));
+  ASSERT_TRUE(p.wait(30)) << "hung instead of failing";
+  EXPECT_LT(seconds_since(start), 15.0);
+  test::RunResult r;
+  r.exit_code = p.exit_code();
+  r.err = p.stderr_text();
+  test::expect_one_line_error(
+      r, fmt::format("rank 1 of 2: cannot reach the rendezvous store at 127.0.0.1:{} within 2 s",
+                     port));
+}
+
+TEST(Distributed, MismatchedConfigIsRefusedAtStart) {
+  const std::string data = prepared_data();
+  const std::string dir = test::temp_dir("dist_mismatch");
+  const int port = free_port();
+  Proc p0(train_args(data, dir + "/a", 4), rank_env(0, 2, port, false, 20));
+  Proc p1(train_args(data, dir + "/b", 4, {"--set", "train.lr_max=0.01"}),
+          rank_env(1, 2, port, false, 20));
+  ASSERT_TRUE(p0.wait(60));
+  ASSERT_TRUE(p1.wait(60));
+  for (const Proc* p : {&p0, &p1}) {
+    test::RunResult r;
+    r.exit_code = p->exit_code();
+    r.err = p->stderr_text();
+    test::expect_one_line_error(r, "rank 1's run config hash");
+  }
+  EXPECT_FALSE(fs::exists(dir + "/a/checkpoints"));
+}
+
+TEST(Distributed, SigintToTheLauncherStopsAllRanksWithOneCheckpoint) {
+  const std::string data = prepared_data();
+  const std::string run = test::temp_dir("dist_sigint") + "/run";
+  Proc launcher(launch(2, train_args(data, run, 100000)), {});
+  // Wait for training to be under way (a metrics line), then Ctrl-C the launcher.
+  const auto until = Clock::now() + std::chrono::seconds(60);
+  while (Clock::now() < until &&
+         !(fs::exists(run + "/metrics.jsonl") && fs::file_size(run + "/metrics.jsonl") > 0))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  kill(launcher.pid, SIGINT);
+  ASSERT_TRUE(launcher.wait(60)) << launcher.stderr_text();
+  const auto all = list_checkpoints(run);
+  ASSERT_EQ(all.size(), 1u) << launcher.stderr_text();
+  const json summary = json::parse(test::read_file(run + "/summary.json"));
+  EXPECT_EQ(summary["status"], "interrupted");
+  EXPECT_EQ(summary["step"], all.back().first);
+  EXPECT_LT(all.back().first, 100000);
+}
+
+TEST(Distributed, TorchrunStartsTheSameTraining) {
+  if (std::system("command -v torchrun >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "torchrun is not installed";
+  const std::string data = prepared_data();
+  const std::string dir = test::temp_dir("dist_torchrun");
+  auto ours = test::run_cemfrac(launch(2, train_args(data, dir + "/ours", 3)));
+  ASSERT_EQ(ours.exit_code, 0) << ours.err;
+  // Debian's torchrun under Python 3.11 needs explicit -r/-t (its default 0 fails to parse).
+  std::string cmd = fmt::format(
+      "torchrun --standalone --nproc_per_node 2 --no_python -r 2 -t 2 --log_dir {}/logs {}",
+      dir, CEMFRAC_EXE);
+  for (const auto& a : train_args(data, dir + "/torchrun", 3)) cmd += " '" + a + "'";
+  cmd += " >" + dir + "/out.txt 2>&1";
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << test::read_file(dir + "/out.txt");
+  EXPECT_EQ(losses(dir + "/ours"), losses(dir + "/torchrun"));
+}
+
+TEST(Distributed, EnvironmentErrorsNameTheVariable) {
+  setenv("WORLD_SIZE", "2", 1);
+  setenv("RANK", "2", 1);
+  EXPECT_THROW(
+      {
+        try {
+          dist_env_from_environment();
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("RANK='2'"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      Error);
+  unsetenv("RANK");
+  unsetenv("WORLD_SIZE");
+  const DistEnv one = dist_env_from_environment();
+  EXPECT_EQ(one.world_size, 1);
+  EXPECT_FALSE(DistContext(one, DistOptions{}).active());
+}
+
+}  // namespace
+}  // namespace cemfrac
