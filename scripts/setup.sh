@@ -15,6 +15,7 @@ DEB_PACKAGES=(
   libcli11-dev nlohmann-json3-dev libtomlplusplus-dev libfmt-dev libspdlog-dev
   libsentencepiece-dev libpcre2-dev
   nodejs npm python3-torch
+  pybind11-dev python3-dev python3-pytest
 )
 if [[ "${1:-}" != "--no-apt" ]]; then
   missing=()

@@ -1,0 +1,51 @@
+"""cemfrac language models (LmModel) as torch.nn.Modules: a checkpoint or a fresh model from a config."""
+import json
+import os
+from typing import Iterable, Optional
+
+import torch
+
+from . import _C
+from ._cpp_module import CppModule
+from .tokenizer import Tokenizer
+
+
+class Model(CppModule):
+    """A cemfrac decoder-only LM: forward(tokens) with int64 tokens (B, N), N <= context, returns
+    float logits (B, N, V), computed by the C++ engine (the same numbers `cemfrac eval` and
+    `cemfrac generate` use). Parameters are named as in model.safetensors (docs/formats.md).
+
+    cemfrac.load(path) reads a checkpoint; Model.from_config({...}) builds a fresh one (initialised
+    from torch's default generator, like `cemfrac train` after the same torch.manual_seed)."""
+
+    def __init__(self, handle):
+        super().__init__(handle)
+        t = handle.tokenizer
+        self.tokenizer: Optional[Tokenizer] = Tokenizer(t) if t is not None else None
+        self.checkpoint: str = handle.checkpoint
+        self.step: int = handle.step
+
+    @classmethod
+    def from_config(cls, config: dict) -> "Model":
+        """A new model; `config` holds ModelConfig fields (config.json's / the TOML [model] keys;
+        nested groups as dicts: {"cofrgenet": {"ladders": 3}}); missing ones keep their defaults."""
+        return cls(_C.Model.create(json.dumps(config)))
+
+    @property
+    def config(self) -> dict:
+        """Every ModelConfig field, as in the checkpoint's config.json."""
+        return json.loads(self._cpp.config_json())
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self._cpp.forward(tokens)
+
+
+def load(path, overrides: Iterable[str] = ()) -> Model:
+    """The model of a checkpoint directory, or of a run directory's newest complete checkpoint, in eval
+    mode (ladder ranges for eval clipping loaded). overrides: as `cemfrac eval --set`, only the
+    architecture fields no parameter shape depends on, e.g. ["model.cem.steps=4"]. The checkpoint's
+    tokenizer is model.tokenizer (None if it has none)."""
+    return Model(_C.Model.load(os.fspath(path), [str(o) for o in overrides]))
+
+
+__all__ = ["Model", "load"]

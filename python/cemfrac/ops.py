@@ -1,0 +1,33 @@
+"""Differentiable functions computed by cemfrac's fused CPU kernels."""
+import torch
+
+from . import _C
+
+__all__ = ["continued_fraction"]
+
+
+def continued_fraction(a: torch.Tensor, eps: float = 0.01, dim: int = -1, backward: str = "surrogate",
+                       impl: str = "fused") -> torch.Tensor:
+    """Continued fractions ("ladders") f = 1 / (a_1 + 1 / (a_2 + ... + 1 / a_d)) along `dim` of `a`.
+
+    a: float32 or float64 tensor (bfloat16 / float16 are computed in float32), any shape and strides;
+    the dimension `dim` (default the last) holds a_1..a_d, d >= 1, and every other dimension is a
+    batch of ladders. Returns a's shape without `dim`, in a's dtype. Differentiable in `a`.
+
+    Computed with continuants, f = K_{d-1} / K̂_d, with ONE division per ladder: K̂_d is the
+    sign-preserving clamp sgn(K_d) max(|K_d|, eps), sgn(0) = +1, so near a pole (K_d -> 0) f stays
+    finite, |f| <= |K_{d-1}| / eps. eps = 0 gives the unguarded map (inf/nan at a pole). Where no
+    clamp is active f equals the nested fraction exactly.
+
+    backward: gradient where the clamp is active (identical elsewhere). "surrogate" (default, the
+      paper's): Proposition 1, df/da_k = (-1)^k (K_{d-k} / K̂_d)^2. "exact": the derivative of the
+      clamped map, in which K̂_d is a constant.
+    impl: "fused" (the kernel; first-order gradients), "reference" (the same math in ATen ops,
+      gradient by autograd, twice differentiable) or "literal" (the nested fraction with a guarded
+      reciprocal at every level: a different function near poles, the paper's CoFrGeNet-B).
+    dim: -2 on an (..., d, L) tensor is the kernel's own layout (no copy); any other dim costs one
+      transposing copy of `a` in the forward.
+
+    Calls from several Python threads run concurrently (the GIL is released).
+    """
+    return _C.continued_fraction(a, float(eps), int(dim), str(backward), str(impl))
