@@ -24,6 +24,13 @@
 #include "cemfrac/core/check.h"
 #include "cemfrac/core/compat.h"
 
+// LibTorch built with glog (Debian's is) logs each failed store connection attempt to stderr on its
+// own; the failure becomes our one error line instead.
+#if __has_include(<glog/logging.h>) && defined(C10_USE_GLOG)
+#include <glog/logging.h>
+#define CEMFRAC_HAVE_GLOG 1
+#endif
+
 namespace cemfrac {
 namespace {
 
@@ -156,6 +163,18 @@ class BlockStopSignals {
 
  private:
   sigset_t old_;
+};
+
+// glog quiet (fatal only) while it lives.
+class QuietGlog {
+ public:
+#ifdef CEMFRAC_HAVE_GLOG
+  QuietGlog() : old_(FLAGS_minloglevel) { FLAGS_minloglevel = google::GLOG_FATAL; }
+  ~QuietGlog() { FLAGS_minloglevel = old_; }
+
+ private:
+  int old_;
+#endif
 };
 
 }  // namespace
@@ -297,6 +316,7 @@ DistContext::DistContext(const DistEnv& env, const DistOptions& options)
   impl_->fault = fault_from_environment();
   const bool server = env.rank == 0 && !env.agent_store;
   try {
+    QuietGlog quiet;
     impl_->store = connect_store(env, options.connect_timeout_s, server);
   } catch (const std::exception& e) {
     fail("rank {} of {}: cannot {} the rendezvous store at {}:{} within {:g} s: {} (check "

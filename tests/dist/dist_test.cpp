@@ -16,7 +16,8 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -28,6 +29,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cemfrac/core/check.h"
 #include "cemfrac/model/lm_model.h"
 #include "cemfrac/train/checkpoint.h"
 #include "cemfrac/train/distributed.h"
@@ -72,7 +74,7 @@ std::vector<std::string> train_args(const std::string& data, const std::string& 
       "--set", "train.micro_batch=2", "--set", "train.tokens_per_step=64", "--set",
       "train.steps=" + std::to_string(steps), "--set", "train.warmup_steps=2", "--set",
       "train.log_every=1", "--set", "train.eval_every=0", "--set", "train.eval_tokens=256",
-      "--set", "train.checkpoint_every=0", "--set", "train.keep_checkpoints=0"};
+      "--set", "train.checkpoint_every=0", "--set", "train.keep_checkpoints=100"};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
 }
@@ -295,9 +297,10 @@ TEST(Distributed, KilledRankStopsTheOthersNamingIt) {
   const auto start = Clock::now();
   auto r = test::run_cemfrac(
       launch(2, train_args(data, run, 50, {"--set", "train.checkpoint_every=1"}),
-             {"--collective-timeout", "20", "--grace", "20"}));
+             {"--collective-timeout", "60", "--grace", "20"}));
   unsetenv("CEMFRAC_FAULT");
-  EXPECT_LT(seconds_since(start), 20.0) << "a dead peer must be noticed at once, not by a timeout";
+  // Well under the 60 s collective timeout (process start-up on a loaded machine takes seconds).
+  EXPECT_LT(seconds_since(start), 45.0) << "a dead peer must be noticed at once, not by a timeout";
   EXPECT_NE(r.exit_code, 0);
   EXPECT_LT(r.exit_code, 128) << r.err;
   EXPECT_NE(r.err.find("rank 0 of 2: all-reduce of gradients failed: lost rank 1"),
@@ -319,7 +322,7 @@ TEST(Distributed, HungRankIsDetectedByTheCollectiveTimeout) {
   auto r = test::run_cemfrac(
       launch(2, train_args(data, run, 50), {"--collective-timeout", "2", "--grace", "1"}));
   unsetenv("CEMFRAC_FAULT");
-  EXPECT_LT(seconds_since(start), 20.0);
+  EXPECT_LT(seconds_since(start), 45.0);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("rank 0 of 2: all-reduce of gradients failed: rank 1 is alive but did not "
                        "join within the collective timeout of 2 s"),
@@ -350,7 +353,7 @@ TEST(Distributed, WrongStorePortFailsWithinTheTimeout) {
   Proc p(train_args("unused", test::temp_dir("dist_port") + "/run", 2),
          rank_env(1, 2, port, true, 2));
   ASSERT_TRUE(p.wait(30)) << "hung instead of failing";
-  EXPECT_LT(seconds_since(start), 15.0);
+  EXPECT_LT(seconds_since(start), 30.0);  // 2 s timeout + process start-up on a loaded machine
   test::RunResult r;
   r.exit_code = p.exit_code();
   r.err = p.stderr_text();
@@ -417,16 +420,13 @@ TEST(Distributed, TorchrunStartsTheSameTraining) {
 TEST(Distributed, EnvironmentErrorsNameTheVariable) {
   setenv("WORLD_SIZE", "2", 1);
   setenv("RANK", "2", 1);
-  EXPECT_THROW(
-      {
-        try {
-          dist_env_from_environment();
-        } catch (const Error& e) {
-          EXPECT_NE(std::string(e.what()).find("RANK='2'"), std::string::npos) << e.what();
-          throw;
-        }
-      },
-      Error);
+  std::string message;
+  try {
+    dist_env_from_environment();
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("RANK='2'"), std::string::npos) << message;
   unsetenv("RANK");
   unsetenv("WORLD_SIZE");
   const DistEnv one = dist_env_from_environment();
