@@ -81,6 +81,17 @@ std::string last_line(const std::string& path) {
   return text.substr(begin == std::string::npos ? 0 : begin + 1, end - (begin == std::string::npos ? 0 : begin + 1) + 1);
 }
 
+// The child's one-line error from its log ("cemfrac: error: ..."), else the log's last line.
+std::string log_problem(const std::string& path) {
+  const std::string text = file_text(path);
+  const auto at = text.rfind("cemfrac: ");
+  if (at != std::string::npos && (at == 0 || text[at - 1] == '\n')) {
+    const auto end = text.find('\n', at);
+    return text.substr(at, end == std::string::npos ? std::string::npos : end - at);
+  }
+  return last_line(path);
+}
+
 std::optional<json> read_json(const std::string& path) {
   if (!fs::exists(path)) return std::nullopt;
   try {
@@ -248,13 +259,13 @@ class Runner {
       }
       fs::remove(job.capture + ".tmp");
       if (g_stop) return "";
-      return fmt::format("{} failed (exit {}): {} (log: {})", job.label, code, last_line(job.log), job.log);
+      return fmt::format("{} failed (exit {}): {} (log: {})", job.label, code, log_problem(job.log), job.log);
     }
     const auto summary = read_json(job.dir + "/summary.json");
     const std::string st = summary ? summary->value("status", "") : "";
     if (st == "completed" || st == "diverged" || (g_stop && st == "interrupted")) return "";
     if (g_stop) return "";
-    return fmt::format("{} failed (exit {}): {} (log: {})", job.label, code, last_line(job.log), job.log);
+    return fmt::format("{} failed (exit {}): {} (log: {})", job.label, code, log_problem(job.log), job.log);
   }
 
   void print_progress(const std::vector<Running>& running, size_t n_jobs) {
@@ -317,9 +328,9 @@ int64_t tokens_per_step(const RunConfig& c) {
 
 // The budget overrides of one training: steps for `tokens`, warm-up 10%, lr and seed, validation
 // `val_points` times, checkpoints for resuming.
-TrainSpec make_train(const SuiteRun& run, const std::string& label, const std::string& dir, int64_t tokens,
-                     double lr, double lr_min_ratio, uint64_t seed, int64_t val_points,
-                     const std::vector<std::string>& extra = {}) {
+TrainSpec make_train(const SuiteRun& run, const std::string& data, const std::string& label,
+                     const std::string& dir, int64_t tokens, double lr, double lr_min_ratio, uint64_t seed,
+                     int64_t val_points, const std::vector<std::string>& extra = {}) {
   const RunConfig base = load_run_config(run.config, run.sets);
   const int64_t per_step = tokens_per_step(base);
   const int64_t steps = std::max<int64_t>(1, (tokens + per_step - 1) / per_step);
@@ -342,6 +353,8 @@ TrainSpec make_train(const SuiteRun& run, const std::string& label, const std::s
       "train.keep_checkpoints=1",
   };
   t.sets.insert(t.sets.end(), budget.begin(), budget.end());
+  // The suite's dataset (only when the config names another, so the recorded settings stay short).
+  if (base.data.path != data) t.sets.push_back("data.path=" + data);
   t.sets.insert(t.sets.end(), extra.begin(), extra.end());
   (void)load_run_config(t.config, t.sets);  // checked now
   return t;
@@ -882,7 +895,7 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
       p.per_step = tokens_per_step(c);
       p.params = LmModel(c.model, torch::kMeta)->num_parameters();
       plans.push_back(p);
-      TrainSpec t = make_train(r, "time " + r.name, fmt::format("{}/plan/{}-t{}", out, r.name, threads),
+      TrainSpec t = make_train(r, suite.data, "time " + r.name, fmt::format("{}/plan/{}-t{}", out, r.name, threads),
                                3 * p.per_step, r.lr.empty() ? 1e-3 : r.lr.front(), suite.lr_min_ratio, 1, 1,
                                {fmt::format("train.eval_tokens={}", p.per_step)});
       if (auto j = train_job(t, 0)) {
@@ -955,7 +968,7 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
         continue;
       }
       for (double lr : r.lr) {
-        TrainSpec t = make_train(r, fmt::format("lr {} {}", r.name, lr_text(lr)),
+        TrainSpec t = make_train(r, suite.data, fmt::format("lr {} {}", r.name, lr_text(lr)),
                                  fmt::format("{}/lr/{}/lr-{}", out, r.name, lr_text(lr)), suite.lr_search_tokens,
                                  lr, suite.lr_min_ratio, r.seeds.front(), 1);
         if (auto j = train_job(t, p.s_per_token)) search.push_back(*j);
@@ -988,7 +1001,7 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
     std::vector<Job> finals;
     for (const RunPlan& p : plans) {
       for (uint64_t seed : p.run->seeds) {
-        TrainSpec t = make_train(*p.run, fmt::format("{} s{}", p.run->name, seed),
+        TrainSpec t = make_train(*p.run, suite.data, fmt::format("{} s{}", p.run->name, seed),
                                  fmt::format("{}/final/{}/seed-{}", out, p.run->name, seed), p.run->tokens, p.lr,
                                  suite.lr_min_ratio, seed, suite.val_points);
         if (auto j = train_job(t, p.s_per_token)) finals.push_back(*j);

@@ -225,7 +225,7 @@ std::string tiny_suite(const std::string& data, const std::string& extra_head = 
   const std::string cem = test::source_path("configs/tiny-cem-both.toml");
   return "[suite]\nname = \"tiny\"\ndescription = \"test suite\"\ndata = \"" + data +
          "\"\ntokens = 256\nseeds = [1, 2]\nlr = [3e-3]\nlr_search_tokens = 128\nval_points = 2\n"
-         "set = [\"model.vocab_size=256\", \"model.d_model=32\", \"model.n_layers=1\", \"model.n_heads=2\", "
+         "set = [\"model.d_model=32\", \"model.n_layers=1\", \"model.n_heads=2\", "
          "\"model.n_kv_heads=2\", \"model.d_ff=64\", \"model.context=32\", \"train.micro_batch=2\", "
          "\"train.eval_tokens=128\"]\n" +
          extra_head + "\n[[run]]\nname = \"llama\"\nconfig = \"" + llama +
