@@ -32,7 +32,7 @@ if [[ "$mode" == suite ]]; then
   echo; echo "== cemfrac compare --suite $suite --out $out"
   cd "$root"
   "$cemfrac" compare --suite "$suite" --out "$out"
-  echo; echo "== table: $out/results.md; plots: $out/plots/*.svg (the committed run: docs/results/quick/)"
+  echo; echo "== table: $out/results.md; plots: $out/plots/*.svg"
   exit 0
 fi
 
