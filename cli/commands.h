@@ -42,5 +42,7 @@ Command add_eval(CLI::App& root, const GlobalOptions& global);
 Command add_generate(CLI::App& root, const GlobalOptions& global);
 // `cemfrac gp` (cli/gp.cpp): the CEM paper's Gaussian-process experiment.
 Command add_gp(CLI::App& root, const GlobalOptions& global);
+// `cemfrac compare` (cli/compare.cpp): train, evaluate and test the claims of a suite of runs.
+Command add_compare(CLI::App& root, const GlobalOptions& global);
 
 }  // namespace cemfrac::cli

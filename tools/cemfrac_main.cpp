@@ -121,6 +121,7 @@ int main(int argc, char** argv) {
       cli::add_eval(app, global),
       cli::add_generate(app, global),
       cli::add_gp(app, global),
+      cli::add_compare(app, global),
   };
 
   try {

@@ -1,0 +1,302 @@
+// Suite files (suite.h). Keys are checked against fixed lists; values name file:line when wrong.
+#include "cemfrac/compare/suite.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <set>
+#include <toml++/toml.h>
+
+#include "cemfrac/core/check.h"
+#include "cemfrac/train/run_config.h"
+
+namespace cemfrac {
+namespace {
+
+struct Reader {
+  std::string file;
+
+  std::string at(const toml::node& node) const {
+    return fmt::format("{}:{}", file, node.source().begin.line);
+  }
+  void keys(const toml::table& t, const std::string& where, const std::vector<std::string>& known) const {
+    const std::set<std::string> k(known.begin(), known.end());
+    for (auto&& [key, node] : t) {
+      (void)node;
+      CEMFRAC_CHECK(k.count(std::string(key.str())), "{}:{}: unknown key '{}' in {}; known keys: {}",
+                    file, key.source().begin.line, key.str(), where, fmt::join(known, ", "));
+    }
+  }
+  std::string str(const toml::table& t, const char* key, const std::string& where, bool required,
+                  const std::string& fallback = "") const {
+    const toml::node* n = t.get(key);
+    if (n == nullptr) {
+      CEMFRAC_CHECK(!required, "{}: {} needs '{}'", file, where, key);
+      return fallback;
+    }
+    CEMFRAC_CHECK(n->is_string() && !n->as_string()->get().empty(), "{}: {}.{}: expected a non-empty string",
+                  at(*n), where, key);
+    return n->as_string()->get();
+  }
+  int64_t integer(const toml::table& t, const char* key, const std::string& where, int64_t fallback,
+                  int64_t min) const {
+    const toml::node* n = t.get(key);
+    if (n == nullptr) return fallback;
+    CEMFRAC_CHECK(n->is_integer() && n->as_integer()->get() >= min, "{}: {}.{}: expected an integer >= {}",
+                  at(*n), where, key, min);
+    return n->as_integer()->get();
+  }
+  double number(const toml::table& t, const char* key, const std::string& where, double fallback) const {
+    const toml::node* n = t.get(key);
+    if (n == nullptr) return fallback;
+    CEMFRAC_CHECK(n->is_number(), "{}: {}.{}: expected a number", at(*n), where, key);
+    return n->value<double>().value();
+  }
+  const toml::array* array(const toml::table& t, const char* key, const std::string& where) const {
+    const toml::node* n = t.get(key);
+    if (n == nullptr) return nullptr;
+    CEMFRAC_CHECK(n->is_array(), "{}: {}.{}: expected an array", at(*n), where, key);
+    return n->as_array();
+  }
+  std::vector<std::string> strings(const toml::table& t, const char* key, const std::string& where) const {
+    std::vector<std::string> out;
+    if (const toml::array* a = array(t, key, where)) {
+      for (const toml::node& n : *a) {
+        CEMFRAC_CHECK(n.is_string(), "{}: {}.{}: expected strings", at(n), where, key);
+        out.push_back(n.as_string()->get());
+      }
+    }
+    return out;
+  }
+  // A string or an array of strings.
+  std::vector<std::string> names(const toml::table& t, const char* key, const std::string& where) const {
+    const toml::node* n = t.get(key);
+    CEMFRAC_CHECK(n != nullptr, "{}: {} needs '{}'", file, where, key);
+    if (n->is_string()) return {n->as_string()->get()};
+    std::vector<std::string> out = strings(t, key, where);
+    CEMFRAC_CHECK(!out.empty(), "{}: {}.{}: expected a run name or a non-empty array of them", at(*n),
+                  where, key);
+    return out;
+  }
+  std::vector<double> lrs(const toml::table& t, const char* key, const std::string& where) const {
+    std::vector<double> out;
+    if (const toml::array* a = array(t, key, where)) {
+      for (const toml::node& n : *a) {
+        CEMFRAC_CHECK(n.is_number() && n.value<double>().value() > 0 &&
+                          n.value<double>().value() < 1,
+                      "{}: {}.{}: expected learning rates in (0, 1)", at(n), where, key);
+        out.push_back(n.value<double>().value());
+      }
+      CEMFRAC_CHECK(!out.empty(), "{}: {}.{}: the learning-rate grid is empty", at(*a), where, key);
+    }
+    return out;
+  }
+  std::vector<uint64_t> seeds(const toml::table& t, const char* key, const std::string& where) const {
+    std::vector<uint64_t> out;
+    if (const toml::array* a = array(t, key, where)) {
+      for (const toml::node& n : *a) {
+        CEMFRAC_CHECK(n.is_integer() && n.as_integer()->get() >= 0,
+                      "{}: {}.{}: expected non-negative integers", at(n), where, key);
+        const auto s = static_cast<uint64_t>(n.as_integer()->get());
+        CEMFRAC_CHECK(std::find(out.begin(), out.end(), s) == out.end(), "{}: {}.{}: seed {} twice",
+                      at(n), where, key, s);
+        out.push_back(s);
+      }
+      CEMFRAC_CHECK(!out.empty(), "{}: {}.{}: no seeds", at(*a), where, key);
+    }
+    return out;
+  }
+};
+
+bool valid_name(const std::string& s) {
+  if (s.empty() || s.size() > 64) return false;
+  for (char c : s) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' || c == '='))
+      return false;
+  }
+  return s != "." && s != "..";
+}
+
+}  // namespace
+
+std::pair<std::string, std::string> split_row(const std::string& row) {
+  const auto at = row.find('@');
+  if (at == std::string::npos) return {row, ""};
+  return {row.substr(0, at), row.substr(at + 1)};
+}
+
+const SuiteRun& Suite::run(const std::string& name) const {
+  for (const SuiteRun& r : runs)
+    if (r.name == name) return r;
+  fail("suite {}: no run named '{}'", path, name);
+}
+
+Suite load_suite(const std::string& path) {
+  CEMFRAC_CHECK(std::filesystem::is_regular_file(path), "cannot read suite {}: no such file", path);
+  toml::table doc;
+  try {
+    doc = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    const auto& begin = e.source().begin;
+    if (begin.line == 0) fail("cannot read suite {}: {}", path, e.description());
+    fail("{}:{}:{}: {} (TOML syntax)", path, begin.line, begin.column, e.description());
+  }
+  const Reader r{path};
+  r.keys(doc, "the suite file", {"suite", "run", "claim"});
+  Suite s;
+  s.path = path;
+  const toml::table* head = doc["suite"].as_table();
+  CEMFRAC_CHECK(head != nullptr, "{}: no [suite] table", path);
+  r.keys(*head, "[suite]",
+         {"name", "description", "data", "eval_split", "eval_text", "tokens", "seeds", "lr",
+          "lr_search_tokens", "lr_min_ratio", "val_points", "set"});
+  s.name = r.str(*head, "name", "[suite]", true);
+  CEMFRAC_CHECK(valid_name(s.name), "{}: [suite].name '{}': use letters, digits, '-', '_', '.'", path,
+                s.name);
+  s.description = r.str(*head, "description", "[suite]", false);
+  s.data = r.str(*head, "data", "[suite]", false, s.data);
+  s.eval_split = r.str(*head, "eval_split", "[suite]", false, s.eval_split);
+  CEMFRAC_CHECK(s.eval_split == "val" || s.eval_split == "test",
+                "{}: [suite].eval_split '{}': expected val or test", path, s.eval_split);
+  s.eval_text = r.strings(*head, "eval_text", "[suite]");
+  const int64_t tokens = r.integer(*head, "tokens", "[suite]", 0, 1);
+  std::vector<uint64_t> seeds = r.seeds(*head, "seeds", "[suite]");
+  if (seeds.empty()) seeds = {1};
+  const std::vector<double> lr = r.lrs(*head, "lr", "[suite]");
+  s.lr_search_tokens = r.integer(*head, "lr_search_tokens", "[suite]", 0, 1);
+  s.lr_min_ratio = r.number(*head, "lr_min_ratio", "[suite]", s.lr_min_ratio);
+  CEMFRAC_CHECK(s.lr_min_ratio > 0 && s.lr_min_ratio <= 1, "{}: [suite].lr_min_ratio must be in (0, 1]",
+                path);
+  s.val_points = r.integer(*head, "val_points", "[suite]", s.val_points, 1);
+  const std::vector<std::string> common = r.strings(*head, "set", "[suite]");
+
+  const toml::array* runs = r.array(doc, "run", "the suite file");
+  CEMFRAC_CHECK(runs != nullptr && !runs->empty(), "{}: no [[run]] tables", path);
+  std::set<std::string> names;
+  for (const toml::node& node : *runs) {
+    const toml::table* t = node.as_table();
+    CEMFRAC_CHECK(t != nullptr, "{}: run must be [[run]] tables", r.at(node));
+    r.keys(*t, "[[run]]",
+           {"name", "config", "set", "tokens", "seeds", "lr", "lr_from", "test_time_steps", "variants"});
+    SuiteRun run;
+    run.name = r.str(*t, "name", "[[run]]", true);
+    const std::string where = fmt::format("run '{}'", run.name);
+    CEMFRAC_CHECK(valid_name(run.name) && run.name.find('@') == std::string::npos,
+                  "{}: run name '{}': use letters, digits, '-', '_', '.', '='", r.at(node), run.name);
+    CEMFRAC_CHECK(names.insert(run.name).second, "{}: two runs named '{}'", r.at(node), run.name);
+    run.config = r.str(*t, "config", where, true);
+    CEMFRAC_CHECK(std::filesystem::is_regular_file(run.config),
+                  "{}: {}: config '{}' not found (paths are relative to the working directory)",
+                  r.at(node), where, run.config);
+    run.sets = common;
+    for (const std::string& x : r.strings(*t, "set", where)) run.sets.push_back(x);
+    run.tokens = r.integer(*t, "tokens", where, tokens, 1);
+    CEMFRAC_CHECK(run.tokens > 0, "{}: {}: no token budget ([suite].tokens or the run's tokens)",
+                  r.at(node), where);
+    run.seeds = r.seeds(*t, "seeds", where);
+    if (run.seeds.empty()) run.seeds = seeds;
+    run.lr = r.lrs(*t, "lr", where);
+    if (run.lr.empty()) run.lr = lr;
+    run.lr_from = r.str(*t, "lr_from", where, false);
+    if (run.lr_from.empty()) {
+      CEMFRAC_CHECK(!run.lr.empty(), "{}: {}: no learning rate ([suite].lr, the run's lr or lr_from)",
+                    r.at(node), where);
+      CEMFRAC_CHECK(run.lr.size() == 1 || s.lr_search_tokens > 0,
+                    "{}: {}: a learning-rate grid needs [suite].lr_search_tokens", r.at(node), where);
+    }
+    if (const toml::array* steps = r.array(*t, "test_time_steps", where)) {
+      for (const toml::node& n : *steps) {
+        CEMFRAC_CHECK(n.is_integer() && n.as_integer()->get() >= 1 && n.as_integer()->get() <= 64,
+                      "{}: {}.test_time_steps: expected integers in 1..64", r.at(n), where);
+        const int64_t k = n.as_integer()->get();
+        run.variants.push_back({fmt::format("T={}", k), {fmt::format("model.cem.steps={}", k)}, k});
+      }
+    }
+    if (const toml::array* vs = r.array(*t, "variants", where)) {
+      for (const toml::node& n : *vs) {
+        const toml::table* vt = n.as_table();
+        CEMFRAC_CHECK(vt != nullptr, "{}: {}.variants: expected inline tables {{ name = ..., set = [...] }}",
+                      r.at(n), where);
+        r.keys(*vt, where + ".variants", {"name", "set"});
+        SuiteVariant v;
+        v.name = r.str(*vt, "name", where + ".variants", true);
+        v.sets = r.strings(*vt, "set", where + ".variants");
+        CEMFRAC_CHECK(!v.sets.empty(), "{}: {}: variant '{}' sets nothing", r.at(n), where, v.name);
+        run.variants.push_back(v);
+      }
+    }
+    std::set<std::string> vnames;
+    for (const SuiteVariant& v : run.variants) {
+      CEMFRAC_CHECK(valid_name(v.name), "{}: {}: variant name '{}': use letters, digits, '-', '_', '.', '='",
+                    r.at(node), where, v.name);
+      CEMFRAC_CHECK(vnames.insert(v.name).second, "{}: {}: two variants named '{}'", r.at(node), where,
+                    v.name);
+    }
+    // The config and every override must load now, not hours later.
+    try {
+      (void)load_run_config(run.config, run.sets);
+    } catch (const Error& e) {
+      fail("{}: {}: {}", r.at(node), where, e.what());
+    }
+    s.runs.push_back(std::move(run));
+  }
+  for (const SuiteRun& run : s.runs) {
+    if (run.lr_from.empty()) continue;
+    CEMFRAC_CHECK(names.count(run.lr_from), "{}: run '{}': lr_from '{}' names no run", path, run.name,
+                  run.lr_from);
+    CEMFRAC_CHECK(s.run(run.lr_from).lr_from.empty(),
+                  "{}: run '{}': lr_from '{}' must name a run that chooses its own learning rate", path,
+                  run.name, run.lr_from);
+  }
+
+  if (const toml::array* claims = r.array(doc, "claim", "the suite file")) {
+    std::set<std::string> ids;
+    for (const toml::node& node : *claims) {
+      const toml::table* t = node.as_table();
+      CEMFRAC_CHECK(t != nullptr, "{}: claims must be [[claim]] tables", r.at(node));
+      r.keys(*t, "[[claim]]", {"id", "text", "source", "a", "b", "test", "margin", "metric"});
+      SuiteClaim c;
+      c.id = r.str(*t, "id", "[[claim]]", true);
+      CEMFRAC_CHECK(ids.insert(c.id).second, "{}: two claims with id '{}'", r.at(node), c.id);
+      const std::string where = fmt::format("claim '{}'", c.id);
+      c.text = r.str(*t, "text", where, true);
+      c.source = r.str(*t, "source", where, false);
+      c.a = r.names(*t, "a", where);
+      c.b = r.str(*t, "b", where, true);
+      c.test = r.str(*t, "test", where, false, c.test);
+      CEMFRAC_CHECK(c.test == "better" || c.test == "not_worse",
+                    "{}: {}: test '{}': expected better or not_worse", r.at(node), where, c.test);
+      c.margin = r.number(*t, "margin", where, 0.0);
+      CEMFRAC_CHECK(c.margin >= 0, "{}: {}: margin must be >= 0", r.at(node), where);
+      CEMFRAC_CHECK(c.test == "not_worse" || c.margin == 0, "{}: {}: margin is only for test = not_worse",
+                    r.at(node), where);
+      c.metric = r.str(*t, "metric", where, false, c.metric);
+      const bool text_metric = c.metric.rfind("text_loss:", 0) == 0;
+      CEMFRAC_CHECK(c.metric == "test_loss" || c.metric == "val_loss" || text_metric,
+                    "{}: {}: metric '{}': expected test_loss, val_loss or text_loss:<file stem>",
+                    r.at(node), where, c.metric);
+      std::vector<std::string> rows = c.a;
+      rows.push_back(c.b);
+      for (const std::string& row : rows) {
+        const auto [name, variant] = split_row(row);
+        CEMFRAC_CHECK(names.count(name), "{}: {}: '{}' names no run", r.at(node), where, row);
+        if (!variant.empty()) {
+          bool found = false;
+          for (const SuiteVariant& v : s.run(name).variants) found = found || v.name == variant;
+          CEMFRAC_CHECK(found, "{}: {}: run '{}' has no test-time variant '{}'", r.at(node), where, name,
+                        variant);
+          CEMFRAC_CHECK(c.metric == "test_loss",
+                        "{}: {}: a test-time variant has only test_loss (the {} split)", r.at(node),
+                        where, s.eval_split);
+        }
+      }
+      s.claims.push_back(std::move(c));
+    }
+  }
+  return s;
+}
+
+}  // namespace cemfrac

@@ -1,0 +1,1079 @@
+// cemfrac compare --suite FILE: trains and evaluates a suite of runs (configs/suites/*.toml, format in
+// docs/compare.md) and tests its claims. Every training and evaluation is a child process of this same
+// binary (`cemfrac train` / `eval`), so each job is exactly what a user would run by hand, keeps its
+// own log, checkpoints and exact resume, and a crash or Ctrl-C in one job loses nothing else; --jobs N
+// runs N children at once with the threads split between them. Everything is written under --out.
+//
+//   1. plan:   a 3-step timed training of every run (s/token), the budget and the estimated time;
+//   2. lr:     each run that chooses its own learning rate trains at every grid value for
+//              lr_search_tokens with its first seed; the lowest final validation loss wins;
+//   3. final:  every run at its full budget with each of its seeds (seed = init and data order);
+//   4. eval:   every final run on the eval split, each test-time variant, and each eval text;
+//   5. report: results.json, results.md (mean +- sd over seeds, claims with paired 95% intervals and
+//              verdicts) and plots/*.svg.
+// A finished job is reused, an interrupted training resumed; a job whose settings changed is refused.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <torch/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "cemfrac/compare/plot.h"
+#include "cemfrac/compare/stats.h"
+#include "cemfrac/compare/suite.h"
+#include "cemfrac/core/atomic_file.h"
+#include "cemfrac/core/blas.h"
+#include "cemfrac/core/check.h"
+#include "cemfrac/model/lm_model.h"
+#include "cemfrac/train/run_config.h"
+#include "cli/commands.h"
+
+extern char** environ;
+
+namespace cemfrac::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+volatile sig_atomic_t g_stop = 0;
+void on_signal(int) { g_stop = 1; }
+
+std::string duration_text(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const auto t = static_cast<int64_t>(s + 0.5);
+  if (t >= 3600) return fmt::format("{}h{:02d}m", t / 3600, (t % 3600) / 60);
+  if (t >= 60) return fmt::format("{}m{:02d}s", t / 60, t % 60);
+  return fmt::format("{}s", t);
+}
+
+std::string lr_text(double lr) { return fmt::format("{:g}", lr); }
+
+std::string file_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string last_line(const std::string& path) {
+  const std::string text = file_text(path);
+  auto end = text.find_last_not_of("\n");
+  if (end == std::string::npos) return "";
+  auto begin = text.rfind('\n', end);
+  return text.substr(begin == std::string::npos ? 0 : begin + 1, end - (begin == std::string::npos ? 0 : begin + 1) + 1);
+}
+
+// The child's one-line error from its log ("cemfrac: error: ..."), else the log's last line.
+std::string log_problem(const std::string& path) {
+  const std::string text = file_text(path);
+  const auto at = text.rfind("cemfrac: ");
+  if (at != std::string::npos && (at == 0 || text[at - 1] == '\n')) {
+    const auto end = text.find('\n', at);
+    return text.substr(at, end == std::string::npos ? std::string::npos : end - at);
+  }
+  return last_line(path);
+}
+
+std::optional<json> read_json(const std::string& path) {
+  if (!fs::exists(path)) return std::nullopt;
+  try {
+    return json::parse(file_text(path));
+  } catch (const json::exception&) {
+    return std::nullopt;
+  }
+}
+
+std::vector<json> read_jsonl(const std::string& path) {
+  std::vector<json> out;
+  std::istringstream in(file_text(path));
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    try {
+      out.push_back(json::parse(line));
+    } catch (const json::exception&) {
+      break;  // a line cut by a crash: the lines before it stand
+    }
+  }
+  return out;
+}
+
+std::string command_output(const char* cmd) {
+  std::string out;
+  if (FILE* p = popen(cmd, "r")) {
+    char buf[256];
+    while (fgets(buf, sizeof buf, p)) out += buf;
+    pclose(p);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Jobs: one child process each.
+
+struct Job {
+  std::string label;
+  std::vector<std::string> args;  // after `cemfrac --threads K`
+  std::string dir;                // training: the run directory (progress from its metrics.jsonl)
+  std::string log;                // stdout + stderr (training), stderr (eval)
+  std::string capture;            // eval: stdout goes to this file (written when the job succeeds)
+  int64_t tokens = 0;             // training: tokens of the whole run
+  double est_s = 0;               // estimated seconds at the planned threads
+};
+
+struct Running {
+  Job job;
+  pid_t pid = 0;
+  int64_t tokens_at_start = 0;
+  bool signalled = false;
+};
+
+int64_t run_tokens_now(const std::string& dir) {
+  const std::string line = last_line(dir + "/metrics.jsonl");
+  if (line.empty()) return 0;
+  try {
+    return json::parse(line).value("tokens", int64_t{0});
+  } catch (const json::exception&) {
+    return 0;
+  }
+}
+
+class Runner {
+ public:
+  Runner(std::string exe, int jobs, int threads_per_job, std::string title)
+      : exe_(std::move(exe)), jobs_(jobs), threads_(threads_per_job), title_(std::move(title)),
+        tty_(isatty(STDERR_FILENO) != 0) {}
+
+  // Runs every job (at most jobs_ at once). Throws on the first failure after the running jobs end.
+  void run(const std::vector<Job>& jobs, const std::string& phase) {
+    if (jobs.empty()) return;
+    phase_ = phase;
+    total_est_ = 0;
+    for (const Job& j : jobs) total_est_ += j.est_s;
+    done_est_ = 0;
+    started_ = Clock::now();
+    size_t next = 0;
+    std::vector<Running> running;
+    std::string failure;
+    auto last_print = Clock::now() - std::chrono::hours(1);
+    while (next < jobs.size() || !running.empty()) {
+      while (!g_stop && failure.empty() && next < jobs.size() && static_cast<int>(running.size()) < jobs_) {
+        running.push_back(launch(jobs[next++]));
+      }
+      if (running.empty()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      for (size_t i = 0; i < running.size();) {
+        int status = 0;
+        const pid_t r = waitpid(running[i].pid, &status, WNOHANG);
+        if (r == 0) {
+          ++i;
+          continue;
+        }
+        const std::string problem = finish(running[i].job, status);
+        done_est_ += running[i].job.est_s;
+        ++finished_;
+        if (!problem.empty() && failure.empty()) failure = problem;
+        running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
+      }
+      if (g_stop) {
+        for (Running& r : running) {
+          if (!r.signalled) kill(r.pid, SIGINT);  // a training checkpoints and stops
+          r.signalled = true;
+        }
+      }
+      const auto now = Clock::now();
+      if (now - last_print >= std::chrono::seconds(tty_ ? 1 : 60)) {
+        print_progress(running, jobs.size());
+        last_print = now;
+      }
+    }
+    if (tty_) fmt::print(stderr, "\n");
+    print_progress(running, jobs.size());
+    if (!tty_) fmt::print(stderr, "\n");
+    finished_ = 0;
+    CEMFRAC_CHECK(!g_stop, "interrupted: run the same command again to resume (finished jobs are kept)");
+    CEMFRAC_CHECK(failure.empty(), "{}", failure);
+  }
+
+ private:
+  Running launch(const Job& job) {
+    fs::create_directories(fs::path(job.log).parent_path());
+    std::vector<std::string> argv_s = {exe_, "--threads", std::to_string(threads_)};
+    argv_s.insert(argv_s.end(), job.args.begin(), job.args.end());
+    std::vector<char*> argv;
+    for (std::string& s : argv_s) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, job.log.c_str(),
+                                     O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (job.capture.empty()) {
+      posix_spawn_file_actions_adddup2(&actions, STDERR_FILENO, STDOUT_FILENO);
+    } else {
+      posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, (job.capture + ".tmp").c_str(),
+                                       O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    }
+    {
+      std::ofstream log(job.log, std::ios::app);
+      log << "== cemfrac";
+      for (size_t i = 1; i < argv_s.size(); ++i) log << ' ' << argv_s[i];
+      log << '\n';
+    }
+    pid_t pid = 0;
+    const int rc = posix_spawn(&pid, exe_.c_str(), &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    CEMFRAC_CHECK(rc == 0, "cannot start {}: {}", exe_, std::strerror(rc));
+    Running r;
+    r.job = job;
+    r.pid = pid;
+    if (!job.dir.empty()) r.tokens_at_start = run_tokens_now(job.dir);
+    return r;
+  }
+
+  // "" when the job succeeded (a diverged training counts: it is a result), else the problem.
+  std::string finish(const Job& job, int status) {
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (!job.capture.empty()) {
+      if (code == 0) {
+        fs::rename(job.capture + ".tmp", job.capture);
+        return "";
+      }
+      fs::remove(job.capture + ".tmp");
+      if (g_stop) return "";
+      return fmt::format("{} failed (exit {}): {} (log: {})", job.label, code, log_problem(job.log), job.log);
+    }
+    const auto summary = read_json(job.dir + "/summary.json");
+    const std::string st = summary ? summary->value("status", "") : "";
+    if (st == "completed" || st == "diverged" || (g_stop && st == "interrupted")) return "";
+    if (g_stop) return "";
+    return fmt::format("{} failed (exit {}): {} (log: {})", job.label, code, log_problem(job.log), job.log);
+  }
+
+  void print_progress(const std::vector<Running>& running, size_t n_jobs) {
+    double live = 0;
+    std::string names;
+    for (const Running& r : running) {
+      double frac = 0;
+      if (!r.job.dir.empty() && r.job.tokens > 0) {
+        const int64_t now = run_tokens_now(r.job.dir);
+        frac = std::clamp(static_cast<double>(now) / static_cast<double>(r.job.tokens), 0.0, 1.0);
+        live += r.job.est_s * std::clamp(static_cast<double>(now - r.tokens_at_start) /
+                                             static_cast<double>(r.job.tokens), 0.0, 1.0);
+      }
+      names += fmt::format("{}{}{}", names.empty() ? "" : ", ", r.job.label,
+                           r.job.dir.empty() ? "" : fmt::format(" {:.0f}%", 100 * frac));
+    }
+    const double elapsed = std::chrono::duration<double>(Clock::now() - started_).count();
+    const double done = done_est_ + live;
+    const double eta = done > 0 ? (total_est_ - done) * elapsed / done : total_est_;
+    const std::string line = fmt::format(
+        "[{} {}] {:.0f}% | {}/{} jobs | elapsed {} | ETA {}{}{}", title_, phase_,
+        total_est_ > 0 ? 100 * done / total_est_ : 100.0, finished_, n_jobs, duration_text(elapsed),
+        duration_text(eta), names.empty() ? "" : " | ", names);
+    if (tty_) {
+      fmt::print(stderr, "\r\033[K{}", line.substr(0, 200));
+    } else {
+      fmt::print(stderr, "{}\n", line);
+    }
+    std::fflush(stderr);
+  }
+
+  std::string exe_;
+  int jobs_;
+  int threads_;
+  std::string title_;
+  bool tty_;
+  std::string phase_;
+  double total_est_ = 0, done_est_ = 0;
+  size_t finished_ = 0;
+  Clock::time_point started_;
+};
+
+// ---------------------------------------------------------------------------------------------------
+// Training runs.
+
+struct TrainSpec {
+  std::string label;
+  std::string config;
+  std::vector<std::string> sets;  // the run's, then the budget's
+  std::string dir;
+  int64_t tokens = 0;
+  int64_t steps = 0;
+};
+
+int64_t tokens_per_step(const RunConfig& c) {
+  if (c.train.tokens_per_step > 0) return c.train.tokens_per_step;
+  const int64_t seq = c.train.seq_len > 0 ? c.train.seq_len : c.model.context;
+  return c.train.micro_batch * seq;
+}
+
+// The budget overrides of one training: steps for `tokens`, warm-up 10%, lr and seed, validation
+// `val_points` times, checkpoints for resuming.
+TrainSpec make_train(const SuiteRun& run, const std::string& data, const std::string& label,
+                     const std::string& dir, int64_t tokens, double lr, double lr_min_ratio, uint64_t seed,
+                     int64_t val_points, const std::vector<std::string>& extra = {}) {
+  const RunConfig base = load_run_config(run.config, run.sets);
+  const int64_t per_step = tokens_per_step(base);
+  const int64_t steps = std::max<int64_t>(1, (tokens + per_step - 1) / per_step);
+  TrainSpec t;
+  t.label = label;
+  t.config = run.config;
+  t.sets = run.sets;
+  t.dir = dir;
+  t.steps = steps;
+  t.tokens = steps * per_step;
+  const std::vector<std::string> budget = {
+      fmt::format("train.steps={}", steps),
+      fmt::format("train.warmup_steps={}", std::max<int64_t>(1, steps / 10)),
+      fmt::format("train.lr_max={}", lr_text(lr)),
+      fmt::format("train.lr_min={}", lr_text(lr * lr_min_ratio)),
+      fmt::format("train.seed={}", seed),
+      fmt::format("train.eval_every={}", std::max<int64_t>(1, steps / val_points)),
+      fmt::format("train.log_every={}", std::max<int64_t>(1, steps / 200)),
+      fmt::format("train.checkpoint_every={}", std::max<int64_t>(1, steps / 5)),
+      "train.keep_checkpoints=1",
+  };
+  t.sets.insert(t.sets.end(), budget.begin(), budget.end());
+  // The suite's dataset (only when the config names another, so the recorded settings stay short).
+  if (base.data.path != data) t.sets.push_back("data.path=" + data);
+  t.sets.insert(t.sets.end(), extra.begin(), extra.end());
+  (void)load_run_config(t.config, t.sets);  // checked now
+  return t;
+}
+
+bool has_checkpoint(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir + "/checkpoints", ec)) return false;
+  for (const auto& e : fs::directory_iterator(dir + "/checkpoints", ec))
+    if (e.path().filename().string().rfind("step-", 0) == 0) return true;
+  return false;
+}
+
+std::string train_status(const std::string& dir) {
+  const auto s = read_json(dir + "/summary.json");
+  return s ? s->value("status", "") : "";
+}
+
+// The job that brings `t` to completion, or nullopt when it is complete (or diverged) already.
+// A directory trained with other settings is refused.
+std::optional<Job> train_job(const TrainSpec& t, double est_s_per_token) {
+  const json settings = {{"config", t.config}, {"set", t.sets}};
+  const std::string stamp = t.dir + "/compare-run.json";
+  if (const auto old = read_json(stamp)) {
+    CEMFRAC_CHECK(*old == settings,
+                  "{} was trained with other settings than the suite now gives (see {}): remove that "
+                  "directory to train it again, or restore the suite",
+                  t.dir, stamp);
+  } else if (fs::exists(t.dir) && !fs::is_empty(t.dir)) {
+    fail("{} exists and was not made by cemfrac compare: remove it or choose another --out", t.dir);
+  }
+  const std::string status = train_status(t.dir);
+  if (status == "completed" || status == "diverged") return std::nullopt;
+  fs::create_directories(t.dir);
+  write_file_atomic(stamp, settings.dump(2) + "\n");
+  Job j;
+  j.label = t.label;
+  j.dir = t.dir;
+  j.log = t.dir + "/train.log";
+  j.tokens = t.tokens;
+  j.est_s = est_s_per_token * static_cast<double>(t.tokens);
+  j.args = {"train", "--config", t.config, "--out", t.dir, "--quiet"};
+  for (const std::string& s : t.sets) {
+    j.args.push_back("--set");
+    j.args.push_back(s);
+  }
+  if (has_checkpoint(t.dir)) {
+    j.args.push_back("--resume");
+    j.args.push_back(t.dir);
+  }
+  return j;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The suite's state.
+
+struct RunPlan {
+  const SuiteRun* run = nullptr;
+  int64_t params = 0;
+  int64_t per_step = 0;
+  double s_per_token = 0;  // measured, at the planned threads
+  double lr = 0;           // chosen (0 until known)
+  std::map<std::string, std::optional<double>> lr_search;  // lr text -> final val loss (nullopt: diverged)
+};
+
+std::string stem(const std::string& path) { return fs::path(path).stem().string(); }
+
+std::string eval_path(const std::string& dir, const std::string& split, const std::string& variant) {
+  return variant.empty() ? fmt::format("{}/eval-{}.json", dir, split)
+                         : fmt::format("{}/eval-{}@{}.json", dir, split, variant);
+}
+
+std::string text_eval_path(const std::string& dir, const std::string& text) {
+  return fmt::format("{}/eval-text-{}.json", dir, stem(text));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Report.
+
+struct SeedResult {
+  uint64_t seed = 0;
+  bool diverged = false;
+  std::optional<double> val_loss;  // last validation of the run
+  std::optional<double> best_val_loss;
+  std::optional<double> test_loss, test_ppl, test_bpb;
+  std::map<std::string, double> text_loss;     // stem -> loss
+  std::map<std::string, double> variant_loss;  // variant -> loss on the eval split
+  double tokens_per_s = 0;                     // median over logged steps
+  double train_s = 0;
+  std::vector<std::pair<double, double>> val_curve;  // (tokens, val loss)
+};
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+SeedResult collect(const std::string& dir, uint64_t seed, const Suite& suite, const SuiteRun& run) {
+  SeedResult r;
+  r.seed = seed;
+  const auto summary = read_json(dir + "/summary.json");
+  r.diverged = summary && summary->value("status", "") == "diverged";
+  if (summary) {
+    if ((*summary)["last_val_loss"].is_number()) r.val_loss = (*summary)["last_val_loss"].get<double>();
+    if ((*summary)["best_val_loss"].is_number())
+      r.best_val_loss = (*summary)["best_val_loss"].get<double>();
+  }
+  std::vector<double> rates;
+  for (const json& m : read_jsonl(dir + "/metrics.jsonl")) {
+    if (m["tokens_per_s"].is_number()) rates.push_back(m["tokens_per_s"].get<double>());
+    if (m["elapsed_s"].is_number()) r.train_s = m["elapsed_s"].get<double>();
+    if (m["val_loss"].is_number())
+      r.val_curve.emplace_back(m["tokens"].get<double>(), m["val_loss"].get<double>());
+  }
+  r.tokens_per_s = median(rates);
+  if (const auto e = read_json(eval_path(dir, suite.eval_split, ""))) {
+    r.test_loss = (*e)["mean_loss"].get<double>();
+    r.test_ppl = (*e)["perplexity"].get<double>();
+    if ((*e)["bits_per_byte"].is_number()) r.test_bpb = (*e)["bits_per_byte"].get<double>();
+  }
+  for (const SuiteVariant& v : run.variants)
+    if (const auto e = read_json(eval_path(dir, suite.eval_split, v.name)))
+      r.variant_loss[v.name] = (*e)["mean_loss"].get<double>();
+  for (const std::string& t : suite.eval_text)
+    if (const auto e = read_json(text_eval_path(dir, t))) r.text_loss[stem(t)] = (*e)["mean_loss"].get<double>();
+  return r;
+}
+
+std::optional<double> metric_of(const SeedResult& r, const std::string& metric, const std::string& variant) {
+  if (r.diverged) return std::nullopt;
+  if (!variant.empty()) {
+    auto it = r.variant_loss.find(variant);
+    return it == r.variant_loss.end() ? std::nullopt : std::optional<double>(it->second);
+  }
+  if (metric == "test_loss") return r.test_loss;
+  if (metric == "val_loss") return r.val_loss;
+  const std::string name = metric.substr(std::string("text_loss:").size());
+  auto it = r.text_loss.find(name);
+  return it == r.text_loss.end() ? std::nullopt : std::optional<double>(it->second);
+}
+
+std::string pm(const MeanSd& m, const char* fmt_spec = "{:.3f}") {
+  if (m.n == 0) return "—";
+  const std::string mean = fmt::format(fmt::runtime(fmt_spec), m.mean);
+  if (m.n < 2) return mean;
+  return mean + " ± " + fmt::format(fmt::runtime(fmt_spec), m.sd);
+}
+
+std::string with_commas(int64_t v) {
+  std::string s = std::to_string(v), out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i > 0 && (s.size() - i) % 3 == 0) out += ',';
+    out += s[i];
+  }
+  return out;
+}
+
+struct Report {
+  json results;
+  std::string markdown;
+  std::map<std::string, std::string> plots;  // file name -> SVG
+};
+
+Report make_report(const Suite& suite, const std::vector<RunPlan>& plans, const std::string& out,
+                   int64_t train_split_tokens, const json& provenance) {
+  Report rep;
+  std::map<std::string, std::vector<SeedResult>> results;
+  for (const RunPlan& p : plans)
+    for (uint64_t seed : p.run->seeds)
+      results[p.run->name].push_back(
+          collect(fmt::format("{}/final/{}/seed-{}", out, p.run->name, seed), seed, suite, *p.run));
+
+  json& J = rep.results;
+  J["suite"] = suite.name;
+  J["suite_file"] = suite.path;
+  J["description"] = suite.description;
+  J["provenance"] = provenance;
+  J["data"] = suite.data;
+  J["eval_split"] = suite.eval_split;
+  J["train_split_tokens"] = train_split_tokens;
+
+  std::string md;
+  md += fmt::format("# Suite `{}`\n\n{}\n\n", suite.name, suite.description);
+  md += fmt::format("**Command:** `{}`  \n**Machine:** {}  \n**Date:** {}  \n**Commit:** {}  \n"
+                    "**Wall time of this invocation:** {}\n\n",
+                    provenance.value("command", ""), provenance.value("machine", ""),
+                    provenance.value("date", ""), provenance.value("commit", ""),
+                    provenance.value("wall_time", ""));
+  md += fmt::format("Data: `{}` (training split {} tokens); final numbers on the `{}` split. Loss in nats "
+                    "per token; mean ± sample standard deviation over seeds.\n\n",
+                    suite.data, with_commas(train_split_tokens), suite.eval_split);
+
+  // Runs table.
+  md += "## Runs\n\n| run | params | tokens (epochs) | seeds | lr | val loss | " + suite.eval_split +
+        " loss | " + suite.eval_split + " ppl | " + suite.eval_split + " bits/byte |";
+  for (const std::string& t : suite.eval_text) md += fmt::format(" {} loss |", stem(t));
+  md += " tokens/s (median step) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|";
+  for (size_t i = 0; i < suite.eval_text.size(); ++i) md += "---:|";
+  md += "---:|\n";
+  json runs = json::array();
+  std::vector<std::string> notes;
+  for (const RunPlan& p : plans) {
+    const auto& rs = results[p.run->name];
+    std::vector<double> val, test, ppl, bpb, rate;
+    std::map<std::string, std::vector<double>> text;
+    int diverged = 0;
+    json seeds = json::array();
+    for (const SeedResult& r : rs) {
+      json s = {{"seed", r.seed}, {"diverged", r.diverged}, {"tokens_per_s", r.tokens_per_s},
+                {"train_s", r.train_s}};
+      auto opt = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
+      s["val_loss"] = opt(r.val_loss);
+      s["best_val_loss"] = opt(r.best_val_loss);
+      s["test_loss"] = opt(r.test_loss);
+      s["test_perplexity"] = opt(r.test_ppl);
+      s["test_bits_per_byte"] = opt(r.test_bpb);
+      s["text_loss"] = r.text_loss;
+      s["variant_loss"] = r.variant_loss;
+      s["val_curve"] = r.val_curve;
+      seeds.push_back(s);
+      if (r.diverged) {
+        ++diverged;
+        continue;
+      }
+      if (r.val_loss) val.push_back(*r.val_loss);
+      if (r.test_loss) test.push_back(*r.test_loss);
+      if (r.test_ppl) ppl.push_back(*r.test_ppl);
+      if (r.test_bpb) bpb.push_back(*r.test_bpb);
+      for (const auto& [k, v] : r.text_loss) text[k].push_back(v);
+      rate.push_back(r.tokens_per_s);
+      if (r.val_loss && r.best_val_loss && *r.val_loss > *r.best_val_loss + 0.01)
+        notes.push_back(fmt::format("{} seed {}: final validation loss {:.3f} is above its best {:.3f} "
+                                    "(overfitting or instability)",
+                                    p.run->name, r.seed, *r.val_loss, *r.best_val_loss));
+    }
+    const int64_t tokens = ((p.run->tokens + p.per_step - 1) / p.per_step) * p.per_step;
+    const double epochs = train_split_tokens > 0 ? static_cast<double>(tokens) / static_cast<double>(train_split_tokens) : 0;
+    md += fmt::format("| {}{} | {} | {} ({:.2f}) | {} | {} | {} | {} | {} | {} |", p.run->name,
+                      diverged ? fmt::format(" ({} diverged)", diverged) : "", with_commas(p.params),
+                      with_commas(tokens), epochs, p.run->seeds.size(),
+                      p.lr > 0 ? lr_text(p.lr) + (p.run->lr_from.empty() ? "" : " (from " + p.run->lr_from + ")")
+                               : "—",
+                      pm(mean_sd(val)), pm(mean_sd(test)), pm(mean_sd(ppl), "{:.1f}"), pm(mean_sd(bpb)));
+    for (const std::string& t : suite.eval_text) md += " " + pm(mean_sd(text[stem(t)])) + " |";
+    md += " " + pm(mean_sd(rate), "{:.0f}") + " |\n";
+    json lrj = json::object();
+    for (const auto& [k, v] : p.lr_search) lrj[k] = v ? json(*v) : json(nullptr);
+    runs.push_back({{"name", p.run->name},
+                    {"config", p.run->config},
+                    {"set", p.run->sets},
+                    {"params", p.params},
+                    {"tokens", tokens},
+                    {"epochs", epochs},
+                    {"lr", p.lr},
+                    {"lr_from", p.run->lr_from},
+                    {"lr_search", lrj},
+                    {"seeds", seeds}});
+  }
+  J["runs"] = runs;
+  md += "\n";
+  for (const std::string& n : notes) md += "- " + n + "\n";
+  if (!notes.empty()) md += "\n";
+
+  // Learning-rate search.
+  bool any_search = false;
+  for (const RunPlan& p : plans) any_search = any_search || !p.lr_search.empty();
+  if (any_search) {
+    md += fmt::format("## Learning-rate search ({} tokens, first seed, final validation loss)\n\n",
+                      with_commas(suite.lr_search_tokens));
+    md += "| run | lr: val loss |\n|---|---|\n";
+    for (const RunPlan& p : plans) {
+      if (p.lr_search.empty()) continue;
+      std::string cells;
+      for (const auto& [k, v] : p.lr_search)
+        cells += fmt::format("{}{}: {}", cells.empty() ? "" : ", ", k, v ? fmt::format("{:.3f}", *v) : "diverged");
+      md += fmt::format("| {} | {} (chose {}) |\n", p.run->name, cells, lr_text(p.lr));
+    }
+    md += "\n";
+  }
+
+  // Test-time variants.
+  bool any_variant = false;
+  for (const RunPlan& p : plans) any_variant = any_variant || !p.run->variants.empty();
+  if (any_variant) {
+    md += fmt::format("## Test-time variants ({} split, same checkpoints)\n\n", suite.eval_split);
+    md += "| run | variant | set | loss | perplexity |\n|---|---|---|---:|---:|\n";
+    for (const RunPlan& p : plans) {
+      for (const SuiteVariant& v : p.run->variants) {
+        std::vector<double> l, pp;
+        for (const SeedResult& r : results[p.run->name]) {
+          auto it = r.variant_loss.find(v.name);
+          if (it == r.variant_loss.end() || r.diverged) continue;
+          l.push_back(it->second);
+          pp.push_back(std::exp(it->second));
+        }
+        std::string sets;
+        for (const std::string& s : v.sets) sets += (sets.empty() ? "" : " ") + s;
+        md += fmt::format("| {} | {} | `{}` | {} | {} |\n", p.run->name, v.name, sets, pm(mean_sd(l)),
+                          pm(mean_sd(pp), "{:.1f}"));
+      }
+    }
+    md += "\n";
+  }
+
+  // Claims.
+  json claims = json::array();
+  if (!suite.claims.empty()) {
+    md += "## Claims\n\nd = a − b of the metric (nats per token, lower is better), paired over the seeds both "
+          "rows share; 95% interval from Student's t with n − 1 degrees of freedom. `better`: supported "
+          "when the interval lies below 0, contradicted when above 0; `not_worse` (margin m): supported "
+          "when below +m, contradicted when above +m; otherwise, or with fewer than 2 seeds, "
+          "inconclusive.\n\n";
+    md += "| claim | a | b | metric | test | d (mean) | 95% interval | n | verdict |\n"
+          "|---|---|---|---|---|---:|---|---:|---|\n";
+    for (const SuiteClaim& c : suite.claims) {
+      std::vector<Verdict> vs;
+      json pairs = json::array();
+      std::string rows;
+      for (const std::string& a : c.a) {
+        const auto [an, av] = split_row(a);
+        const auto [bn, bv] = split_row(c.b);
+        std::vector<double> xa, xb;
+        std::vector<uint64_t> used;
+        for (const SeedResult& ra : results[an]) {
+          for (const SeedResult& rb : results[bn]) {
+            if (ra.seed != rb.seed) continue;
+            const auto va = metric_of(ra, c.metric, av), vb = metric_of(rb, c.metric, bv);
+            if (!va || !vb) continue;
+            xa.push_back(*va);
+            xb.push_back(*vb);
+            used.push_back(ra.seed);
+          }
+        }
+        const PairedDiff d = paired_difference(xa, xb);
+        const Verdict v = d.diff.n == 0 ? Verdict::kInconclusive : verdict(d, c.test, c.margin);
+        vs.push_back(v);
+        pairs.push_back({{"a", a}, {"b", c.b}, {"seeds", used}, {"a_values", xa}, {"b_values", xb},
+                         {"mean_diff", d.diff.mean}, {"sd_diff", d.diff.sd}, {"n", d.diff.n},
+                         {"lo", d.has_interval ? json(d.lo) : json(nullptr)},
+                         {"hi", d.has_interval ? json(d.hi) : json(nullptr)}, {"verdict", to_string(v)}});
+        const std::string test = c.test == "better" ? "better" : fmt::format("not_worse (m = {:g})", c.margin);
+        rows += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", c.id, a, c.b, c.metric, test,
+                            d.diff.n ? fmt::format("{:+.4f}", d.diff.mean) : "—",
+                            d.has_interval ? fmt::format("[{:+.4f}, {:+.4f}]", d.lo, d.hi) : "—", d.diff.n,
+                            to_string(v));
+      }
+      const Verdict overall = combine(vs);
+      md += rows;
+      claims.push_back({{"id", c.id}, {"text", c.text}, {"source", c.source}, {"test", c.test},
+                        {"margin", c.margin}, {"metric", c.metric}, {"pairs", pairs},
+                        {"verdict", to_string(overall)}});
+    }
+    md += "\n| claim | statement | source | verdict |\n|---|---|---|---|\n";
+    for (const json& c : claims)
+      md += fmt::format("| {} | {} | {} | **{}** |\n", c["id"].get<std::string>(), c["text"].get<std::string>(),
+                        c["source"].get<std::string>(), c["verdict"].get<std::string>());
+    md += "\n";
+  }
+  J["claims"] = claims;
+
+  // Plots.
+  {
+    Plot val;
+    val.title = fmt::format("{}: validation loss during training (band: ± sd over seeds)", suite.name);
+    val.x_label = "training tokens";
+    val.y_label = "validation loss (nats/token)";
+    for (const RunPlan& p : plans) {
+      PlotSeries s;
+      s.name = p.run->name;
+      std::map<double, std::vector<double>> at;
+      for (const SeedResult& r : results[p.run->name])
+        if (!r.diverged)
+          for (const auto& [t, v] : r.val_curve) at[t].push_back(v);
+      for (const auto& [t, v] : at) {
+        const MeanSd m = mean_sd(v);
+        s.x.push_back(t);
+        s.y.push_back(m.mean);
+        s.lo.push_back(m.mean - m.sd);
+        s.hi.push_back(m.mean + m.sd);
+      }
+      val.series.push_back(s);
+    }
+    rep.plots["val_loss.svg"] = to_svg(val);
+
+    Plot ppl;
+    ppl.title = fmt::format("{}: {} perplexity (error bars: ± sd over seeds)", suite.name, suite.eval_split);
+    ppl.y_label = suite.eval_split + " perplexity";
+    Plot pvp;
+    pvp.title = fmt::format("{}: parameters against {} perplexity", suite.name, suite.eval_split);
+    pvp.x_label = "parameters";
+    pvp.y_label = suite.eval_split + " perplexity";
+    PlotSeries bars;
+    bars.name = suite.eval_split + " perplexity";
+    bars.line = false;
+    bars.band = false;
+    for (size_t i = 0; i < plans.size(); ++i) {
+      std::vector<double> v;
+      for (const SeedResult& r : results[plans[i].run->name])
+        if (!r.diverged && r.test_ppl) v.push_back(*r.test_ppl);
+      const MeanSd m = mean_sd(v);
+      ppl.categories.push_back(plans[i].run->name);
+      const double y = m.n ? m.mean : std::nan("");
+      bars.x.push_back(static_cast<double>(i));
+      bars.y.push_back(y);
+      bars.lo.push_back(y - m.sd);
+      bars.hi.push_back(y + m.sd);
+      PlotSeries pt;
+      pt.name = plans[i].run->name;
+      pt.line = false;
+      pt.band = false;
+      pt.x = {static_cast<double>(plans[i].params)};
+      pt.y = {y};
+      pt.lo = {y - m.sd};
+      pt.hi = {y + m.sd};
+      pvp.series.push_back(pt);
+    }
+    ppl.series.push_back(bars);
+    rep.plots["perplexity.svg"] = to_svg(ppl);
+    rep.plots["params_vs_perplexity.svg"] = to_svg(pvp);
+
+    Plot steps;
+    steps.title = fmt::format("{}: CEM steps T at test time ({} perplexity, ± sd over seeds)", suite.name,
+                              suite.eval_split);
+    steps.x_label = "model.cem.steps at evaluation";
+    steps.y_label = suite.eval_split + " perplexity";
+    steps.log_x = true;
+    for (const RunPlan& p : plans) {
+      PlotSeries s;
+      s.name = p.run->name;
+      for (const SuiteVariant& v : p.run->variants) {
+        if (v.cem_steps <= 0) continue;
+        std::vector<double> pp;
+        for (const SeedResult& r : results[p.run->name]) {
+          auto it = r.variant_loss.find(v.name);
+          if (!r.diverged && it != r.variant_loss.end()) pp.push_back(std::exp(it->second));
+        }
+        const MeanSd m = mean_sd(pp);
+        s.x.push_back(static_cast<double>(v.cem_steps));
+        s.y.push_back(m.n ? m.mean : std::nan(""));
+        s.lo.push_back(m.mean - m.sd);
+        s.hi.push_back(m.mean + m.sd);
+      }
+      s.band = false;
+      if (!s.x.empty()) steps.series.push_back(s);
+    }
+    if (!steps.series.empty()) rep.plots["cem_test_time_steps.svg"] = to_svg(steps);
+  }
+  md += "## Plots\n\n";
+  for (const auto& [name, svg] : rep.plots) md += fmt::format("- [{}](plots/{})\n", name, name);
+  md += "\n";
+  rep.markdown = md;
+  return rep;
+}
+
+// ---------------------------------------------------------------------------------------------------
+
+std::string machine_text() {
+  std::string cpu;
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      cpu = line.substr(line.find(':') + 2);
+      break;
+    }
+  }
+  double load[3] = {0, 0, 0};
+  getloadavg(load, 3);
+  return fmt::format("{}, {} cores, BLAS core {}; load average {:.2f} at the end", cpu.empty() ? "?" : cpu,
+                     std::thread::hardware_concurrency(), blas_status().core, load[0]);
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M UTC", std::gmtime(&t));
+  return buf;
+}
+
+}  // namespace
+
+Command add_compare(CLI::App& root, const GlobalOptions& global) {
+  struct Flags {
+    std::string suite;
+    std::string out;
+    int jobs = 1;
+    std::vector<std::string> eval_text;
+    bool plan_only = false;
+  };
+  auto f = std::make_shared<Flags>();
+  CLI::App* app = root.add_subcommand(
+      "compare", "Train and evaluate a suite of runs (configs/suites/*.toml) and test its claims");
+  app->add_option("--suite", f->suite, "Suite file (TOML: [suite], [[run]], [[claim]]; docs/compare.md)")
+      ->required();
+  app->add_option("--out", f->out, "Output folder (default runs/suites/<suite name>)");
+  app->add_option("--jobs", f->jobs, "Trainings/evaluations at once; --threads is split between them")
+      ->check(CLI::Range(1, 64));
+  app->add_option("--eval-text", f->eval_text, "Also evaluate every final run on this text file (repeatable)");
+  app->add_flag("--plan", f->plan_only, "Print the plan (with the timed steps) and stop");
+  const GlobalOptions* g = &global;
+  auto run = [f, g]() {
+    const auto wall_start = Clock::now();
+    Suite suite = load_suite(f->suite);
+    for (const std::string& t : f->eval_text) suite.eval_text.push_back(t);
+    std::set<std::string> stems;
+    for (const std::string& t : suite.eval_text) {
+      CEMFRAC_CHECK(fs::is_regular_file(t), "eval text '{}' not found", t);
+      CEMFRAC_CHECK(stems.insert(stem(t)).second, "two eval texts named '{}'", stem(t));
+    }
+    for (const SuiteClaim& c : suite.claims)
+      if (c.metric.rfind("text_loss:", 0) == 0)
+        CEMFRAC_CHECK(stems.count(c.metric.substr(10)), "claim '{}': metric {} names no eval text", c.id,
+                      c.metric);
+    const auto meta = read_json(suite.data + "/meta.json");
+    CEMFRAC_CHECK(meta.has_value(),
+                  "{}/meta.json not found: prepare the data first (cemfrac prepare --corpus brown "
+                  "--tokenizer sp:4096 --out {})",
+                  suite.data, suite.data);
+    const int64_t train_tokens = (*meta)["splits"]["train"].value("tokens", int64_t{0});
+    const int64_t eval_tokens = (*meta)["splits"][suite.eval_split].value("tokens", int64_t{0});
+    const std::string out = f->out.empty() ? "runs/suites/" + suite.name : f->out;
+    const int total_threads = g->threads > 0 ? g->threads : static_cast<int>(std::thread::hardware_concurrency());
+    const int threads = std::max(1, total_threads / f->jobs);
+    const std::string exe = fs::read_symlink("/proc/self/exe").string();
+    fs::create_directories(out);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    Runner runner(exe, f->jobs, threads, suite.name);
+
+    // 1. Plan: a timed 3-step training of every run.
+    std::vector<RunPlan> plans;
+    std::vector<Job> timing;
+    for (const SuiteRun& r : suite.runs) {
+      RunPlan p;
+      p.run = &r;
+      const RunConfig c = load_run_config(r.config, r.sets);
+      p.per_step = tokens_per_step(c);
+      p.params = LmModel(c.model, torch::kMeta)->num_parameters();
+      plans.push_back(p);
+      TrainSpec t = make_train(r, suite.data, "time " + r.name, fmt::format("{}/plan/{}-t{}", out, r.name, threads),
+                               3 * p.per_step, r.lr.empty() ? 1e-3 : r.lr.front(), suite.lr_min_ratio, 1, 1,
+                               {fmt::format("train.eval_tokens={}", p.per_step)});
+      if (auto j = train_job(t, 0)) {
+        j->est_s = 1;
+        timing.push_back(*j);
+      }
+    }
+    if (!timing.empty()) {
+      fmt::print("timing 3 training steps of each run ({} thread(s) each)...\n", threads);
+      std::fflush(stdout);
+    }
+    runner.run(timing, "timing");
+    for (RunPlan& p : plans) {
+      const auto m = read_jsonl(fmt::format("{}/plan/{}-t{}/metrics.jsonl", out, p.run->name, threads));
+      double rate = 0;
+      for (const json& line : m)
+        if (line["tokens_per_s"].is_number()) rate = line["tokens_per_s"].get<double>();  // the last step
+      p.s_per_token = rate > 0 ? 1 / rate : 0;
+    }
+
+    // Estimates: training tokens at the measured rate; validation and test scoring as forward passes
+    // (a third of a training step per token, twice the tokens for half-overlapping windows).
+    auto val_cost = [&](const RunPlan& p, int64_t points) {
+      const RunConfig c = load_run_config(p.run->config, p.run->sets);
+      return static_cast<double>(points) * static_cast<double>(c.train.eval_tokens) * p.s_per_token / 3;
+    };
+    const double eval_cost_tokens = 2.0 * static_cast<double>(eval_tokens) / 3;
+    double search_s = 0, final_s = 0, eval_s = 0;
+    std::string table = fmt::format("{:<24} {:>11} {:>9} {:>11} {:>8} {:>5} {:>22} {:>9}\n", "run", "params",
+                                    "tok/step", "tokens", "epochs", "seeds", "lr", "est.");
+    for (const RunPlan& p : plans) {
+      const SuiteRun& r = *p.run;
+      const int64_t tokens = ((r.tokens + p.per_step - 1) / p.per_step) * p.per_step;
+      const double fin = static_cast<double>(r.seeds.size()) *
+                         (static_cast<double>(tokens) * p.s_per_token + val_cost(p, suite.val_points + 1));
+      const double search = r.lr_from.empty() && r.lr.size() > 1
+                                ? static_cast<double>(r.lr.size()) *
+                                      (static_cast<double>(suite.lr_search_tokens) * p.s_per_token + val_cost(p, 2))
+                                : 0;
+      const double ev = static_cast<double>(r.seeds.size()) * p.s_per_token *
+                        (eval_cost_tokens * static_cast<double>(1 + r.variants.size()));
+      search_s += search;
+      final_s += fin;
+      eval_s += ev;
+      std::string lr = !r.lr_from.empty() ? "from " + r.lr_from
+                       : r.lr.size() == 1 ? lr_text(r.lr[0])
+                                          : fmt::format("grid of {}", r.lr.size());
+      table += fmt::format("{:<24} {:>11} {:>9} {:>11} {:>8.2f} {:>5} {:>22} {:>9}\n", r.name,
+                           with_commas(p.params), p.per_step, with_commas(tokens),
+                           train_tokens ? static_cast<double>(tokens) / static_cast<double>(train_tokens) : 0,
+                           r.seeds.size(), lr, duration_text((fin + search + ev) / f->jobs));
+    }
+    double load[3] = {0, 0, 0};
+    getloadavg(load, 3);
+    fmt::print("suite {} ({}) -> {}\n{}\n\n{}\n", suite.name, suite.path, out, suite.description, table);
+    fmt::print("estimated time: {} (learning-rate search {}, final runs {}, evaluations {}), {} job(s) x {} "
+               "thread(s), from 3 timed steps per run on this machine now (load average {:.2f})\n",
+               duration_text((search_s + final_s + eval_s) / f->jobs), duration_text(search_s / f->jobs),
+               duration_text(final_s / f->jobs), duration_text(eval_s / f->jobs), f->jobs, threads, load[0]);
+    std::fflush(stdout);
+    if (f->plan_only) return 0;
+
+    // 2. Learning rates.
+    std::vector<Job> search;
+    for (RunPlan& p : plans) {
+      const SuiteRun& r = *p.run;
+      if (!r.lr_from.empty()) continue;
+      if (r.lr.size() == 1) {
+        p.lr = r.lr[0];
+        continue;
+      }
+      for (double lr : r.lr) {
+        TrainSpec t = make_train(r, suite.data, fmt::format("lr {} {}", r.name, lr_text(lr)),
+                                 fmt::format("{}/lr/{}/lr-{}", out, r.name, lr_text(lr)), suite.lr_search_tokens,
+                                 lr, suite.lr_min_ratio, r.seeds.front(), 1);
+        if (auto j = train_job(t, p.s_per_token)) search.push_back(*j);
+      }
+    }
+    runner.run(search, "lr search");
+    for (RunPlan& p : plans) {
+      const SuiteRun& r = *p.run;
+      if (!r.lr_from.empty() || r.lr.size() == 1) continue;
+      double best = std::numeric_limits<double>::infinity();
+      for (double lr : r.lr) {
+        const auto s = read_json(fmt::format("{}/lr/{}/lr-{}/summary.json", out, r.name, lr_text(lr)));
+        std::optional<double> v;
+        if (s && s->value("status", "") == "completed" && (*s)["last_val_loss"].is_number())
+          v = (*s)["last_val_loss"].get<double>();
+        p.lr_search[lr_text(lr)] = v;
+        if (v && *v < best) {
+          best = *v;
+          p.lr = lr;
+        }
+      }
+      CEMFRAC_CHECK(p.lr > 0, "run '{}': every learning rate of the grid diverged", r.name);
+    }
+    for (RunPlan& p : plans)
+      if (!p.run->lr_from.empty())
+        for (const RunPlan& q : plans)
+          if (q.run->name == p.run->lr_from) p.lr = q.lr;
+
+    // 3. Final runs.
+    std::vector<Job> finals;
+    for (const RunPlan& p : plans) {
+      for (uint64_t seed : p.run->seeds) {
+        TrainSpec t = make_train(*p.run, suite.data, fmt::format("{} s{}", p.run->name, seed),
+                                 fmt::format("{}/final/{}/seed-{}", out, p.run->name, seed), p.run->tokens, p.lr,
+                                 suite.lr_min_ratio, seed, suite.val_points);
+        if (auto j = train_job(t, p.s_per_token)) finals.push_back(*j);
+      }
+    }
+    runner.run(finals, "final");
+
+    // 4. Evaluations.
+    std::vector<Job> evals;
+    for (const RunPlan& p : plans) {
+      for (uint64_t seed : p.run->seeds) {
+        const std::string dir = fmt::format("{}/final/{}/seed-{}", out, p.run->name, seed);
+        if (train_status(dir) != "completed") continue;  // diverged: reported as such
+        auto add = [&](const std::string& label, const std::string& path, std::vector<std::string> args,
+                       double tokens) {
+          if (fs::exists(path)) return;
+          Job j;
+          j.label = label;
+          j.capture = path;
+          j.log = dir + "/eval.log";
+          j.est_s = tokens * p.s_per_token;
+          j.args = {"eval", "--checkpoint", dir, "--json"};
+          j.args.insert(j.args.end(), args.begin(), args.end());
+          evals.push_back(j);
+        };
+        const std::string data = suite.data + ":" + suite.eval_split;
+        add(fmt::format("eval {} s{}", p.run->name, seed), eval_path(dir, suite.eval_split, ""),
+            {"--data", data}, eval_cost_tokens);
+        for (const SuiteVariant& v : p.run->variants) {
+          std::vector<std::string> args = {"--data", data};
+          for (const std::string& s : v.sets) {
+            args.push_back("--set");
+            args.push_back(s);
+          }
+          add(fmt::format("eval {} s{} {}", p.run->name, seed, v.name), eval_path(dir, suite.eval_split, v.name),
+              args, eval_cost_tokens);
+        }
+        for (const std::string& t : suite.eval_text)
+          add(fmt::format("eval {} s{} {}", p.run->name, seed, stem(t)), text_eval_path(dir, t),
+              {"--text", t}, static_cast<double>(fs::file_size(t)) / 2);
+      }
+    }
+    runner.run(evals, "eval");
+
+    // 5. Report.
+    std::string command = "cemfrac";
+    if (g->threads > 0) command += fmt::format(" --threads {}", g->threads);
+    command += " compare --suite " + f->suite;
+    if (!f->out.empty()) command += " --out " + f->out;
+    if (f->jobs != 1) command += fmt::format(" --jobs {}", f->jobs);
+    for (const std::string& t : f->eval_text) command += " --eval-text " + t;
+    std::string commit = command_output("git rev-parse --short HEAD 2>/dev/null");
+    if (!commit.empty() && !command_output("git status --porcelain --untracked-files=no 2>/dev/null").empty())
+      commit += " (with uncommitted changes)";
+    const json provenance = {
+        {"command", command},
+        {"machine", machine_text()},
+        {"date", utc_now()},
+        {"commit", commit.empty() ? "unknown" : commit},
+        {"version", CEMFRAC_VERSION},
+        {"wall_time", duration_text(std::chrono::duration<double>(Clock::now() - wall_start).count()) +
+                          " (jobs already finished by an earlier invocation were reused, not timed)"}};
+    const Report rep = make_report(suite, plans, out, train_tokens, provenance);
+    fs::create_directories(out + "/plots");
+    for (const auto& [name, svg] : rep.plots) write_file_atomic(out + "/plots/" + name, svg);
+    write_file_atomic(out + "/results.json", rep.results.dump(2) + "\n");
+    write_file_atomic(out + "/results.md", rep.markdown);
+    fmt::print("\n{}", rep.markdown);
+    fmt::print("results: {}/results.md, {}/results.json; plots: {}/plots/\n", out, out, out);
+    return 0;
+  };
+  return {app, run};
+}
+
+}  // namespace cemfrac::cli

@@ -1,0 +1,397 @@
+// cemfrac compare: suite files and their one-line errors, the paired-t statistics against hand-computed
+// values, the verdict rules, the SVG plots (parsed as XML, series read back), and a tiny end-to-end
+// suite whose second invocation reuses every finished run instead of training it again.
+#include <gtest/gtest-spi.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "cemfrac/compare/plot.h"
+#include "cemfrac/compare/stats.h"
+#include "cemfrac/compare/suite.h"
+#include "cemfrac/core/check.h"
+#include "tests/test_util.h"
+
+namespace cemfrac {
+namespace {
+
+namespace fs = std::filesystem;
+
+// ---- a minimal XML well-formedness check (enough for the SVGs we write) ----------------------------
+
+struct XmlElement {
+  std::string name;
+  std::map<std::string, std::string> attrs;
+  std::vector<int> children;  // indices into the element list
+  int parent = -1;
+};
+
+// Parses `text` into elements (index 0 is the root); fails the test on any malformation.
+std::vector<XmlElement> parse_xml(const std::string& text) {
+  std::vector<XmlElement> out;
+  std::vector<int> stack;
+  size_t i = 0;
+  auto fail_at = [&](const std::string& why) {
+    ADD_FAILURE() << "XML: " << why << " at offset " << i;
+    out.clear();
+    return out;
+  };
+  auto check_text = [&](const std::string& t) {  // character data: only known entities
+    for (size_t k = 0; k < t.size(); ++k) {
+      if (t[k] == '<') return false;
+      if (t[k] == '&') {
+        const size_t semi = t.find(';', k);
+        if (semi == std::string::npos) return false;
+        const std::string e = t.substr(k, semi - k + 1);
+        if (e != "&amp;" && e != "&lt;" && e != "&gt;" && e != "&quot;" && e != "&apos;") return false;
+      }
+    }
+    return true;
+  };
+  while (i < text.size()) {
+    const size_t lt = text.find('<', i);
+    if (lt == std::string::npos) {
+      if (!check_text(text.substr(i))) return fail_at("bad character data");
+      break;
+    }
+    if (!check_text(text.substr(i, lt - i))) return fail_at("bad character data");
+    if (lt > i && stack.empty() && text.substr(i, lt - i).find_first_not_of(" \n\r\t") != std::string::npos)
+      return fail_at("text outside the root");
+    i = lt;
+    if (text.compare(i, 5, "<?xml") == 0) {
+      const size_t end = text.find("?>", i);
+      if (end == std::string::npos || !out.empty()) return fail_at("bad declaration");
+      i = end + 2;
+      continue;
+    }
+    const size_t gt = text.find('>', i);
+    if (gt == std::string::npos) return fail_at("unclosed tag");
+    std::string tag = text.substr(i + 1, gt - i - 1);
+    i = gt + 1;
+    if (!tag.empty() && tag[0] == '/') {
+      const std::string name = tag.substr(1);
+      if (stack.empty() || out[stack.back()].name != name) return fail_at("mismatched </" + name + ">");
+      stack.pop_back();
+      continue;
+    }
+    const bool self_closing = !tag.empty() && tag.back() == '/';
+    if (self_closing) tag.pop_back();
+    static const std::regex name_re(R"(^([A-Za-z_][\w.-]*))");
+    std::smatch m;
+    if (!std::regex_search(tag, m, name_re)) return fail_at("bad element name");
+    XmlElement e;
+    e.name = m[1];
+    std::string rest = tag.substr(m[0].length());
+    static const std::regex attr_re(R"(^\s+([A-Za-z_][\w.:-]*)=\"([^\"<]*)\")");
+    while (std::regex_search(rest, m, attr_re)) {
+      if (!check_text(m[2])) return fail_at("bad attribute value");
+      if (!e.attrs.emplace(m[1], m[2]).second) return fail_at("duplicate attribute " + std::string(m[1]));
+      rest = rest.substr(m[0].length());
+    }
+    if (rest.find_first_not_of(" \n\t") != std::string::npos) return fail_at("bad attributes: " + rest);
+    if (stack.empty() && !out.empty()) return fail_at("second root element");
+    e.parent = stack.empty() ? -1 : stack.back();
+    out.push_back(e);
+    const int idx = static_cast<int>(out.size()) - 1;
+    if (e.parent >= 0) out[e.parent].children.push_back(idx);
+    if (!self_closing) stack.push_back(idx);
+  }
+  if (!stack.empty()) return fail_at("unclosed <" + out[stack.back()].name + ">");
+  if (out.empty() || out[0].name != "svg") ADD_FAILURE() << "XML: root is not <svg>";
+  return out;
+}
+
+// series name -> number of points (<circle class="point">) in it.
+std::map<std::string, int> svg_series(const std::string& svg) {
+  std::map<std::string, int> series;
+  const auto els = parse_xml(svg);
+  for (const XmlElement& e : els) {
+    if (e.name != "g" || e.attrs.count("class") == 0 || e.attrs.at("class") != "series") continue;
+    int points = 0;
+    for (int c : e.children)
+      if (els[c].name == "circle" && els[c].attrs.count("class") && els[c].attrs.at("class") == "point") ++points;
+    series[e.attrs.at("data-name")] = points;
+  }
+  return series;
+}
+
+TEST(CompareXmlCheck, RejectsMalformedDocuments) {
+  // The checker must catch what a broken writer would produce, or the SVG tests prove nothing.
+  for (const char* bad : {"<svg><g></svg>", "<svg a=\"1\" a=\"2\"/>", "<svg>a & b</svg>", "<svg x=1/>",
+                          "<svg></svg><svg/>", "<svg><g></g>"}) {
+    ::testing::TestPartResultArray failures;
+    {
+      ::testing::ScopedFakeTestPartResultReporter reporter(
+          ::testing::ScopedFakeTestPartResultReporter::INTERCEPT_ONLY_CURRENT_THREAD, &failures);
+      parse_xml(bad);
+    }
+    EXPECT_GT(failures.size(), 0) << bad;
+  }
+}
+
+// ---- statistics ------------------------------------------------------------------------------------
+
+TEST(CompareStats, StudentTQuantileMatchesTables) {
+  // Reference values: t_{0.975, df} to 9 digits (any statistics table / scipy.stats.t.ppf). The
+  // bisection runs 200 halvings of [-1e4, 1e4] and the continued fraction to 1e-15 relative, so 1e-7
+  // is far above the method's error and far below a wrong df (t_{.975,2} - t_{.975,3} = 1.1).
+  EXPECT_NEAR(student_t_quantile(0.975, 1), 12.706204736, 1e-7);
+  EXPECT_NEAR(student_t_quantile(0.975, 2), 4.302652730, 1e-7);
+  EXPECT_NEAR(student_t_quantile(0.975, 4), 2.776445105, 1e-7);
+  EXPECT_NEAR(student_t_quantile(0.975, 9), 2.262157163, 1e-7);
+  EXPECT_NEAR(student_t_quantile(0.025, 9), -2.262157163, 1e-7);
+  EXPECT_NEAR(student_t_cdf(0, 3), 0.5, 1e-12);
+}
+
+TEST(CompareStats, PairedIntervalByHand) {
+  // d = a - b = {-0.1, -0.05, -0.15}: mean -0.1, sd 0.05, half-width t_{.975,2} * 0.05 / sqrt(3).
+  const PairedDiff d = paired_difference({1.0, 1.2, 0.9}, {1.1, 1.25, 1.05});
+  EXPECT_EQ(d.diff.n, 3);
+  EXPECT_NEAR(d.diff.mean, -0.1, 1e-12);
+  EXPECT_NEAR(d.diff.sd, 0.05, 1e-12);
+  const double half = 4.302652730 * 0.05 / std::sqrt(3.0);  // 0.12420686...
+  EXPECT_NEAR(d.lo, -0.1 - half, 1e-8);
+  EXPECT_NEAR(d.hi, -0.1 + half, 1e-8);
+  EXPECT_TRUE(d.has_interval);
+  // Pairing matters: the same values unpaired would give a far wider spread.
+  const PairedDiff tight = paired_difference({2.0, 3.0, 4.0, 5.0}, {2.1, 3.1, 4.1, 5.1});
+  EXPECT_NEAR(tight.diff.sd, 0, 1e-12);
+  EXPECT_NEAR(tight.lo, -0.1, 1e-12);
+  // One seed: no interval.
+  const PairedDiff one = paired_difference({1.0}, {2.0});
+  EXPECT_FALSE(one.has_interval);
+  EXPECT_EQ(verdict(one, "better", 0), Verdict::kInconclusive);
+  EXPECT_THROW(paired_difference({1.0, 2.0}, {1.0}), Error);
+}
+
+TEST(CompareStats, Verdicts) {
+  auto diff = [](double lo, double hi) {
+    PairedDiff d;
+    d.lo = lo;
+    d.hi = hi;
+    d.diff.n = 3;
+    d.has_interval = true;
+    return d;
+  };
+  EXPECT_EQ(verdict(diff(-0.3, -0.1), "better", 0), Verdict::kSupported);
+  EXPECT_EQ(verdict(diff(0.1, 0.3), "better", 0), Verdict::kContradicted);
+  EXPECT_EQ(verdict(diff(-0.1, 0.1), "better", 0), Verdict::kInconclusive);
+  // not_worse with margin 0.05: a may trail b by less than 0.05 nats.
+  EXPECT_EQ(verdict(diff(0.01, 0.04), "not_worse", 0.05), Verdict::kSupported);
+  EXPECT_EQ(verdict(diff(0.06, 0.09), "not_worse", 0.05), Verdict::kContradicted);
+  EXPECT_EQ(verdict(diff(0.01, 0.09), "not_worse", 0.05), Verdict::kInconclusive);
+  EXPECT_EQ(verdict(diff(0.01, 0.04), "better", 0), Verdict::kContradicted);
+  using V = Verdict;
+  EXPECT_EQ(combine({V::kSupported, V::kSupported}), V::kSupported);
+  EXPECT_EQ(combine({V::kSupported, V::kInconclusive}), V::kInconclusive);
+  EXPECT_EQ(combine({V::kSupported, V::kContradicted, V::kInconclusive}), V::kContradicted);
+  EXPECT_EQ(combine({}), V::kInconclusive);
+}
+
+// ---- plots -----------------------------------------------------------------------------------------
+
+TEST(ComparePlot, SvgIsWellFormedWithItsSeries) {
+  Plot p;
+  p.title = "loss <&> \"quotes\"";
+  p.x_label = "tokens";
+  p.y_label = "loss";
+  p.series.push_back({"a&b", {1, 2, 3}, {5, 4, 3.5}, {4.9, 3.9, 3.4}, {5.1, 4.1, 3.6}, true, true});
+  p.series.push_back({"<c>", {1, 2, 3}, {5, std::nan(""), 3}, {}, {}, true, true});
+  const auto s = svg_series(to_svg(p));
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s.at("a&amp;b"), 3);
+  EXPECT_EQ(s.at("&lt;c&gt;"), 2);  // the NaN point is left out
+  Plot bars;
+  bars.categories = {"x", "y"};
+  bars.series.push_back({"ppl", {0, 1}, {300, 250}, {290, 240}, {310, 260}, false, false});
+  const std::string svg = to_svg(bars);
+  EXPECT_EQ(svg_series(svg).at("ppl"), 2);
+  EXPECT_NE(svg.find("class=\"errorbar\""), std::string::npos);
+  Plot logx;
+  logx.log_x = true;
+  logx.series.push_back({"T", {1, 2, 4, 8}, {3, 2, 2.5, 2.8}, {}, {}, true, true});
+  EXPECT_EQ(svg_series(to_svg(logx)).at("T"), 4);
+}
+
+// ---- suites ----------------------------------------------------------------------------------------
+
+std::string tiny_suite(const std::string& data, const std::string& extra_head = "",
+                       const std::string& tail = "") {
+  const std::string llama = test::source_path("configs/tiny-llama.toml");
+  const std::string cem = test::source_path("configs/tiny-cem-both.toml");
+  return "[suite]\nname = \"tiny\"\ndescription = \"test suite\"\ndata = \"" + data +
+         "\"\ntokens = 256\nseeds = [1, 2]\nlr = [3e-3]\nlr_search_tokens = 128\nval_points = 2\n"
+         "set = [\"model.d_model=32\", \"model.n_layers=1\", \"model.n_heads=2\", "
+         "\"model.n_kv_heads=2\", \"model.d_ff=64\", \"model.context=32\", \"train.micro_batch=2\", "
+         "\"train.eval_tokens=128\"]\n" +
+         extra_head + "\n[[run]]\nname = \"llama\"\nconfig = \"" + llama +
+         "\"\nlr = [1e-3, 1e-2]\n\n[[run]]\nname = \"cem\"\nconfig = \"" + cem +
+         "\"\nset = [\"model.n_kv_heads=0\"]\nlr_from = \"llama\"\ntest_time_steps = [1, 2]\n\n"
+         "[[claim]]\nid = \"C1\"\ntext = \"CEM beats Llama\"\na = \"cem\"\nb = \"llama\"\n\n"
+         "[[claim]]\nid = \"C2\"\ntext = \"two steps beat one\"\na = [\"cem@T=2\"]\nb = \"cem@T=1\"\n"
+         "test = \"not_worse\"\nmargin = 0.01\n" +
+         tail;
+}
+
+std::string write_suite(const std::string& dir, const std::string& text) {
+  const std::string path = dir + "/suite.toml";
+  test::write_file(path, text);
+  return path;
+}
+
+TEST(CompareSuite, ParsesRunsVariantsAndClaims) {
+  const std::string dir = test::temp_dir("compare-suite");
+  const Suite s = load_suite(write_suite(dir, tiny_suite("data/x")));
+  EXPECT_EQ(s.name, "tiny");
+  ASSERT_EQ(s.runs.size(), 2u);
+  EXPECT_EQ(s.runs[0].lr, (std::vector<double>{1e-3, 1e-2}));
+  EXPECT_EQ(s.runs[1].lr, (std::vector<double>{3e-3}));  // the suite's, unused: lr_from
+  EXPECT_EQ(s.runs[1].lr_from, "llama");
+  EXPECT_EQ(s.runs[0].seeds, (std::vector<uint64_t>{1, 2}));
+  EXPECT_EQ(s.runs[0].tokens, 256);
+  EXPECT_EQ(s.runs[1].sets.back(), "model.n_kv_heads=0");  // the run's after the suite's
+  ASSERT_EQ(s.runs[1].variants.size(), 2u);
+  EXPECT_EQ(s.runs[1].variants[1].name, "T=2");
+  EXPECT_EQ(s.runs[1].variants[1].sets, (std::vector<std::string>{"model.cem.steps=2"}));
+  ASSERT_EQ(s.claims.size(), 2u);
+  EXPECT_EQ(s.claims[1].a, (std::vector<std::string>{"cem@T=2"}));
+  EXPECT_EQ(s.claims[1].test, "not_worse");
+  EXPECT_DOUBLE_EQ(s.claims[1].margin, 0.01);
+  EXPECT_EQ(split_row("cem@T=2"), (std::pair<std::string, std::string>{"cem", "T=2"}));
+}
+
+TEST(CompareSuite, BadSuitesAreOneLineErrors) {
+  const std::string dir = test::temp_dir("compare-bad");
+  auto expect_bad = [&](const std::string& text, const std::string& needle) {
+    const std::string path = write_suite(dir, text);
+    try {
+      load_suite(path);
+      ADD_FAILURE() << "accepted a suite that should fail with '" << needle << "'";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(needle), std::string::npos) << what;
+      EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    }
+  };
+  const std::string good = tiny_suite("data/x");
+  expect_bad(good + "\nbogus = 1\n", "unknown key 'bogus'");
+  expect_bad(tiny_suite("data/x", "colour = 1"), "unknown key 'colour' in [suite]");
+  expect_bad(tiny_suite("data/x", "", "\n[[run]]\nname = \"llama\"\nconfig = \"" +
+                                          test::source_path("configs/tiny-llama.toml") + "\"\n"),
+             "two runs named 'llama'");
+  expect_bad(tiny_suite("data/x", "", "\n[[run]]\nname = \"x\"\nconfig = \"no/such.toml\"\n"),
+             "config 'no/such.toml' not found");
+  expect_bad(tiny_suite("data/x", "", "\n[[claim]]\nid = \"C3\"\ntext = \"t\"\na = \"gpt\"\nb = \"llama\"\n"),
+             "'gpt' names no run");
+  expect_bad(tiny_suite("data/x", "", "\n[[claim]]\nid = \"C3\"\ntext = \"t\"\na = \"cem@T=9\"\nb = \"cem\"\n"),
+             "no test-time variant 'T=9'");
+  expect_bad(tiny_suite("data/x", "", "\n[[run]]\nname = \"y\"\nconfig = \"" +
+                                          test::source_path("configs/tiny-llama.toml") +
+                                          "\"\nset = [\"model.d_mdl=3\"]\n"),
+             "d_mdl");
+  expect_bad(tiny_suite("data/x", "", "\n[[claim]]\nid = \"C3\"\ntext = \"t\"\na = \"cem\"\nb = \"llama\"\ntest = \"maybe\"\n"),
+             "test 'maybe'");
+  expect_bad("[suite]\nname = \"x\"\n", "no [[run]] tables");
+  expect_bad("[suite\n", "TOML syntax");
+  std::string no_search = good;
+  no_search.replace(no_search.find("lr_search_tokens = 128\n"), 23, "");
+  expect_bad(no_search, "needs [suite].lr_search_tokens");
+  // Through the CLI: one line on stderr, non-zero exit.
+  test::expect_one_line_error(test::run_cemfrac({"compare", "--suite", write_suite(dir, good + "\nx = 1\n")}),
+                              "unknown key 'x'");
+  test::expect_one_line_error(test::run_cemfrac({"compare", "--suite", dir + "/none.toml"}), "cannot read suite");
+}
+
+// ---- end to end ------------------------------------------------------------------------------------
+
+std::string prepare_tiny_data(const std::string& root) {
+  const std::string src = root + "/text";
+  fs::create_directories(src);
+  const char* words[] = {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far"};
+  for (int d = 0; d < 20; ++d) {
+    std::string text;
+    for (int i = 0; i < 300; ++i) text += std::string(words[(i * 7 + d * 3 + i / 5) % 10]) + (i % 9 == 8 ? ".\n" : " ");
+    test::write_file(fmt::format("{}/doc{:02d}.txt", src, d), text);
+  }
+  const std::string data = root + "/data";
+  auto r = test::run_cemfrac({"prepare", "--text", src, "--tokenizer", "byte", "--out", data, "--split", "80,10,10"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return data;
+}
+
+int count(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (size_t p = text.find(needle); p != std::string::npos; p = text.find(needle, p + 1)) ++n;
+  return n;
+}
+
+TEST(CompareCli, TinySuiteEndToEndThenReused) {
+  const std::string root = test::temp_dir("compare-e2e");
+  const std::string data = prepare_tiny_data(root);
+  const std::string text = root + "/extra.txt";
+  test::write_file(text, "the dog sat on the mat and the cat ran far.\n");
+  const std::string suite = write_suite(root, tiny_suite(data));
+  const std::string out = root + "/out";
+  auto r = test::run_cemfrac({"--threads", "1", "compare", "--suite", suite, "--out", out, "--eval-text", text});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("estimated time"), std::string::npos) << r.out;
+
+  const auto j = nlohmann::json::parse(test::read_file(out + "/results.json"));
+  ASSERT_EQ(j["runs"].size(), 2u);
+  EXPECT_EQ(j["runs"][0]["lr_search"].size(), 2u);
+  const double lr = j["runs"][0]["lr"];
+  EXPECT_TRUE(lr == 1e-3 || lr == 1e-2);
+  EXPECT_EQ(j["runs"][1]["lr"].get<double>(), lr);  // lr_from
+  for (const auto& run : j["runs"]) {
+    EXPECT_EQ(run["tokens"], 256);
+    ASSERT_EQ(run["seeds"].size(), 2u);
+    for (const auto& s : run["seeds"]) {
+      EXPECT_TRUE(s["test_loss"].is_number()) << s.dump();
+      EXPECT_TRUE(s["text_loss"].contains("extra")) << s.dump();
+      EXPECT_EQ(s["val_curve"].size(), 2u) << s.dump();
+    }
+  }
+  // The two seeds differ (init and data order).
+  EXPECT_NE(j["runs"][0]["seeds"][0]["test_loss"], j["runs"][0]["seeds"][1]["test_loss"]);
+  EXPECT_EQ(j["runs"][1]["seeds"][0]["variant_loss"].size(), 2u);
+  ASSERT_EQ(j["claims"].size(), 2u);
+  EXPECT_EQ(j["claims"][0]["pairs"][0]["n"], 2);
+  EXPECT_TRUE(j["claims"][0]["pairs"][0]["lo"].is_number());
+  const std::string md = test::read_file(out + "/results.md");
+  EXPECT_NE(md.find("| C1 | cem | llama |"), std::string::npos) << md;
+
+  // Every plot parses and has one series per run (the steps plot: the run with CEM variants).
+  const std::map<std::string, std::map<std::string, int>> want = {
+      {"val_loss.svg", {{"llama", 2}, {"cem", 2}}},
+      {"perplexity.svg", {{"test perplexity", 2}}},
+      {"params_vs_perplexity.svg", {{"llama", 1}, {"cem", 1}}},
+      {"cem_test_time_steps.svg", {{"cem", 2}}}};
+  for (const auto& [file, series] : want) EXPECT_EQ(svg_series(test::read_file(out + "/plots/" + file)), series) << file;
+
+  // Second invocation: nothing trains or evaluates again.
+  const std::string log = out + "/final/llama/seed-1/train.log";
+  const std::string before = test::read_file(log);
+  const auto mtime = fs::last_write_time(out + "/final/llama/seed-1/metrics.jsonl");
+  const std::string eval_before = test::read_file(out + "/final/cem/seed-2/eval.log");
+  r = test::run_cemfrac({"--threads", "1", "compare", "--suite", suite, "--out", out, "--eval-text", text});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(test::read_file(log), before);
+  EXPECT_EQ(count(before, "== cemfrac"), 1);
+  EXPECT_EQ(fs::last_write_time(out + "/final/llama/seed-1/metrics.jsonl"), mtime);
+  EXPECT_EQ(test::read_file(out + "/final/cem/seed-2/eval.log"), eval_before);
+  EXPECT_EQ(nlohmann::json::parse(test::read_file(out + "/results.json"))["runs"], j["runs"]);
+
+  // A changed budget is refused, naming the directory, rather than mixing settings.
+  std::string changed = tiny_suite(data);
+  changed.replace(changed.find("tokens = 256"), 12, "tokens = 320");
+  test::expect_one_line_error(
+      test::run_cemfrac({"--threads", "1", "compare", "--suite", write_suite(root, changed), "--out", out}),
+      "other settings");
+}
+
+}  // namespace
+}  // namespace cemfrac
