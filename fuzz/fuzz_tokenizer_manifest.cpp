@@ -27,9 +27,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::expect_clean([&] {
     const TokenizerManifest m = read_tokenizer_manifest(dir);
     FUZZ_REQUIRE(m.vocab_size > 0 && m.eot_id >= 0 && m.eot_id < m.vocab_size);
-    for (const auto& [role, name] : m.files) {
-      FUZZ_REQUIRE(!name.empty() && name.find('/') == std::string::npos);
-      fuzz::expect_clean([&] { (void)tokenizer_file(dir, m, role); });
+    for (const auto& file : m.files) {
+      FUZZ_REQUIRE(!file.second.empty() && file.second.find('/') == std::string::npos);
+      fuzz::expect_clean([&] { (void)tokenizer_file(dir, m, file.first); });
     }
     if (m.kind == "sp") return;
     const std::unique_ptr<Tokenizer> t = load_tokenizer(dir);

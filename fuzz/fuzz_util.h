@@ -20,9 +20,10 @@
 namespace cemfrac::fuzz {
 
 // A private directory for the files a parser that only takes paths reads; removed at exit. Under
-// /dev/shm when it exists, so the file round trip stays in memory.
+// /dev/shm when it exists, so the file round trip stays in memory. The string is never destroyed:
+// the atexit handler that removes the directory runs after static destructors would have.
 inline const std::string& scratch_dir() {
-  static const std::string dir = [] {
+  static const std::string& dir = *new std::string([] {
     const char* base = std::getenv("CEMFRAC_FUZZ_TMP");
     std::string root = base && *base ? base : (std::filesystem::is_directory("/dev/shm") ? "/dev/shm" : "/tmp");
     std::string pattern = root + "/cemfrac-fuzz-XXXXXX";
@@ -35,7 +36,7 @@ inline const std::string& scratch_dir() {
       std::filesystem::remove_all(scratch_dir(), ec);
     });
     return pattern;
-  }();
+  }());
   return dir;
 }
 

@@ -79,6 +79,8 @@ for t in "${targets[@]}"; do
   log="$build/logs/$t.log"
   execs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)"
   last="$(grep -E '^#[0-9]+.*cov: ' "$log" | tail -1 || true)"
+  # -fork=N runs (e.g. CEMFRAC_FUZZ_ARGS="-fork=1 -ignore_crashes=1") print no final stats.
+  [[ -z "$execs" ]] && execs="$(sed -n 's/^#\([0-9]*\).*/\1/p' <<<"$last")"
   cov="$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$last")"
   ft="$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$last")"
   corp="$(sed -n 's/.* corp: \([0-9]*\).*/\1/p' <<<"$last")"
