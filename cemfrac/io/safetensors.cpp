@@ -89,12 +89,14 @@ Header parse_header(const std::string& text, uint64_t data_size, const std::stri
     const json& shape = value["shape"];
     CEMFRAC_CHECK(shape.is_array(), "{}: tensor '{}' shape is not an array", source, name);
     unsigned __int128 numel = 1;
+    unsigned __int128 extent = 1;  // the product of the nonzero dims: a zero must not hide a huge dim
     for (const json& d : shape) {
       CEMFRAC_CHECK(d.is_number_unsigned(), "{}: tensor '{}' has a bad dimension {} in its shape",
                     source, name, d.dump());
       e.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
       numel *= d.get<uint64_t>();
-      CEMFRAC_CHECK(numel <= (static_cast<unsigned __int128>(1) << 62),
+      extent *= std::max<uint64_t>(d.get<uint64_t>(), 1);
+      CEMFRAC_CHECK(extent <= (static_cast<unsigned __int128>(1) << 62),
                     "{}: tensor '{}' shape {} is absurdly large", source, name, shape.dump());
     }
     const json& offsets = value["data_offsets"];

@@ -50,7 +50,9 @@ struct JsonReader {
   std::string where;  // "config.json: model" etc., for messages
 
   [[noreturn]] void wrong_type(const std::string& key, const json& v, const char* expected) const {
-    fail("{}: {} = {}: expected {}", where, key, v.dump(), expected);
+    // Strings from --set may be any bytes: dump() must not throw on invalid UTF-8 (U+FFFD instead).
+    fail("{}: {} = {}: expected {}", where, key,
+         v.dump(-1, ' ', false, json::error_handler_t::replace), expected);
   }
   void read(const std::string& key, const json& v, int64_t& out) const {
     if (!v.is_number_integer()) wrong_type(key, v, "an integer");

@@ -31,7 +31,11 @@ ModelConfig apply_model_overrides(const nlohmann::json& config_json,
     // The value as JSON (4, true, "exact"); bare text is a string (--set model.cem.rope_mode=none).
     nlohmann::json value = nlohmann::json::parse(text.substr(eq + 1), nullptr, /*allow_exceptions=*/false);
     if (value.is_discarded()) value = text.substr(eq + 1);
+    // A config.json that is not an object, or whose "cem" is not one, gets model_config_from_json's
+    // one-line error below, not a JSON type error (found by fuzz/fuzz_model_config_json.cpp).
+    if (!j.is_object()) break;
     if (!j.contains("cem")) j["cem"] = nlohmann::json::object();
+    if (!j["cem"].is_object()) break;
     j["cem"][field] = value;
   }
   const std::string where = overrides.empty() ? source : fmt::format("{} with --set {}", source,

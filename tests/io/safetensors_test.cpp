@@ -201,3 +201,25 @@ TEST(Safetensors, LoadIntoReportsMissingExtraAndMismatchedByName) {
 
 }  // namespace
 }  // namespace cemfrac
+
+namespace cemfrac {
+namespace {
+
+// Found by fuzz/fuzz_safetensors.cpp (fuzz/corpus/safetensors/crash-zero-and-huge-dim): a zero dim
+// made the element count 0, so a dim of 2^64 - 1 passed the size check and reached torch::empty as
+// -1, which threw c10::Error ("internal error") instead of the one-line error.
+TEST(Safetensors, HugeDimBesideAZeroDimIsAClearError) {
+  expect_error(make_file(R"({"z":{"dtype":"F32","shape":[0,18446744073709551615],"data_offsets":[0,0]}})", ""),
+               "absurdly large");
+  expect_error(make_file(R"({"z":{"dtype":"F32","shape":[4611686018427387905,0],"data_offsets":[0,0]}})", ""),
+               "absurdly large");
+  expect_error(make_file(R"({"z":{"dtype":"U8","shape":[4294967296,4294967296,0],"data_offsets":[0,0]}})", ""),
+               "absurdly large");
+  // Zero-sized tensors with ordinary dims still load.
+  const SafetensorsFile f =
+      decode_safetensors(make_file(R"({"z":{"dtype":"F32","shape":[3,0,5],"data_offsets":[0,0]}})", ""), "ok");
+  EXPECT_EQ(f.tensors.at("z").sizes(), torch::IntArrayRef({3, 0, 5}));
+}
+
+}  // namespace
+}  // namespace cemfrac
