@@ -61,6 +61,7 @@ Command add_eval(CLI::App& root, const GlobalOptions& global) {
     bool json = false;
     std::vector<std::string> sets;  // --set model.cem.steps=4
     bool cem_energy = false;
+    bool no_verify_data = false;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* app = root.add_subcommand("eval", "Loss, perplexity and bits per byte of a checkpoint");
@@ -69,19 +70,26 @@ Command add_eval(CLI::App& root, const GlobalOptions& global) {
   auto* data = app->add_option("--data", f->data, "PREPARED_DIR:SPLIT, e.g. data/brown:test");
   auto* text = app->add_option("--text", f->text, "A UTF-8 text file");
   data->excludes(text);
-  app->add_option("--stride", f->stride, "Window stride in tokens (default: context / 2)");
+  app->add_option("--stride", f->stride, "Window stride in tokens, 1..context (0 or unset: context / 2)");
   app->add_option("--batch", f->batch, "Windows per forward pass")->check(CLI::Range(1, 4096));
   app->add_flag("--json", f->json, "Print one JSON object");
+  app->add_flag("--no-verify-data", f->no_verify_data,
+                "With --data: skip the full scan of the shard (token CRC-32, every id below the "
+                "vocabulary); the header checks still run (docs/formats.md)");
   app->add_flag("--cem-energy", f->cem_energy,
                 "Also report each CEM sub-layer's mean energy before and after every recursive step");
   app->add_option("--set", f->sets,
                   "Change a field no parameter shape depends on, e.g. model.cem.steps=4 (repeatable)");
   auto run = [f]() {
     CEMFRAC_CHECK(!f->data.empty() || !f->text.empty(), "eval needs --data DIR:SPLIT or --text FILE");
+    CEMFRAC_CHECK(f->stride >= 0, "--stride {}: must be 1..context (or 0: context / 2)", f->stride);
     LoadedModel loaded = load_model(f->checkpoint, f->sets);
     CEMFRAC_CHECK(loaded.tokenizer != nullptr,
                   "{} has no tokenizer/ directory: cannot read data for it", loaded.checkpoint);
     const Tokenizer& tok = *loaded.tokenizer;
+    CEMFRAC_CHECK(tok.vocab_size() <= loaded.model->config().vocab_size,
+                  "{}: tokenizer '{}' has {} ids, more than the model's vocab_size {}",
+                  loaded.checkpoint, tok.id(), tok.vocab_size(), loaded.model->config().vocab_size);
     std::vector<TokenId> ids;
     std::string source;
     if (!f->text.empty()) {
@@ -100,13 +108,16 @@ Command add_eval(CLI::App& root, const GlobalOptions& global) {
       const std::string dir = f->data.substr(0, colon), split = f->data.substr(colon + 1);
       CEMFRAC_CHECK(split == "train" || split == "val" || split == "test",
                     "--data split '{}' must be train, val or test", split);
-      ShardExpectation expect;
-      expect.tokenizer_id = tok.id();
-      expect.vocab_size = tok.vocab_size();
-      ShardReader shard(dir + "/" + split + ".bin", expect);
-      ids.reserve(shard.size() + 1);
+      ShardCheck check;
+      check.tokenizer = &tok;
+      check.model_vocab_size = loaded.model->config().vocab_size;
+      check.verify_tokens = !f->no_verify_data;
+      const auto shard = open_token_shard(dir + "/" + split + ".bin", check);
+      ids.reserve(shard->size() + 1);
       ids.push_back(tok.eot_id());  // the first document, like every later one, follows an eot
-      for (uint64_t i = 0; i < shard.size(); ++i) ids.push_back(shard.at(i));
+      std::vector<int64_t> wide(shard->size());
+      shard->copy_to(0, shard->size(), wide.data());  // checks ids even under --no-verify-data
+      ids.insert(ids.end(), wide.begin(), wide.end());
       source = f->data;
     }
     const int64_t bytes = decoded_bytes(tok, ids);

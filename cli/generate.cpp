@@ -31,15 +31,16 @@ Command add_generate(CLI::App& root, const GlobalOptions& global) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   app->add_option("--temperature", f->temperature, "Sampling temperature (0 = greedy)")
       ->check(CLI::Range(0.0, 100.0));
-  app->add_option("--top-k", f->top_k, "Keep the k most likely tokens (0 = all)")
-      ->check(CLI::NonNegativeNumber);
-  app->add_option("--top-p", f->top_p, "Nucleus sampling mass (1 = off)")
-      ->check(CLI::Range(0.0, 1.0));
+  app->add_option("--top-k", f->top_k, "Keep the k most likely tokens (0 = all)");
+  app->add_option("--top-p", f->top_p, "Nucleus sampling mass in (0, 1] (1 = off)");
   app->add_option("--seed", f->seed, "Sampling seed");
   app->add_flag("--no-stop", f->no_stop, "Do not stop at end-of-text");
   app->add_option("--set", f->sets,
                   "Change a field no parameter shape depends on, e.g. model.cem.steps=4 (repeatable)");
   auto run = [f]() {
+    // Every sampling setting is checked before anything is loaded or printed.
+    CEMFRAC_CHECK(f->top_k >= 0, "--top-k {}: must be >= 0 (0 = all tokens)", f->top_k);
+    CEMFRAC_CHECK(f->top_p > 0 && f->top_p <= 1, "--top-p {}: must be in (0, 1] (1 = off)", f->top_p);
     LoadedModel loaded = load_model(f->checkpoint, f->sets);
     CEMFRAC_CHECK(loaded.tokenizer != nullptr,
                   "{} has no tokenizer/ directory: cannot encode a prompt", loaded.checkpoint);
@@ -48,8 +49,12 @@ Command add_generate(CLI::App& root, const GlobalOptions& global) {
     std::vector<int64_t> prompt = {tok.eot_id()};
     for (TokenId id : tok.encode(f->prompt)) prompt.push_back(id);
     CEMFRAC_CHECK(static_cast<int64_t>(prompt.size()) < loaded.model->config().context,
-                  "the prompt is {} tokens; the model's context is {}", prompt.size(),
-                  loaded.model->config().context);
+                  "the prompt is {} tokens with {} ({} of text + the end-of-text id every document "
+                  "starts after); the model's context is {}, and one position must stay free",
+                  prompt.size(), tok.id(), prompt.size() - 1, loaded.model->config().context);
+    CEMFRAC_CHECK(tok.vocab_size() <= loaded.model->config().vocab_size,
+                  "{}: tokenizer '{}' has {} ids, more than the model's vocab_size {}",
+                  loaded.checkpoint, tok.id(), tok.vocab_size(), loaded.model->config().vocab_size);
     GenerateOptions options;
     options.sampling.temperature = f->temperature;
     options.sampling.top_k = f->top_k;
@@ -57,6 +62,7 @@ Command add_generate(CLI::App& root, const GlobalOptions& global) {
     options.seed = f->seed;
     options.max_new_tokens = f->max_new_tokens;
     options.eos_id = f->no_stop ? -1 : tok.eot_id();
+    options.vocab_limit = tok.vocab_size();  // padding ids of the model are never drawn
     fmt::print("{}", f->prompt);
     std::fflush(stdout);
     // Print as tokens arrive; decode the whole continuation each time so multi-byte characters split

@@ -52,6 +52,7 @@ Command add_train(CLI::App& root, const GlobalOptions& global) {
     bool quiet = false;
     double connect_timeout = 0;
     double collective_timeout = 0;
+    bool no_verify_data = false;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* app = root.add_subcommand("train", "Train a model from a TOML run config");
@@ -67,6 +68,9 @@ Command add_train(CLI::App& root, const GlobalOptions& global) {
   app->add_option("--out", f->out, "Run directory (same as --set train.out=DIR)");
   app->add_option("--stop-at-step", f->stop_at_step,
                   "Stop after this step with a checkpoint (the schedule still spans train.steps)");
+  app->add_flag("--no-verify-data", f->no_verify_data,
+                "Skip the full scan of train.bin and val.bin before step 1 (token CRC-32, every id "
+                "below the vocabulary); the header checks still run (docs/formats.md)");
   app->add_flag("--quiet", f->quiet, "No progress line");
   app->add_option("--connect-timeout", f->connect_timeout,
                   "Data parallel: seconds to reach the store and meet every rank (default 60, or "
@@ -77,6 +81,9 @@ Command add_train(CLI::App& root, const GlobalOptions& global) {
                   "(default 60, or CEMFRAC_COLLECTIVE_TIMEOUT)")
       ->check(CLI::PositiveNumber);
   auto run = [f]() {
+    CEMFRAC_CHECK(f->stop_at_step >= 0,
+                  "--stop-at-step {}: must be a step number >= 1 (or 0: run to train.steps)",
+                  f->stop_at_step);
     std::vector<std::string> sets = f->sets;
     if (!f->out.empty()) sets.push_back("train.out=" + f->out);
     RunConfig config = load_run_config(f->config, sets);
@@ -133,6 +140,7 @@ Command add_train(CLI::App& root, const GlobalOptions& global) {
     options.train = config.train;
     options.data_dir = config.data.path;
     options.tokenizer = tokenizer.get();
+    options.verify_data = !f->no_verify_data;
     options.resume = resume;
     options.progress = !f->quiet;
     options.stop_at_step = f->stop_at_step;

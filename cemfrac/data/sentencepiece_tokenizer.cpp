@@ -109,16 +109,37 @@ SentencePieceTokenizer::SentencePieceTokenizer(std::string model, const std::str
   }
 }
 
-std::vector<TokenId> SentencePieceTokenizer::encode(std::string_view text) const {
-  check_utf8(text, id_ + " tokenizer");
+std::vector<std::string_view> sentencepiece_encode_pieces(std::string_view text, size_t max_bytes) {
+  CEMFRAC_CHECK(max_bytes >= 4, "sentencepiece_encode_pieces: max_bytes {} < 4", max_bytes);
+  std::vector<std::string_view> pieces;
+  while (text.size() > max_bytes) {
+    size_t cut = 0;
+    for (size_t b = max_bytes; b >= 1 && cut == 0; --b) {
+      if ((text[b] == ' ' && text[b - 1] != ' ') || text[b - 1] == '\n') cut = b;
+    }
+    if (cut == 0) {  // one enormous word: the last UTF-8 character start that fits
+      cut = max_bytes;
+      while (cut > 1 && (static_cast<unsigned char>(text[cut]) & 0xC0u) == 0x80u) --cut;
+    }
+    pieces.push_back(text.substr(0, cut));
+    text.remove_prefix(cut);
+  }
+  if (!text.empty()) pieces.push_back(text);
+  return pieces;
+}
+
+std::vector<TokenId> SentencePieceTokenizer::encode(std::string_view whole) const {
+  check_utf8(whole, id_ + " tokenizer");
   std::vector<TokenId> ids;
-  ids.reserve(text.size() / 3 + 16);
-  while (true) {
-    const size_t meta = text.find(kMetaSpace);
-    model_.encode(text.substr(0, meta), ids);
-    if (meta == std::string_view::npos) break;
-    ids.insert(ids.end(), std::begin(meta_space_bytes_), std::end(meta_space_bytes_));
-    text.remove_prefix(meta + kMetaSpace.size());
+  ids.reserve(whole.size() / 3 + 16);
+  for (std::string_view text : sentencepiece_encode_pieces(whole, kSentencePieceEncodeChunkBytes)) {
+    while (true) {
+      const size_t meta = text.find(kMetaSpace);
+      model_.encode(text.substr(0, meta), ids);
+      if (meta == std::string_view::npos) break;
+      ids.insert(ids.end(), std::begin(meta_space_bytes_), std::end(meta_space_bytes_));
+      text.remove_prefix(meta + kMetaSpace.size());
+    }
   }
   return ids;
 }

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cemfrac/data/sentencepiece_library.h"
@@ -23,6 +24,19 @@ namespace cemfrac {
 inline constexpr int64_t kSentencePieceMaxSentences = 2'000'000;
 // Training lines longer than this are cut (at a space where possible) before training.
 inline constexpr size_t kSentencePieceMaxLineBytes = 8192;
+
+// encode() hands SentencePiece at most this many bytes per call: its memory grows by ~230 bytes per
+// input byte within one call (a 50 MB line took 11.6 GB), so a text is encoded in bounded pieces.
+inline constexpr size_t kSentencePieceEncodeChunkBytes = size_t{256} << 10;
+
+// The pieces encode() cuts `text` into, each at most max_bytes long (max_bytes >= 4). A cut goes
+// where SentencePiece itself starts a new piece, so the ids equal those of one whole-text call:
+// right before a space that follows a non-space (the start of a "▁word" or of a whitespace run), or
+// right after a newline (a user-defined symbol, always a piece of its own); the last such place
+// that fits is taken. A run of more than max_bytes with neither (one enormous "word", e.g. 50 MB
+// without a space or newline) is cut at the last UTF-8 character boundary that fits: its ids
+// decode to the same text but may differ from an unbounded call at each such cut.
+std::vector<std::string_view> sentencepiece_encode_pieces(std::string_view text, size_t max_bytes);
 
 class SentencePieceTokenizer final : public Tokenizer {
  public:
@@ -36,7 +50,8 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::string id() const override { return id_; }
   int64_t vocab_size() const override { return model_.vocab_size(); }
   TokenId eot_id() const override { return eot_id_; }
-  // Throws cemfrac::Error for invalid UTF-8, naming the byte offset.
+  // Throws cemfrac::Error for invalid UTF-8, naming the byte offset. Encodes the pieces of
+  // sentencepiece_encode_pieces(text, kSentencePieceEncodeChunkBytes) one after another.
   std::vector<TokenId> encode(std::string_view text) const override;
   std::string decode(const std::vector<TokenId>& ids) const override;
   // Writes sentencepiece.model, then tokenizer.json.

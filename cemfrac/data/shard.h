@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -119,13 +120,16 @@ class ShardReader {
 
   // Token i (bounds-checked).
   TokenId at(uint64_t i) const;
-  // Copies tokens [begin, begin + count) as int64 (the loader's dtype); throws when out of range.
+  // Copies tokens [begin, begin + count) as int64 (the loader's dtype); throws when out of range
+  // or when a token is not below the header's vocabulary size (naming the index and the id), so an
+  // unverified shard (--no-verify-data) still never hands out an id the header does not allow.
   void copy_to(uint64_t begin, uint64_t count, int64_t* out) const;
   // All tokens as int32 (tests and small shards).
   std::vector<TokenId> to_vector() const;
 
-  // Full scan: the token checksum, every token < vocab size, end-of-text count == document count,
-  // and the last token an end-of-text when there is any token.
+  // Full scan: every token < vocab size (the error names the first bad index and id), end-of-text
+  // count == document count, the last token an end-of-text when there is any token, and the token
+  // checksum. One pass over the mapping for the ids, one for the CRC (slicing-by-8, GB/s).
   void verify() const;
 
  private:
@@ -136,6 +140,26 @@ class ShardReader {
   size_t map_size_ = 0;
   const unsigned char* tokens_ = nullptr;
 };
+
+// What a command holds a shard it is about to read against (open_token_shard). Fields left at
+// their defaults are not checked.
+struct ShardCheck {
+  // The tokenizer of the run or checkpoint: the header's tokenizer id, vocabulary size and
+  // end-of-text id must all equal its own.
+  const Tokenizer* tokenizer = nullptr;
+  // The model's vocabulary (embedding rows): the header's vocabulary must not exceed it, so every
+  // token id, being below the header's vocabulary, is below it too.
+  int64_t model_vocab_size = -1;
+  // The full scan of ShardReader::verify(): every token id below the vocabulary (the error names
+  // the first bad index and id), the end-of-text count, the last token and the token CRC-32.
+  // false only on an explicit user opt-out (--no-verify-data).
+  bool verify_tokens = true;
+};
+
+// The one way a command (train, eval) opens a token shard: the header checks of ShardReader, then
+// `check`, all before the caller reads a token. Every failure is one line naming the file.
+std::shared_ptr<const ShardReader> open_token_shard(const std::string& path,
+                                                    const ShardCheck& check);
 
 // CRC-32 (IEEE 802.3, reflected polynomial 0xEDB88320), as in zlib: crc32_update(0, "123456789", 9)
 // == 0xCBF43926. Pass the previous result to continue a running checksum.

@@ -35,8 +35,9 @@ PerplexityResult evaluate_perplexity(const LogitsFn& logits, const torch::Tensor
                 options.batch_size);
   const torch::Tensor ids = tokens.to(torch::kInt64).contiguous();
   const int64_t n = ids.size(0);
+  // 0 = the default; a negative stride is refused by plan_windows, not replaced by the default.
   const int64_t stride =
-      options.stride > 0 ? options.stride : std::max<int64_t>(options.context / 2, 1);
+      options.stride != 0 ? options.stride : std::max<int64_t>(options.context / 2, 1);
   const std::vector<ScoreWindow> windows = plan_windows(n, options.context, stride);
   // Every window has the same length (min(C, n - 1) inputs): the first is [0, min(n, C+1)) and each
   // later one ends at most at n and reaches back C + 1 tokens, which exist because the first window

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "cemfrac/core/atomic_file.h"
@@ -60,8 +61,26 @@ struct Header {
 
 // Parses and checks the JSON header; data_size is the number of bytes after it in the file.
 Header parse_header(const std::string& text, uint64_t data_size, const std::string& source) {
-  json root = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  // Duplicate keys: nlohmann keeps the last copy; refuse them instead (one set of keys per open
+  // object). The callback only observes; the first duplicate is reported after the parse.
+  std::vector<std::set<std::string>> open_objects;
+  std::string duplicate;
+  const json::parser_callback_t watch = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) {
+      open_objects.emplace_back();
+    } else if (event == json::parse_event_t::object_end) {
+      if (!open_objects.empty()) open_objects.pop_back();
+    } else if (event == json::parse_event_t::key && !open_objects.empty() && parsed.is_string()) {
+      const std::string& key = parsed.get_ref<const std::string&>();
+      if (!open_objects.back().insert(key).second && duplicate.empty()) duplicate = key;
+    }
+    return true;
+  };
+  json root = json::parse(text, watch, /*allow_exceptions=*/false);
   CEMFRAC_CHECK(!root.is_discarded(), "{}: corrupted safetensors header (not valid JSON)", source);
+  CEMFRAC_CHECK(duplicate.empty(),
+                "{}: corrupted safetensors header: key '{}' appears twice in one JSON object",
+                source, duplicate);
   CEMFRAC_CHECK(root.is_object(), "{}: corrupted safetensors header (JSON is not an object)", source);
   Header header;
   for (auto it = root.begin(); it != root.end(); ++it) {
@@ -276,8 +295,30 @@ void load_into(const TensorMap& loaded, const std::vector<NamedTarget>& targets,
     fail("{} does not match the model ({}); was it written for another architecture?", source,
          fmt::join(parts, "; "));
   }
+  for (const NamedTarget& t : targets) {
+    const torch::Tensor& from = loaded.at(t.name);
+    CEMFRAC_CHECK(from.scalar_type() == t.target.scalar_type(),
+                  "{}: tensor '{}' is {} but the model's is {}: cemfrac reads its own dtype only "
+                  "and converts nothing (docs/formats.md)",
+                  source, t.name, safetensors_dtype_name(from.scalar_type()),
+                  safetensors_dtype_name(t.target.scalar_type()));
+  }
   torch::NoGradGuard no_grad;
   for (const NamedTarget& t : targets) t.target.copy_(loaded.at(t.name));
+}
+
+void check_finite(const TensorMap& tensors, const std::string& source, bool allow_inf) {
+  for (const auto& [name, t] : tensors) {
+    if (!t.is_floating_point() || t.numel() == 0) continue;
+    const torch::Tensor bad = (allow_inf ? torch::isnan(t) : torch::isfinite(t).logical_not()).reshape({-1});
+    const int64_t count = bad.sum().item<int64_t>();
+    if (count == 0) continue;
+    const int64_t first = bad.nonzero().min().item<int64_t>();
+    fail("{}: tensor '{}' holds {} {} value(s), the first at flat index {} ({}): the weights are "
+         "corrupt or the run diverged; use an earlier checkpoint",
+         source, name, count, allow_inf ? "NaN" : "non-finite (NaN or Inf)", first,
+         t.reshape({-1})[first].item<double>());
+  }
 }
 
 }  // namespace cemfrac

@@ -38,13 +38,19 @@ void save_safetensors(const std::string& path, const TensorMap& tensors,
 // a file shorter than 8 bytes, a header length beyond the file, a header that is not a JSON object,
 // an entry without dtype/shape/data_offsets, an unknown dtype, negative dims, offsets out of range,
 // overlapping or leaving gaps in the data section, a byte range that disagrees with shape x dtype,
-// and a data section longer or shorter (truncated file) than the tensors.
+// a data section longer or shorter (truncated file) than the tensors, and a key that appears twice
+// in any object of the header (JSON parsers disagree on which copy wins).
 SafetensorsFile load_safetensors(const std::string& path);
 // Same, from bytes in memory; `source` names them in errors.
 SafetensorsFile decode_safetensors(const std::string& bytes, const std::string& source);
 
+// Refuses a floating-point tensor of `file` holding NaN (always) or +-Inf (unless allow_inf: the
+// ladders' recorded-range buffers start at +-Inf): one cemfrac::Error line naming `source`, the
+// tensor, how many values are bad and the first one's flat index. Integer tensors pass.
+void check_finite(const TensorMap& tensors, const std::string& source, bool allow_inf = false);
+
 // A destination tensor of load_into: `target` is overwritten in place (no autograd) with the tensor
-// of the same name, converted to target's dtype and device.
+// of the same name, moved to target's device. The dtypes must be equal: nothing is converted.
 struct NamedTarget {
   std::string name;
   torch::Tensor target;
@@ -53,6 +59,8 @@ struct NamedTarget {
 // Copies loaded[name] into every target. Before copying anything, checks that the names match
 // exactly and the shapes agree; otherwise throws one cemfrac::Error line naming `source` and listing
 // the missing tensors, the extra tensors and the shape mismatches ("w: file [4, 8] vs model [4, 6]").
+// Then refuses a tensor whose dtype is not the target's (cemfrac's weights are F32: an I32 or F16
+// tensor is an error naming it, never converted).
 void load_into(const TensorMap& loaded, const std::vector<NamedTarget>& targets,
                const std::string& source);
 

@@ -80,9 +80,12 @@ GenerateResult generate(LmModelImpl& model, const std::vector<int64_t>& prompt,
                 prompt.size(), context);
   CEMFRAC_CHECK(options.max_new_tokens >= 0, "max_new_tokens = {}: must be >= 0",
                 options.max_new_tokens);
+  const int64_t limit = options.vocab_limit < 0 ? vocab : options.vocab_limit;
+  CEMFRAC_CHECK(limit >= 1 && limit <= vocab,
+                "vocab_limit = {}: must be in 1..{} (the model's vocab_size)", limit, vocab);
   for (int64_t id : prompt) {
-    CEMFRAC_CHECK(id >= 0 && id < vocab, "prompt token id {} is outside the vocabulary 0..{}", id,
-                  vocab - 1);
+    CEMFRAC_CHECK(id >= 0 && id < limit, "prompt token id {} is outside the vocabulary 0..{}", id,
+                  limit - 1);
   }
 
   torch::NoGradGuard no_grad;
@@ -93,7 +96,8 @@ GenerateResult generate(LmModelImpl& model, const std::vector<int64_t>& prompt,
 
   // 1. The whole prompt in one forward; the next-token logits are those of its last position.
   torch::Tensor input = torch::tensor(prompt, torch::kInt64).view({1, -1}).to(device);  // (1, N)
-  torch::Tensor logits = model.forward(input, &state).select(1, -1);                   // (1, V)
+  // Padding rows (ids >= limit) are cut off before sampling: they can never be drawn.
+  torch::Tensor logits = model.forward(input, &state).select(1, -1).narrow(-1, 0, limit);  // (1, limit)
   // 2. One token per step, through the decode state.
   for (int64_t step = 0; step < options.max_new_tokens; ++step) {
     const int64_t token = sample_next(logits, options.sampling, generator).item<int64_t>();
@@ -112,7 +116,7 @@ GenerateResult generate(LmModelImpl& model, const std::vector<int64_t>& prompt,
       return result;
     }
     input = torch::full({1, 1}, token, torch::TensorOptions().dtype(torch::kInt64).device(device));
-    logits = model.forward(input, &state).select(1, -1);  // (1, V)
+    logits = model.forward(input, &state).select(1, -1).narrow(-1, 0, limit);  // (1, limit)
   }
   result.stop = StopReason::kMaxNewTokens;
   return result;

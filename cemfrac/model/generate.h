@@ -23,6 +23,11 @@ struct GenerateOptions {
   uint64_t seed = 0;
   int64_t max_new_tokens = 64;
   int64_t eos_id = -1;  // stop when this token is drawn (it is not returned); -1 = never
+  // Only ids below this are ever drawn (greedy or sampled): the tokenizer's vocabulary when the
+  // model's vocab_size is padded beyond it (257 byte ids in a 512-row model, 50257 in 50304). The
+  // padding rows are dropped from the logits before temperature, top-k and top-p, so the sampling
+  // distribution is a softmax over the tokenizer's ids only. -1 = the model's vocab_size.
+  int64_t vocab_limit = -1;
 };
 
 enum class StopReason { kMaxNewTokens, kEndOfText, kContext, kCallback };

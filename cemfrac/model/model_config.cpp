@@ -6,6 +6,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
 
 #include "cemfrac/core/check.h"
 #include "cemfrac/core/fields.h"
@@ -132,6 +133,17 @@ std::optional<ConfigProblem> kind_problem(const std::string& key, Parse parse) {
 
 bool positive_finite(double x) { return std::isfinite(x) && x > 0; }
 
+// Upper bounds of the shape fields: far above any model this engine is meant for (Llama-3.1-405B
+// has 126 layers, D = 16384, M = 53248, 128K context, 128K vocabulary), low enough that a typo such
+// as n_layers = 100000000 is one clear error, not gigabytes of module objects (`cemfrac params`
+// builds every layer on the meta device). What a config needs in memory is a separate check.
+constexpr int64_t kMaxVocabSize = int64_t{1} << 24;  // 16777216
+constexpr int64_t kMaxDModel = int64_t{1} << 17;     // 131072
+constexpr int64_t kMaxLayers = 4096;
+constexpr int64_t kMaxHeads = 4096;
+constexpr int64_t kMaxDff = int64_t{1} << 20;  // 1048576
+constexpr int64_t kMaxContext = int64_t{1} << 20;  // 1048576
+
 }  // namespace
 
 std::optional<ConfigProblem> ModelConfig::first_problem() const {
@@ -143,6 +155,13 @@ std::optional<ConfigProblem> ModelConfig::first_problem() const {
                         {"d_model", d_model}, {"n_layers", n_layers}, {"n_heads", n_heads},
                         {"d_ff", d_ff}, {"context", context}}) {
     if (auto p = at_least_one(key, v)) return p;
+  }
+  for (auto [key, v, most] : {std::tuple<const char*, int64_t, int64_t>{"vocab_size", vocab_size, kMaxVocabSize},
+                              {"d_model", d_model, kMaxDModel}, {"n_layers", n_layers, kMaxLayers},
+                              {"n_heads", n_heads, kMaxHeads}, {"d_ff", d_ff, kMaxDff},
+                              {"context", context, kMaxContext}}) {
+    if (v > most)
+      return problem(key, fmt::format("{} = {}: must be at most {} (the bound of this engine)", key, v, most));
   }
   if (d_model % n_heads != 0) {
     return problem("n_heads", fmt::format("n_heads = {}: must divide d_model = {} (d_h = D / H)",

@@ -384,10 +384,19 @@ Checkpoint load_checkpoint(const std::string& dir, const LoadOptions& options) {
     CEMFRAC_CHECK(!c.config.is_discarded() && c.config.is_object(), "{}: not a JSON object", path);
     if (options.expected_config) check_config_matches(*options.expected_config, c.config, path);
   }
+  // Weights and optimizer moments must be finite; buffers must not be NaN (the ladders' recorded
+  // ranges legitimately start at +-Inf).
   c.model = load_safetensors(require(kCheckpointModelFile));
-  if (options.optimizer) c.optimizer = load_safetensors(require(kCheckpointOptimizerFile));
+  check_finite(c.model.tensors, require(kCheckpointModelFile));
+  if (options.optimizer) {
+    c.optimizer = load_safetensors(require(kCheckpointOptimizerFile));
+    check_finite(c.optimizer.tensors, require(kCheckpointOptimizerFile));
+  }
   c.has_buffers = fs::is_regular_file(d / kCheckpointBuffersFile);
-  if (c.has_buffers) c.buffers = load_safetensors((d / kCheckpointBuffersFile).string());
+  if (c.has_buffers) {
+    c.buffers = load_safetensors((d / kCheckpointBuffersFile).string());
+    check_finite(c.buffers.tensors, (d / kCheckpointBuffersFile).string(), /*allow_inf=*/true);
+  }
   c.has_tokenizer = fs::is_directory(d / kCheckpointTokenizerDir);
   return c;
 }

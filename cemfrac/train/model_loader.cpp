@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -45,6 +46,9 @@ ModelConfig apply_model_overrides(const nlohmann::json& config_json,
 
 LoadedModel load_model(const std::string& path, const std::vector<std::string>& overrides) {
   LoadedModel out;
+  // eval and generate take the checkpoint as --checkpoint (resolve_checkpoint names --resume).
+  std::error_code ec;
+  CEMFRAC_CHECK(std::filesystem::is_directory(path, ec), "--checkpoint {}: no such directory", path);
   out.checkpoint = resolve_checkpoint(path);
   LoadOptions options;
   options.optimizer = false;

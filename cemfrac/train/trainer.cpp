@@ -73,16 +73,15 @@ std::string format_rate(double tokens_per_s) {
 }
 
 std::shared_ptr<const ShardReader> open_split(const std::string& data_dir, const char* split,
-                                              int64_t vocab_size) {
+                                              const TrainerOptions& options, int64_t vocab_size) {
   const std::string path = (fs::path(data_dir) / (std::string(split) + ".bin")).string();
   CEMFRAC_CHECK(fs::is_regular_file(path),
                 "{}: no such file; data.path must be a directory written by `cemfrac prepare`", path);
-  auto shard = std::make_shared<const ShardReader>(path);
-  CEMFRAC_CHECK(vocab_size <= 0 || shard->header().vocab_size <= vocab_size,
-                "{}: the data's vocabulary ({}) is larger than the model's vocab_size ({}); set "
-                "model.vocab_size to at least {}",
-                path, shard->header().vocab_size, vocab_size, shard->header().vocab_size);
-  return shard;
+  ShardCheck check;
+  check.tokenizer = options.tokenizer;
+  check.model_vocab_size = vocab_size;
+  check.verify_tokens = options.verify_data;
+  return open_token_shard(path, check);
 }
 
 // The directory of the run a checkpoint belongs to (<run>/checkpoints/step-N -> <run>); "" for a
@@ -202,8 +201,8 @@ Trainer::Trainer(TrainModel model, TrainerOptions options)
                 "train.eval_every, train.checkpoint_every and train.eval_tokens must not be negative");
   schedule_ = CosineSchedule{t.lr_max, t.lr_min, t.warmup_steps, t.steps};
 
-  train_shard_ = open_split(options_.data_dir, "train", model_.vocab_size);
-  val_shard_ = open_split(options_.data_dir, "val", model_.vocab_size);
+  train_shard_ = open_split(options_.data_dir, "train", options_, model_.vocab_size);
+  val_shard_ = open_split(options_.data_dir, "val", options_, model_.vocab_size);
   CEMFRAC_CHECK(val_shard_->size() > static_cast<uint64_t>(seq_len_),
                 "{}: {} tokens, fewer than one validation window of seq_len + 1 = {}",
                 val_shard_->path(), val_shard_->size(), seq_len_ + 1);
@@ -253,6 +252,17 @@ Trainer::Trainer(TrainModel model, TrainerOptions options)
   LoadOptions load;
   load.expected_config = &model_.config;
   Checkpoint ckpt = load_checkpoint(dir, load);
+  if (options_.tokenizer != nullptr && ckpt.has_tokenizer) {
+    // The shards were checked against the data's tokenizer; the run must have been trained with it.
+    const auto saved = load_tokenizer((fs::path(dir) / kCheckpointTokenizerDir).string());
+    const Tokenizer& now = *options_.tokenizer;
+    CEMFRAC_CHECK(saved->id() == now.id() && saved->vocab_size() == now.vocab_size() &&
+                      saved->eot_id() == now.eot_id(),
+                  "--resume {}: the checkpoint's tokenizer ('{}', {} ids, end-of-text {}) is not the "
+                  "data's ('{}', {} ids, end-of-text {}); resume with the data the run was trained on",
+                  dir, saved->id(), saved->vocab_size(), saved->eot_id(), now.id(),
+                  now.vocab_size(), now.eot_id());
+  }
   std::vector<NamedTarget> targets;
   for (const auto& [name, tensor] : parameters_by_name(*model_.module, model_.params))
     targets.push_back({name, tensor});

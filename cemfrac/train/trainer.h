@@ -84,7 +84,9 @@ class Trainer;
 struct TrainerOptions {
   TrainConfig train;
   std::string data_dir;   // prepared dataset: train.bin and val.bin (docs/formats.md)
-  const Tokenizer* tokenizer = nullptr;  // saved into every checkpoint when given
+  const Tokenizer* tokenizer = nullptr;  // saved into every checkpoint when given; the shards'
+                                         // headers must name it (open_token_shard)
+  bool verify_data = true;  // full scan of train.bin and val.bin before step 1 (CRC, every id)
   std::string resume;     // "" = fresh run; a run directory (newest checkpoint) or a checkpoint
   int64_t rank = 0;       // set from `dist` when given; rank 0 writes files
   int64_t world_size = 1;

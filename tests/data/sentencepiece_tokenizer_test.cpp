@@ -89,6 +89,50 @@ TEST(SentencePieceTokenizer, RoundTripsTheBrownText) {
   EXPECT_GT(static_cast<double>(bytes) / tokens, 3.0);
 }
 
+// Item 7 of issue 14: encode() hands SentencePiece bounded pieces. Cut where SentencePiece starts a
+// piece anyway, the ids equal one unbounded call: checked on Brown text with 64-byte pieces (a cut
+// every few words) and through encode() itself on a text longer than one chunk.
+TEST(SentencePieceTokenizer, BoundedPiecesGiveTheWholeTextIds) {
+  std::string text;
+  for (const std::string& t : brown_texts(300, 40)) text += t;
+  ASSERT_GT(text.size(), kSentencePieceEncodeChunkBytes) << "needs more than one chunk";
+  ASSERT_EQ(text.find("\xE2\x96\x81"), std::string::npos) << "no U+2581 (encode() cuts there too)";
+  std::vector<TokenId> whole;
+  sp().model().encode(text, whole);  // one unbounded call
+  EXPECT_EQ(sp().encode(text), whole);
+  const std::string head = text.substr(0, 20000);
+  std::vector<TokenId> head_whole, pieced;
+  sp().model().encode(head, head_whole);
+  const auto pieces = sentencepiece_encode_pieces(head, 64);
+  EXPECT_GT(pieces.size(), 300u);
+  std::string joined;
+  for (std::string_view p : pieces) {
+    EXPECT_LE(p.size(), 64u);
+    sp().model().encode(p, pieced);
+    joined += p;
+  }
+  EXPECT_EQ(joined, head);
+  EXPECT_EQ(pieced, head_whole);
+}
+
+// A "word" longer than a piece (no space, no newline) is cut at UTF-8 character boundaries: the
+// pieces are valid UTF-8 and the ids decode to the text (they may differ from an unbounded call at
+// the cuts).
+TEST(SentencePieceTokenizer, AnEnormousWordIsCutAtCharacterBoundaries) {
+  std::string word;
+  for (int i = 0; i < 200; ++i) word += i % 3 ? "x" : "\xC3\xA9";  // x and e-acute
+  const auto pieces = sentencepiece_encode_pieces(word, 16);
+  std::string joined;
+  for (std::string_view p : pieces) {
+    EXPECT_LE(p.size(), 16u);
+    EXPECT_NO_THROW(check_utf8(p, "piece"));
+    joined += p;
+  }
+  EXPECT_EQ(joined, word);
+  const std::string big(kSentencePieceEncodeChunkBytes * 2 + 5, 'z');
+  EXPECT_EQ(sp().decode(sp().encode(big)), big);
+}
+
 TEST(SentencePieceTokenizer, RoundTripsTrickyTextAndU2581) {
   for (const auto& text : test::tricky_texts())
     EXPECT_EQ(sp().decode(sp().encode(text)), text) << nlohmann::json(text).dump();

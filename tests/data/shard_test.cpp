@@ -307,6 +307,110 @@ TEST(ShardReader, VerifyFindsCorruptTokens) {
                {dir + "/tail.bin", "last token is not the end-of-text"});
 }
 
+// A tokenizer that only has an identity (id, vocabulary, end-of-text): what open_token_shard asks.
+class IdentityTokenizer final : public Tokenizer {
+ public:
+  IdentityTokenizer(std::string id, int64_t vocab, TokenId eot) : id_(std::move(id)), vocab_(vocab), eot_(eot) {}
+  std::string id() const override { return id_; }
+  int64_t vocab_size() const override { return vocab_; }
+  TokenId eot_id() const override { return eot_; }
+  std::vector<TokenId> encode(std::string_view) const override { return {}; }
+  std::string decode(const std::vector<TokenId>&) const override { return ""; }
+  void save(const std::string&) const override {}
+
+ private:
+  std::string id_;
+  int64_t vocab_;
+  TokenId eot_;
+};
+
+// The slicing-by-8 CRC equals the bit-by-bit definition for every length and alignment.
+TEST(Crc32, SlicingEqualsTheBitwiseDefinition) {
+  auto bitwise = [](const unsigned char* p, size_t n) {
+    uint32_t c = 0xffffffffu;
+    for (size_t i = 0; i < n; ++i) {
+      c ^= p[i];
+      for (int k = 0; k < 8; ++k) c = (c & 1u) ? (0xEDB88320u ^ (c >> 1)) : (c >> 1);
+    }
+    return ~c;
+  };
+  std::vector<unsigned char> bytes(300);
+  uint32_t x = 12345;
+  for (auto& b : bytes) b = static_cast<unsigned char>((x = x * 1103515245u + 12345u) >> 24);
+  for (size_t offset = 0; offset < 9; ++offset)
+    for (size_t n = 0; n + offset <= bytes.size(); n += 7)
+      ASSERT_EQ(crc32_update(0, bytes.data() + offset, n), bitwise(bytes.data() + offset, n))
+          << "offset " << offset << " length " << n;
+  // A running checksum split at an odd place equals one pass.
+  EXPECT_EQ(crc32_update(crc32_update(0, bytes.data(), 13), bytes.data() + 13, 287),
+            crc32_update(0, bytes.data(), 300));
+}
+
+// open_token_shard is the one check train and eval run before reading: header, tokenizer identity
+// (id, vocabulary size, end-of-text id), the model's vocabulary, then the full scan.
+TEST(OpenTokenShard, ChecksTokenizerIdentityAndModelVocabulary) {
+  const std::string path = test::temp_dir("shard") + "/x.bin";
+  write_shard(path, kInfo300, std::vector<std::vector<TokenId>>{{1, 2}});
+  const IdentityTokenizer same("test:300", 300, 299);
+  ShardCheck check;
+  check.tokenizer = &same;
+  check.model_vocab_size = 300;
+  EXPECT_EQ(open_token_shard(path, check)->size(), 3u);
+
+  const IdentityTokenizer other_name("sp:300", 300, 299), other_vocab("test:300", 301, 299),
+      other_eot("test:300", 300, 0);
+  check.tokenizer = &other_name;
+  expect_error([&] { open_token_shard(path, check); },
+               {path, "prepared with tokenizer 'test:300', not the model's 'sp:300'"});
+  check.tokenizer = &other_vocab;
+  expect_error([&] { open_token_shard(path, check); },
+               {path, "vocabulary size 300 in the header differs from tokenizer 'test:300' (301)"});
+  check.tokenizer = &other_eot;
+  expect_error([&] { open_token_shard(path, check); },
+               {path, "end-of-text id 299 in the header differs from tokenizer 'test:300' (0)"});
+  check.tokenizer = &same;
+  check.model_vocab_size = 299;
+  expect_error([&] { open_token_shard(path, check); },
+               {path, "data's vocabulary (300, tokenizer 'test:300') is larger than the model's "
+                      "vocab_size (299)"});
+}
+
+TEST(OpenTokenShard, ScansEveryTokenUnlessOptedOut) {
+  const std::string dir = test::temp_dir("shard");
+  const IdentityTokenizer tok("test:300", 300, 299);
+  ShardCheck check;
+  check.tokenizer = &tok;
+  check.model_vocab_size = 512;  // padded: ids 300..511 exist in the model but not in the data
+  // A stale checksum (token bytes changed after writing).
+  std::string bytes = raw_shard(header300(3, 1), {5, 6, 299});
+  bytes[128] = 9;
+  test::write_file(dir + "/crc.bin", bytes);
+  expect_error([&] { open_token_shard(dir + "/crc.bin", check); },
+               {dir + "/crc.bin", "token checksum mismatch"});
+  // An id at or above the tokenizer's vocabulary but below the model's, checksum valid: the first
+  // bad index and id are named (the scan reports ids before the checksum).
+  std::vector<uint16_t> tokens(200000, 7);
+  tokens[70001] = 400;
+  tokens[150000] = 301;
+  tokens.back() = 299;
+  test::write_file(dir + "/ids.bin", raw_shard(header300(tokens.size(), 1), tokens));
+  expect_error([&] { open_token_shard(dir + "/ids.bin", check); },
+               {dir + "/ids.bin", "token 400 at index 70001 is not below the vocabulary size 300"});
+  // An id at or above the model's vocabulary too.
+  tokens[70001] = 600;
+  test::write_file(dir + "/big.bin", raw_shard(header300(tokens.size(), 1), tokens));
+  expect_error([&] { open_token_shard(dir + "/big.bin", check); },
+               {dir + "/big.bin", "token 600 at index 70001"});
+  // The opt-out skips the scan, but the loader's copy still refuses the id when it reaches it.
+  check.verify_tokens = false;
+  const auto shard = open_token_shard(dir + "/big.bin", check);
+  std::vector<int64_t> window(10);
+  EXPECT_NO_THROW(shard->copy_to(0, 10, window.data()));
+  expect_error([&] { shard->copy_to(70000, 10, window.data()); },
+               {dir + "/big.bin", "token 600 at index 70001"});
+  EXPECT_NO_THROW(open_token_shard(dir + "/crc.bin", check));
+}
+
 TEST(ShardWriter, RejectsBadTokensAndSettings) {
   const std::string dir = test::temp_dir("shard");
   expect_error(

@@ -103,6 +103,34 @@ TEST(Perplexity, UniformLogitsGiveLogV) {
   EXPECT_FALSE(r.protocol.empty());
 }
 
+// The documented decision (docs/formats.md, "Padding rows"): eval's softmax spans every row of the
+// model's vocabulary, padding rows (ids the tokenizer never produces) included, exactly as the
+// training loss and the trainer's val_loss do. Tokens come from 6 tokenizer ids; the model has 10
+// rows with equal logits, so each token costs log 10, not log 6.
+TEST(Perplexity, PaddingRowsAreInTheSoftmax) {
+  LogitsFn flat = [](const torch::Tensor& x) { return torch::zeros({x.size(0), x.size(1), 10}); };
+  const torch::Tensor tokens = torch::randint(0, 6, {41}, torch::kInt64);
+  PerplexityOptions o;
+  o.context = 8;
+  const PerplexityResult r = evaluate_perplexity(flat, tokens, o, /*utf8_bytes=*/0);
+  EXPECT_NEAR(r.mean_loss, std::log(10.0), 1e-6);
+}
+
+// A negative stride is refused, not replaced by the default (0 is the default).
+TEST(Perplexity, NegativeStrideIsRefused) {
+  LogitsFn flat = [](const torch::Tensor& x) { return torch::zeros({x.size(0), x.size(1), 4}); };
+  const torch::Tensor tokens = torch::randint(0, 4, {20}, torch::kInt64);
+  PerplexityOptions o;
+  o.context = 8;
+  o.stride = -5;
+  try {
+    evaluate_perplexity(flat, tokens, o, 0);
+    FAIL() << "stride -5 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--stride -5"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Perplexity, BigramModelGivesTheAnalyticLoss) {
   // logits at a position depend only on the input token there: loss = mean over i >= 1 of
   // -log softmax(table[t_{i-1}])[t_i], whatever the windows. Computed here in double.

@@ -6,6 +6,9 @@
 #include <torch/types.h>
 
 #include <cstring>
+#include <limits>
+#include <utility>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "cemfrac/core/check.h"
@@ -197,6 +200,80 @@ TEST(Safetensors, LoadIntoReportsMissingExtraAndMismatchedByName) {
     EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
   }
   EXPECT_EQ(x.sum().item<double>(), 0.0) << "nothing is copied when the names do not match";
+}
+
+// Item 9 of issue 14: another dtype is refused by name, never converted.
+TEST(Safetensors, LoadIntoRefusesAnotherDtype) {
+  TensorMap file;
+  file["w"] = torch::arange(6, torch::kInt32).reshape({2, 3});
+  torch::Tensor w = torch::zeros({2, 3});
+  try {
+    load_into(file, {{"w", w}}, "m.safetensors");
+    FAIL() << "an I32 tensor was converted into the F32 parameter";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("m.safetensors: tensor 'w' is I32 but the model's is F32"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(w.sum().item<double>(), 0.0) << "nothing was copied";
+}
+
+// A key twice in one object of the header (the JSON parser would keep the last) is refused.
+TEST(Safetensors, RefusesDuplicateKeys) {
+  auto file = [](const std::string& header) {
+    std::string bytes(8, '\0');
+    const uint64_t n = header.size();
+    std::memcpy(bytes.data(), &n, 8);
+    return bytes + header + std::string(8, '\0');
+  };
+  const std::string one = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  EXPECT_NO_THROW(decode_safetensors(file(one), "ok.safetensors"));
+  const std::string twice =
+      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+  const std::string inner = R"({"a":{"dtype":"I32","dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  const std::string meta = R"({"__metadata__":{"k":"1","k":"2"},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  for (const auto& [header, key] : std::vector<std::pair<std::string, std::string>>{
+           {twice, "a"}, {inner, "dtype"}, {meta, "k"}}) {
+    try {
+      decode_safetensors(file(header), "dup.safetensors");
+      FAIL() << "accepted " << header;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("dup.safetensors: corrupted safetensors header: key '" +
+                                           key + "' appears twice"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+// Item 8: NaN is refused in every floating tensor, Inf unless allowed (buffers); integers pass.
+TEST(Safetensors, CheckFiniteNamesTheTensorAndTheFirstBadIndex) {
+  TensorMap t;
+  t["a"] = torch::zeros({3, 4});
+  t["b"] = torch::zeros({5});
+  t["n"] = torch::full({2}, int64_t{7});
+  EXPECT_NO_THROW(check_finite(t, "m.safetensors"));
+  t["b"][2] = std::numeric_limits<float>::infinity();
+  t["b"][4] = std::numeric_limits<float>::quiet_NaN();
+  try {
+    check_finite(t, "m.safetensors");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "m.safetensors: tensor 'b' holds 2 non-finite (NaN or Inf) value(s), the first at flat index 2"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    check_finite(t, "buffers.safetensors", /*allow_inf=*/true);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor 'b' holds 1 NaN value(s), the first at flat index 4"),
+              std::string::npos)
+        << e.what();
+  }
+  t["b"][4] = 0.0f;
+  EXPECT_NO_THROW(check_finite(t, "buffers.safetensors", /*allow_inf=*/true));
 }
 
 }  // namespace

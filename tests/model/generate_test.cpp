@@ -104,6 +104,24 @@ TEST_P(Generate, SameSeedSameTokensOtherSeedOthers) {
   EXPECT_NE(generate(*model_, prompt, o).tokens, a.tokens);
 }
 
+// Item 3 of issue 14: with vocab_limit (the tokenizer's vocabulary inside a padded model), no id at
+// or above it is ever drawn, greedy or sampled; an untrained model would draw one within a few steps.
+TEST_P(Generate, NeverDrawsPaddingIds) {
+  const int64_t vocab = model_->config().vocab_size, limit = vocab / 3;
+  for (double temperature : {1.0, 0.0}) {
+    GenerateOptions o;
+    o.sampling.temperature = temperature;
+    o.max_new_tokens = 40;
+    o.vocab_limit = limit;
+    const GenerateResult r = generate(*model_, {1, 2, 3}, o);
+    ASSERT_EQ(r.tokens.size(), 40u);
+    for (int64_t t : r.tokens) EXPECT_LT(t, limit) << "temperature " << temperature;
+  }
+  GenerateOptions o;
+  o.vocab_limit = limit;
+  EXPECT_THROW(generate(*model_, {limit}, o), Error) << "a prompt id beyond the limit";
+}
+
 // Greedy generation through the decode state equals recomputing the full sequence at every step.
 TEST_P(Generate, CachedGreedyEqualsFullRecompute) {
   GenerateOptions o;

@@ -2,7 +2,10 @@
 // one line.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <utility>
+#include <vector>
 
 #include "tests/test_util.h"
 
@@ -84,6 +87,27 @@ TEST(ParamsCli, ErrorsAreOneLine) {
   const test::RunResult missing = run_cemfrac({"params", "--config", "/nonexistent.toml"});
   EXPECT_NE(missing.exit_code, 0);
   EXPECT_NE(missing.err.find("/nonexistent.toml"), std::string::npos) << missing.err;
+}
+
+// Item 7 of issue 14: absurd sizes are one error before anything is built (the old code allocated
+// over 5 GB of module objects for n_layers = 100000000), and counting a large config allocates no
+// tensor memory: a CAttnU model of context 16384 once built l^2/2 host indices (2.7 GB) even on the
+// meta device. Run under a 1.5 GB data limit (RLIMIT_DATA covers malloc and anonymous mmap).
+TEST(ParamsCli, AbsurdSizesAreRefusedAndLargeOnesCostNoMemory) {
+  const std::string config = test::source_path("configs/gpt2-124m.toml");
+  for (const auto& [set, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"model.n_layers=100000000", "model.n_layers = 100000000: must be at most 4096"},
+           {"model.d_model=2147483648", "model.d_model = 2147483648: must be at most 131072"},
+           {"model.context=99999999", "model.context = 99999999: must be at most 1048576"},
+           {"model.vocab_size=1000000000", "model.vocab_size = 1000000000: must be at most 16777216"}}) {
+    const test::RunResult r = run_cemfrac({"params", "--config", config, "--set", set});
+    test::expect_one_line_error(r, needle);
+  }
+  const std::string au = test::source_path("configs/tiny-cofrgenet-au.toml");
+  const std::string command = "ulimit -d 1500000 && " + std::string(CEMFRAC_EXE) +
+                              " params --json --config " + au +
+                              " --set model.context=16384 > /dev/null";
+  EXPECT_EQ(std::system(command.c_str()), 0) << command;
 }
 
 }  // namespace

@@ -36,11 +36,13 @@ CAttnUImpl::CAttnUImpl(const CAttnUOptions& o) : options_(o), runtime_(o.ladder(
   }
   // Packed lower triangles, row j = T[j, 0..j] at offset j (j + 1) / 2; init: the causal mean.
   const int64_t packed = l * (l + 1) / 2;
-  const torch::TensorOptions index_options = torch::TensorOptions().dtype(torch::kInt64);
-  torch::Tensor rows = torch::empty({packed}, index_options);
-  torch::Tensor cols = torch::empty({packed}, index_options);
-  std::vector<float> mean(static_cast<size_t>(packed));
-  {
+  // On the meta device (shapes only: `cemfrac params`) nothing of size l^2 is built on the host.
+  torch::Tensor t = torch::empty({2, packed}, torch::TensorOptions().device(device));
+  if (!device.is_meta()) {
+    const torch::TensorOptions index_options = torch::TensorOptions().dtype(torch::kInt64);
+    torch::Tensor rows = torch::empty({packed}, index_options);
+    torch::Tensor cols = torch::empty({packed}, index_options);
+    std::vector<float> mean(static_cast<size_t>(packed));
     int64_t* r = rows.data_ptr<int64_t>();
     int64_t* c = cols.data_ptr<int64_t>();
     for (int64_t j = 0, e = 0; j < l; ++j) {
@@ -50,17 +52,12 @@ CAttnUImpl::CAttnUImpl(const CAttnUOptions& o) : options_(o), runtime_(o.ladder(
         mean[static_cast<size_t>(e)] = 1.0f / static_cast<float>(j + 1);
       }
     }
-  }
-  torch::Tensor t = torch::empty({2, packed}, torch::TensorOptions().device(device));
-  if (!t.is_meta()) {
     torch::NoGradGuard no_grad;
     t.copy_(torch::from_blob(mean.data(), {1, packed}, torch::kFloat32).expand({2, packed}));
-  }
-  t_mix = add_parameter("t_mix", t, ParamKind::kAttention, ParamGroup::kDecay);
-  if (!device.is_meta()) {
     tri_rows_ = rows.to(device);
     tri_cols_ = cols.to(device);
   }
+  t_mix = add_parameter("t_mix", t, ParamKind::kAttention, ParamGroup::kDecay);
   z_min = add_state_buffer("z_min", initial_range_min({2, l, 1}, device));
   z_max = add_state_buffer("z_max", initial_range_max({2, l, 1}, device));
 }
