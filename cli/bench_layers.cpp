@@ -6,8 +6,8 @@
 //
 // Every kind the registry knows is timed with the model-config defaults at the given shape (heads =
 // width / 64, d_ff = 4 width, RoPE), plus the variants listed in kVariants (CEM at T = 2, 4, the direct
-// T = 2 loop, D+LR). One sub-layer = the module make_mixer / make_ffn builds for layer 0, fed x (B, N, D)
-// in float32; forward runs without autograd, forward+backward takes the gradient of <y, g> for a fixed
+// T = 2 loop, D+LR, keys from the iterates, prox + step_norm). One sub-layer = the module make_mixer /
+// make_ffn builds for layer 0, fed x (B, N, D) in float32; forward runs without autograd, forward+backward takes the gradient of <y, g> for a fixed
 // random g with respect to x and every parameter. All rows are timed round-robin (each round runs
 // every row once), so a slow spell of a shared machine lands on all rows alike; times are best and
 // median of --reps rounds after one warm-up; the ratio column is best / the baseline's best. --json
@@ -62,9 +62,12 @@ const std::vector<Variant> kVariants = {
     {"cem_attention", "T=2", {"model.cem.steps=2"}},
     {"cem_attention", "T=2 direct", {"model.cem.steps=2", "model.cem.recursion=direct"}},
     {"cem_attention", "T=4", {"model.cem.steps=4"}},
+    {"cem_attention", "T=2 iterate keys", {"model.cem.steps=2", "model.cem.recursion_keys=iterate"}},
+    {"cem_attention", "T=2 prox+step_norm", {"model.cem.steps=2", "model.cem.prox=learned", "model.cem.step_norm=rms"}},
     {"cem_attention", "D+LR", {"model.cem.dlr=per_head"}},
     {"cem_mlp", "T=2", {"model.cem.steps=2"}},
     {"cem_mlp", "T=4", {"model.cem.steps=4"}},
+    {"cem_mlp", "T=2 prox+step_norm", {"model.cem.steps=2", "model.cem.prox=learned", "model.cem.step_norm=rms"}},
 };
 
 constexpr const char* kMixerBaseline = "mha";

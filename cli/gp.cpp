@@ -1,7 +1,7 @@
 // cemfrac gp: the CEM paper's synthetic experiment, Gaussian-process in-context regression, RMSE
 // against the recursion depth T (issue 7; docs/gp.md).
 //
-//   cemfrac gp [--steps 1,2,4,8] [--train-steps N] [--batch B] [--lr X] [--eval-seqs S] [--layers
+//   cemfrac gp [--steps 1,2,4,8] [--variants fixed,iterate,...] [--train-steps N] [--batch B] [--lr X] [--eval-seqs S] [--layers
 //   L]
 //              [--positions none|rope] [--scale-from T] [--no-baseline] [--seed S] [--out DIR]
 //              [--json] [--quick]
@@ -41,17 +41,17 @@ void print_table(const GpExperimentResult& r, const GpExperimentOptions& o) {
       "{} training steps x {} fresh sequences, lr {}; held-out set: {} sequences ({} "
       "targets), seed {}\n\n",
       r.train_steps, r.batch, o.train.lr_max, r.eval_seqs, r.eval_seqs * (r.n_points - 1), r.seed);
-  fmt::print("{:<8}  {:>9}  {:>5}  {:>17}  {:>17}  {:>9}  {:>8}  {:>6}\n", "model", "trained T",
+  fmt::print("{:<8}  {:<16}  {:>9}  {:>5}  {:>17}  {:>17}  {:>9}  {:>8}  {:>6}\n", "model", "variant", "trained T",
              "run T", "RMSE vs targets", "RMSE vs post. mean", "params", "train s", "eval s");
   for (const GpRow& row : r.rows) {
     if (row.model == "oracle") {
-      fmt::print("{:<8}  {:>9}  {:>5}  {:>8.4f} ± {:.4f}  {:>17}  {:>9}  {:>8}  {:>6}\n", row.model,
-                 "-", "-", row.eval.rmse_targets, row.eval.se_targets, "0 (itself)", "-", "-", "-");
+      fmt::print("{:<8}  {:<16}  {:>9}  {:>5}  {:>8.4f} ± {:.4f}  {:>17}  {:>9}  {:>8}  {:>6}\n", row.model,
+                 "-", "-", "-", row.eval.rmse_targets, row.eval.se_targets, "0 (itself)", "-", "-", "-");
       continue;
     }
     fmt::print(
-        "{:<8}  {:>9}  {:>5}  {:>8.4f} ± {:.4f}  {:>8.4f} ± {:.4f}  {:>9}  {:>8}  {:>6.1f}\n",
-        row.model, t_text(row.train_T), t_text(row.eval_T), row.eval.rmse_targets,
+        "{:<8}  {:<16}  {:>9}  {:>5}  {:>8.4f} ± {:.4f}  {:>8.4f} ± {:.4f}  {:>9}  {:>8}  {:>6.1f}\n",
+        row.model, row.variant.empty() ? "-" : row.variant, t_text(row.train_T), t_text(row.eval_T), row.eval.rmse_targets,
         row.eval.se_targets, row.eval.rmse_posterior, row.eval.se_posterior,
         with_commas(row.params), row.train_s > 0 ? fmt::format("{:.1f}", row.train_s) : "-",
         row.eval.seconds);
@@ -67,6 +67,7 @@ void print_table(const GpExperimentResult& r, const GpExperimentOptions& o) {
 Command add_gp(CLI::App& root, const GlobalOptions& global) {
   struct Flags {
     std::vector<int64_t> steps = {1, 2, 4, 8};
+    std::vector<std::string> variants = {"fixed"};
     int64_t train_steps = 0;
     int64_t batch = 0;
     double lr = 0;
@@ -90,6 +91,11 @@ Command add_gp(CLI::App& root, const GlobalOptions& global) {
                   "CEM step counts T, each trained and tested (e.g. 1,2,4,8)")
       ->delimiter(',')
       ->check(CLI::Range(1, 64));
+  app->add_option("--variants", flags->variants,
+                  "CEM readings, each trained at every T: fixed (default), or '+'-joined iterate, "
+                  "prox, prox_fixed, step_norm (e.g. fixed,iterate,prox,step_norm,iterate+prox; "
+                  "docs/gp.md)")
+      ->delimiter(',');
   app->add_option("--train-steps", flags->train_steps,
                   "Optimizer steps per training (default 500; --quick: 60)")
       ->check(CLI::Range(int64_t{1}, int64_t{10000000}));
@@ -140,6 +146,7 @@ Command add_gp(CLI::App& root, const GlobalOptions& global) {
     }
     GpExperimentOptions o = default_gp_experiment();
     o.steps = f.steps;
+    o.variants = f.variants;
     if (f.quick) o.train.steps = 60;
     if (f.train_steps > 0) o.train.steps = f.train_steps;
     if (f.batch > 0) o.train.batch = f.batch;

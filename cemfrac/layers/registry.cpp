@@ -88,7 +88,9 @@ CemStepOptions cem_step_options(const ModelConfig& c) {
       .learn_eta(c.cem.learn_eta())
       .precond(c.cem.precond)
       .precond_rank(c.cem.precond_rank)
-      .precond_psd(c.cem.precond_psd);
+      .precond_psd(c.cem.precond_psd)
+      .prox(parse_cem_prox(c.cem.prox))
+      .step_norm(c.cem.step_norm == "rms");
 }
 
 }  // namespace
@@ -124,6 +126,7 @@ std::shared_ptr<MixerImpl> make_mixer(const ModelConfig& c, int64_t layer, torch
                                                     .dlr(parse_cem_diagonal(c.cem.dlr))
                                                     .dlr_distance(c.cem.dlr_distance)
                                                     .recursion(parse_cem_recursion(c.cem.recursion))
+                                                    .recursion_keys(parse_cem_recursion_keys(c.cem.recursion_keys))
                                                     .step(cem_step_options(c))
                                                     .init_std(c.init_std)
                                                     .device(device));

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <optional>
 
 #include "cemfrac/core/check.h"
 #include "cemfrac/core/random.h"
@@ -154,8 +155,37 @@ GpExperimentOptions default_gp_experiment() {
   return o;
 }
 
+void apply_gp_variant(ModelConfig& config, const std::string& variant) {
+  CEMFRAC_CHECK(!variant.empty(), "empty GP variant name; valid: fixed, or '+'-joined iterate, prox, prox_fixed, step_norm");
+  if (variant == "fixed") return;
+  size_t begin = 0;
+  while (begin <= variant.size()) {
+    const size_t end = std::min(variant.find('+', begin), variant.size());
+    const std::string part = variant.substr(begin, end - begin);
+    if (part == "iterate") {
+      config.cem.recursion_keys = "iterate";
+    } else if (part == "prox") {
+      config.cem.prox = "learned";
+    } else if (part == "prox_fixed") {
+      config.cem.prox = "fixed";
+    } else if (part == "step_norm") {
+      config.cem.step_norm = "rms";
+    } else {
+      fail("GP variant \"{}\": unknown part \"{}\"; valid: fixed, or '+'-joined iterate, prox, "
+           "prox_fixed, step_norm",
+           variant, part);
+    }
+    begin = end + 1;
+  }
+}
+
 GpExperimentResult run_gp_experiment(const GpExperimentOptions& options) {
   CEMFRAC_CHECK(!options.steps.empty(), "no step counts T given (e.g. --steps 1,2,4,8)");
+  CEMFRAC_CHECK(!options.variants.empty(), "no CEM variants given (e.g. --variants fixed,iterate)");
+  for (const std::string& v : options.variants) {
+    ModelConfig probe = options.cem_model;
+    apply_gp_variant(probe, v);  // an unknown name fails before any training
+  }
   for (int64_t T : options.steps) {
     CEMFRAC_CHECK(T >= 1 && T <= 64, "step count T = {}: must be in 1..64", T);
   }
@@ -190,9 +220,10 @@ GpExperimentResult run_gp_experiment(const GpExperimentOptions& options) {
     return std::make_pair(model, tr);
   };
   auto row_of = [&](GpModel& model, const std::string& kind, int64_t train_T, int64_t eval_T,
-                    double train_s, double last_loss) {
+                    double train_s, double last_loss, const std::string& variant = "") {
     GpRow row;
     row.model = kind;
+    row.variant = variant;
     row.train_T = train_T;
     row.eval_T = eval_T;
     row.eval = evaluate_gp_model(model, heldout);
@@ -206,23 +237,41 @@ GpExperimentResult run_gp_experiment(const GpExperimentOptions& options) {
   const bool scale = options.scale_from > 0;
   if (scale && std::find(train_Ts.begin(), train_Ts.end(), options.scale_from) == train_Ts.end())
     train_Ts.push_back(options.scale_from);
-  std::vector<GpRow> scaled;
-  for (int64_t T : train_Ts) {
-    ModelConfig config = options.cem_model;
-    config.cem.steps = T;
-    auto [model, tr] = train_one(config, fmt::format("cem T={}", T));
-    const bool listed =
-        std::find(options.steps.begin(), options.steps.end(), T) != options.steps.end();
-    if (listed) result.rows.push_back(row_of(model, "cem", T, T, tr.seconds, tr.last_loss));
-    if (scale && T == options.scale_from) {
-      for (int64_t eval_T : options.steps) {
-        if (eval_T == T) continue;
-        GpModel other = gp_model_with_steps(model, eval_T);
-        scaled.push_back(row_of(other, "cem", T, eval_T, 0.0, tr.last_loss));
+  std::optional<GpRow> t1_row;  // the first variant's T = 1 row
+  for (const std::string& variant : options.variants) {
+    std::vector<GpRow> scaled;
+    for (int64_t T : train_Ts) {
+      ModelConfig config = options.cem_model;
+      apply_gp_variant(config, variant);
+      config.cem.steps = T;
+      // At T = 1 every variant computes the default layer's function (docs/layers/cem.md §8), starts
+      // from the same weights (a learned lambda aside, which gets no gradient at T = 1) and sees the
+      // same batches: its training would repeat the first variant's bit for bit, so its row is copied.
+      if (T == 1 && T != options.scale_from && t1_row.has_value()) {
+        GpRow row = *t1_row;
+        row.variant = variant;
+        torch::manual_seed(init_seed);
+        row.params = GpModel(config)->num_parameters();
+        result.rows.push_back(row);
+        continue;
+      }
+      const std::string label = variant == "fixed" ? fmt::format("cem T={}", T)
+                                                   : fmt::format("cem {} T={}", variant, T);
+      auto [model, tr] = train_one(config, label);
+      const bool listed =
+          std::find(options.steps.begin(), options.steps.end(), T) != options.steps.end();
+      if (listed) result.rows.push_back(row_of(model, "cem", T, T, tr.seconds, tr.last_loss, variant));
+      if (listed && T == 1 && !t1_row.has_value()) t1_row = result.rows.back();
+      if (scale && T == options.scale_from) {
+        for (int64_t eval_T : options.steps) {
+          if (eval_T == T) continue;
+          GpModel other = gp_model_with_steps(model, eval_T);
+          scaled.push_back(row_of(other, "cem", T, eval_T, 0.0, tr.last_loss, variant));
+        }
       }
     }
+    for (GpRow& row : scaled) result.rows.push_back(row);
   }
-  for (GpRow& row : scaled) result.rows.push_back(row);
   if (options.run_baseline) {
     auto [model, tr] = train_one(options.baseline,
                                  "baseline " + options.baseline.mixer + "+" + options.baseline.ffn);
@@ -247,6 +296,7 @@ nlohmann::json to_json(const GpExperimentResult& result) {
     nlohmann::json j = {{"model", r.model},
                         {"rmse_targets", r.eval.rmse_targets},
                         {"se_targets", r.eval.se_targets}};
+    if (r.model == "cem") j["variant"] = r.variant;
     if (r.model != "oracle") {
       j["train_T"] = r.train_T > 0 ? nlohmann::json(r.train_T) : nlohmann::json(nullptr);
       j["eval_T"] = r.eval_T > 0 ? nlohmann::json(r.eval_T) : nlohmann::json(nullptr);
@@ -282,6 +332,8 @@ GpExperimentResult gp_result_from_json(const nlohmann::json& j, const std::strin
       g.model = row.at("model").get<std::string>();
       g.eval.rmse_targets = row.at("rmse_targets").get<double>();
       g.eval.se_targets = row.at("se_targets").get<double>();
+      // Results written before the variants existed have CEM rows without "variant": the default.
+      if (g.model == "cem") g.variant = row.value("variant", std::string("fixed"));
       if (g.model != "oracle") {
         g.train_T = row.at("train_T").is_null() ? 0 : row.at("train_T").get<int64_t>();
         g.eval_T = row.at("eval_T").is_null() ? 0 : row.at("eval_T").get<int64_t>();
@@ -328,7 +380,9 @@ std::string panel_svg(double x0, double y0, double w, double h, const std::strin
   int64_t t_min = ts.front(), t_max = ts.front();
   for (int64_t t : ts) t_min = std::min(t_min, t), t_max = std::max(t_max, t);
   const double lx0 = std::log2(double(t_min)), lx1 = std::max(std::log2(double(t_max)), lx0 + 1);
-  const double left = x0 + 60, right = x0 + w - 10, top = y0 + 30, bottom = y0 + h - 100;
+  // Room under the frame for the axis label and one legend line per series and reference line.
+  const double legend_h = 15.0 * double(series.size() + hlines.size());
+  const double left = x0 + 60, right = x0 + w - 10, top = y0 + 30, bottom = y0 + h - 50 - legend_h;
   auto X = [&](int64_t t) {
     return left + (std::log2(double(t)) - lx0) / (lx1 - lx0) * (right - left);
   };
@@ -398,41 +452,62 @@ std::string panel_svg(double x0, double y0, double w, double h, const std::strin
 
 std::string gp_rmse_svg(const GpExperimentResult& result) {
   std::vector<int64_t> ts;
-  std::map<int64_t, std::vector<const GpRow*>> scaled_by_source;
-  Series own_post{"CEM trained at T", "#1f77b4", {}}, own_tgt = own_post;
+  std::vector<std::string> variants;  // in order of appearance
   const GpRow* baseline = nullptr;
   const GpRow* oracle = nullptr;
   for (const GpRow& r : result.rows) {
-    if (r.model == "cem" && r.train_T == r.eval_T) {
-      own_post.points.emplace_back(r.eval_T, r.eval.rmse_posterior);
-      own_tgt.points.emplace_back(r.eval_T, r.eval.rmse_targets);
-    }
     if (r.model == "cem") {
       if (std::find(ts.begin(), ts.end(), r.eval_T) == ts.end()) ts.push_back(r.eval_T);
-      if (r.train_T != r.eval_T) scaled_by_source[r.train_T].push_back(&r);
+      if (std::find(variants.begin(), variants.end(), r.variant) == variants.end())
+        variants.push_back(r.variant);
     }
     if (r.model == "llama") baseline = &r;
     if (r.model == "oracle") oracle = &r;
   }
   std::sort(ts.begin(), ts.end());
   if (ts.empty()) ts.push_back(1);
-  std::vector<Series> post = {own_post}, tgt = {own_tgt};
-  for (const auto& [source, rows] : scaled_by_source) {
-    Series sp{fmt::format("trained at T={}, run at T", source), "#d62728", {}, true}, st = sp;
-    // Its own point (trained and run at `source`) joins the curve when present.
-    std::vector<std::pair<int64_t, double>> p_post, p_tgt;
+  // One colour per variant: its models trained at T (solid) and the scale_from model run at T
+  // (dashed). A single "fixed" variant keeps the original colours and names.
+  static const char* kColors[] = {"#1f77b4", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"};
+  const bool single = variants.size() == 1 && variants[0] == "fixed";
+  std::vector<Series> post, tgt;
+  for (size_t vi = 0; vi < variants.size(); ++vi) {
+    const std::string& variant = variants[vi];
+    const std::string color = kColors[vi % 7];
+    Series own_post{single ? "CEM trained at T" : fmt::format("CEM {} trained at T", variant), color, {}},
+        own_tgt = own_post;
+    std::map<int64_t, std::vector<const GpRow*>> scaled_by_source;
     for (const GpRow& r : result.rows) {
-      if (r.model == "cem" && r.train_T == source) {
-        p_post.emplace_back(r.eval_T, r.eval.rmse_posterior);
-        p_tgt.emplace_back(r.eval_T, r.eval.rmse_targets);
+      if (r.model != "cem" || r.variant != variant) continue;
+      if (r.train_T == r.eval_T) {
+        own_post.points.emplace_back(r.eval_T, r.eval.rmse_posterior);
+        own_tgt.points.emplace_back(r.eval_T, r.eval.rmse_targets);
+      } else {
+        scaled_by_source[r.train_T].push_back(&r);
       }
     }
-    std::sort(p_post.begin(), p_post.end());
-    std::sort(p_tgt.begin(), p_tgt.end());
-    sp.points = p_post;
-    st.points = p_tgt;
-    post.push_back(sp);
-    tgt.push_back(st);
+    post.push_back(own_post);
+    tgt.push_back(own_tgt);
+    for (const auto& [source, rows] : scaled_by_source) {
+      Series sp{single ? fmt::format("trained at T={}, run at T", source)
+                       : fmt::format("{} trained at T={}, run at T", variant, source),
+                single ? "#d62728" : color, {}, true},
+          st = sp;
+      // Its own point (trained and run at `source`) joins the curve when present.
+      std::vector<std::pair<int64_t, double>> p_post, p_tgt;
+      for (const GpRow& r : result.rows) {
+        if (r.model == "cem" && r.variant == variant && r.train_T == source) {
+          p_post.emplace_back(r.eval_T, r.eval.rmse_posterior);
+          p_tgt.emplace_back(r.eval_T, r.eval.rmse_targets);
+        }
+      }
+      std::sort(p_post.begin(), p_post.end());
+      std::sort(p_tgt.begin(), p_tgt.end());
+      sp.points = p_post;
+      st.points = p_tgt;
+      post.push_back(sp);
+      tgt.push_back(st);
+    }
   }
   std::vector<HLine> post_lines, tgt_lines;
   if (baseline) {
@@ -442,7 +517,8 @@ std::string gp_rmse_svg(const GpExperimentResult& result) {
   if (oracle)
     tgt_lines.push_back({"oracle (GP posterior mean)", "#000000", oracle->eval.rmse_targets});
 
-  const double W = 960, H = 480;
+  const size_t legend_rows = std::max(post.size() + post_lines.size(), tgt.size() + tgt_lines.size());
+  const double W = 960, H = 420 + 15.0 * double(legend_rows);
   std::string svg = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0f}\" height=\"{:.0f}\" "
       "viewBox=\"0 0 {:.0f} {:.0f}\" font-family=\"sans-serif\">\n"

@@ -57,6 +57,9 @@ struct GpExperimentOptions {
   ModelConfig cem_model;  // the CEM model (mixer cem_attention, ffn cem_mlp); steps set per run
   ModelConfig baseline;   // the baseline model (mha + swiglu)
   std::vector<int64_t> steps = {1, 2, 4, 8};  // T: one CEM model trained and tested at each
+  // CEM readings of the recursion, each trained at every T (apply_gp_variant): "fixed" (the default
+  // model), or '+'-joined options among iterate, prox, prox_fixed, step_norm.
+  std::vector<std::string> variants = {"fixed"};
   int64_t scale_from = 2;  // T of the model also evaluated at every T in `steps` (0: none)
   bool run_baseline = true;
   int64_t eval_seqs = 1024;  // held-out sequences
@@ -66,8 +69,17 @@ struct GpExperimentOptions {
 // Defaults of the experiment: the spec's D = 128, H = 4, M = 512, L = 2, positions none, N = 64.
 GpExperimentOptions default_gp_experiment();
 
+// Sets the cem fields of `config` for a variant name of GpExperimentOptions::variants:
+//   fixed       nothing (keys from h, no proximal term, no step_norm)
+//   iterate     cem.recursion_keys = "iterate"
+//   prox        cem.prox = "learned";  prox_fixed: cem.prox = "fixed"
+//   step_norm   cem.step_norm = "rms"
+// joined with '+' (e.g. "iterate+prox"). Throws cemfrac::Error naming an unknown part.
+void apply_gp_variant(ModelConfig& config, const std::string& variant);
+
 struct GpRow {
   std::string model;    // "cem", "llama" (the baseline) or "oracle"
+  std::string variant;  // CEM rows: the variant name ("fixed" by default); empty otherwise
   int64_t train_T = 0;  // T the model was trained at (0: not a CEM model)
   int64_t eval_T = 0;   // T it was evaluated at
   GpEvalResult eval;

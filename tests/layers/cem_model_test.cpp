@@ -209,6 +209,13 @@ TEST(CemModel, ConfigErrorsNameTheKeyAndTheValue) {
             std::string::npos);
   EXPECT_NE(with([](ModelConfig& x) { x.cem.mlp_form = "c"; }).find("cem.mlp_form = \"c\""),
             std::string::npos);
+  EXPECT_NE(with([](ModelConfig& x) { x.cem.recursion_keys = "h"; })
+                .find("cem.recursion_keys = \"h\": unknown; valid: fixed, iterate"),
+            std::string::npos);
+  EXPECT_NE(with([](ModelConfig& x) { x.cem.prox = "on"; }).find("cem.prox = \"on\": unknown; valid: none, learned, fixed"),
+            std::string::npos);
+  EXPECT_NE(with([](ModelConfig& x) { x.cem.step_norm = "layer"; }).find("cem.step_norm = \"layer\": unknown; valid: none, rms"),
+            std::string::npos);
   EXPECT_NE(with([](ModelConfig& x) { x.n_kv_heads = 2; }).find("n_kv_heads = 2: cem_attention"),
             std::string::npos);
   // Through the run config and its TOML/--set path: the nested table's key.
@@ -247,7 +254,7 @@ TEST(CemModel, CheckpointOverridesChangeOnlyShapeFreeFields) {
   };
   EXPECT_NE(error("model.cem.dlr=shared").find("--set model.cem.dlr=shared: a checkpoint's architecture"),
             std::string::npos);
-  EXPECT_NE(error("model.cem.precond_rank=4").find("model.cem.{steps, rope_mode, dlr_distance, mlp_form, recursion}"),
+  EXPECT_NE(error("model.cem.precond_rank=4").find("model.cem.{steps, rope_mode, dlr_distance, mlp_form, recursion, recursion_keys, step_norm}"),
             std::string::npos);
   EXPECT_NE(error("model.d_model=32").find("--set model.d_model=32"), std::string::npos);
   EXPECT_NE(error("model.cem.steps=0").find("cem.steps = 0: must be in 1..64"), std::string::npos);

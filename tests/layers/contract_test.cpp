@@ -93,6 +93,20 @@ std::vector<Variant> mixer_variants(const std::string& kind) {
     naive.cem.steps = 2;
     naive.cem.rope_mode = "naive";
     variants.push_back({kind, "naive_rope", naive});
+    ModelConfig iterate = base;  // keys from the iterates: a per-step key cache when decoding
+    iterate.cem.steps = 3;
+    iterate.cem.recursion_keys = "iterate";
+    variants.push_back({kind, "iterate_keys", iterate});
+    ModelConfig iterate_dlr = iterate;  // with the diagonal's h rows cached per step too
+    iterate_dlr.cem.steps = 2;
+    iterate_dlr.cem.dlr = "per_head";
+    iterate_dlr.cem.prox = "learned";
+    variants.push_back({kind, "iterate_keys_dlr_prox", iterate_dlr});
+    ModelConfig prox_norm = base;
+    prox_norm.cem.steps = 3;
+    prox_norm.cem.prox = "fixed";
+    prox_norm.cem.step_norm = "rms";
+    variants.push_back({kind, "prox_step_norm", prox_norm});
     variants.push_back({kind, "gpt2", gpt2_flavour(base)});
     return variants;
   }
@@ -115,6 +129,15 @@ std::vector<Variant> ffn_variants(const std::string& kind) {
     b.cem.precond = true;
     b.cem.precond_rank = 2;
     variants.push_back({kind, "form_b_precond", b});
+    ModelConfig prox = base;
+    prox.cem.steps = 3;
+    prox.cem.prox = "learned";
+    variants.push_back({kind, "prox", prox});
+    ModelConfig norm = base;
+    norm.cem.steps = 3;
+    norm.cem.step_norm = "rms";
+    norm.cem.prox = "fixed";
+    variants.push_back({kind, "step_norm_prox_fixed", norm});
   }
   return variants;
 }

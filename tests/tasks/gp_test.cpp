@@ -236,5 +236,48 @@ TEST(GpExperiment, RowsJsonAndSvg) {
   EXPECT_EQ(again.rows[1].eval.rmse_posterior, r.rows[1].eval.rmse_posterior);
 }
 
+// Issue 20: --variants trains each reading at each T. At T = 1 a variant's training would repeat the
+// first variant's exactly (same function, weights and batches): the test trains one alone and gets
+// the copied row's numbers bit for bit, which is what justifies the copy.
+TEST(GpExperiment, VariantsAreRowsAndShareTheTOneModel) {
+  GpExperimentOptions o = default_gp_experiment();
+  o.task.n_points = 12;
+  o.cem_model = tiny_config("cem_attention", "cem_mlp", 1);
+  o.steps = {1, 2};
+  o.scale_from = 0;
+  o.run_baseline = false;
+  o.train.steps = 3;
+  o.train.batch = 4;
+  o.eval_seqs = 8;
+  o.variants = {"fixed", "iterate+prox", "step_norm"};
+  const GpExperimentResult r = run_gp_experiment(o);
+  ASSERT_EQ(r.rows.size(), 7u);
+  const std::vector<std::string> want = {"fixed", "fixed", "iterate+prox", "iterate+prox",
+                                         "step_norm", "step_norm", ""};
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(r.rows[i].variant, want[i]) << i;
+  EXPECT_EQ(r.rows[2].eval.rmse_posterior, r.rows[0].eval.rmse_posterior);
+  EXPECT_EQ(r.rows[2].params, r.rows[0].params + 2 * 2);  // a lambda per CEM sub-layer, L = 2
+  EXPECT_NE(r.rows[3].eval.rmse_posterior, r.rows[1].eval.rmse_posterior);
+  EXPECT_NE(r.rows[5].eval.rmse_posterior, r.rows[1].eval.rmse_posterior);
+  GpExperimentOptions alone = o;
+  alone.variants = {"iterate+prox"};
+  alone.steps = {1};
+  const GpExperimentResult a = run_gp_experiment(alone);
+  EXPECT_EQ(a.rows[0].eval.rmse_posterior, r.rows[0].eval.rmse_posterior);
+  EXPECT_EQ(a.rows[0].last_train_loss, r.rows[0].last_train_loss);
+  // JSON keeps the variant; the plot names every variant.
+  const GpExperimentResult back = gp_result_from_json(to_json(r), "gp.json");
+  EXPECT_EQ(back.rows[3].variant, "iterate+prox");
+  EXPECT_NE(gp_rmse_svg(r).find("CEM iterate+prox trained at T"), std::string::npos);
+  // An unknown part is one error naming it, before any training.
+  o.variants = {"fixed", "iterate+proxy"};
+  try {
+    run_gp_experiment(o);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown part \"proxy\""), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace cemfrac

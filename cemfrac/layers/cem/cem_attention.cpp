@@ -48,6 +48,12 @@ CemRecursion parse_cem_recursion(const std::string& name) {
   fail("cem.recursion = \"{}\": unknown; valid: auto, direct, gram", name);
 }
 
+CemRecursionKeys parse_cem_recursion_keys(const std::string& name) {
+  if (name == "fixed") return CemRecursionKeys::kFixed;
+  if (name == "iterate") return CemRecursionKeys::kIterate;
+  fail("cem.recursion_keys = \"{}\": unknown; valid: fixed, iterate", name);
+}
+
 namespace {
 
 // (B, N, H d_h) -> (B, H, N, d_h)
@@ -123,6 +129,11 @@ CemAttentionImpl::CemAttentionImpl(const CemAttentionOptions& o) : options_(o), 
     delta = add_parameter("delta", init_constant({D}, 0.0, device), ParamKind::kAttention,
                           ParamGroup::kNoDecay);
   }
+  prox_.on = o.step().prox() != CemProxMode::kNone;
+  if (o.step().prox() == CemProxMode::kLearned) {
+    prox_.raw = add_parameter("lambda_raw", init_constant({1}, softplus_inverse_of_one(), device),
+                              ParamKind::kAttention, ParamGroup::kNoDecay);
+  }
   if (o.step().precond()) {
     precond_ = register_module("precond", std::make_shared<CemPreconditionerImpl>(
                                               D, o.step().precond_rank(), o.step().precond_psd(),
@@ -134,10 +145,12 @@ std::unique_ptr<MixerState> CemAttentionImpl::new_state() const {
   return std::make_unique<CemAttentionState>();
 }
 
-CemAttentionCondition CemAttentionImpl::condition(const torch::Tensor& h, const MixerContext& ctx) {
+CemAttentionCondition CemAttentionImpl::condition(const torch::Tensor& h, const MixerContext& ctx,
+                                                 int64_t step) {
   const int64_t B = h.size(0), N = h.size(1), H = options_.n_heads(), D = options_.d_model();
   CemAttentionCondition c;
   c.offset = ctx.offset;
+  c.anchor = h;
   if (rotates()) {
     TORCH_INTERNAL_ASSERT(ctx.rope_cos.defined(), "cem_attention: RoPE on but no rotary tables");
     c.cos = ctx.rope_cos;
@@ -157,7 +170,15 @@ CemAttentionCondition CemAttentionImpl::condition(const torch::Tensor& h, const 
 
   // 2. With a decode state, prepend everything seen before and remember the result.
   if (ctx.state != nullptr) {
-    auto* state = static_cast<CemAttentionState*>(ctx.state);
+    auto* full = static_cast<CemAttentionState*>(ctx.state);
+    CemKeyCache* state = full;  // step 0 (and every step with fixed keys)
+    if (step > 0) {
+      if (static_cast<int64_t>(full->iterate.size()) < step) full->iterate.resize(step);
+      state = &full->iterate[step - 1];
+    }
+    CEMFRAC_CHECK(step == 0 || state->k.defined() || ctx.offset == 0,
+                  "decode state of cem_attention: step {} has no keys for the {} positions seen before; "
+                  "decode with the recursion_keys setting the state was started with", step, ctx.offset);
     const bool separate_v = !v.is_same(k);
     if (state->k.defined()) {
       CEMFRAC_CHECK(state->k.size(0) == B && state->k.size(2) == ctx.offset,
@@ -261,7 +282,9 @@ torch::Tensor CemAttentionImpl::direction(const torch::Tensor& x, const CemAtten
   torch::Tensor d = torch::matmul(merge_heads(a), w_q);  // (B, N, D): same tensor as the queries'
   if (diag.defined()) d = d + diag;
 
-  // 4. The preconditioner, applied without forming the D x D matrix.
+  // 4. The proximal term's gradient lambda (x - h), then the preconditioner on the whole gradient,
+  // applied without forming the D x D matrix.
+  if (prox_.on && c.anchor.defined()) d = d - prox_.gradient(x, c.anchor);
   if (precond_) d = precond_->apply(d);
   return d;
 }
@@ -273,6 +296,11 @@ torch::Tensor CemAttentionImpl::step(const torch::Tensor& x, const CemAttentionC
 bool CemAttentionImpl::uses_gram(int64_t tokens) const {
   const int64_t T = options_.step().steps();
   if (T < 2 || options_.dlr() != CemDiagonal::kNone || trace_.enabled) return false;
+  // The gram path moves only the queries: keys from the iterates, the proximal term and step_norm
+  // act on x itself.
+  if (options_.recursion_keys() == CemRecursionKeys::kIterate || prox_.on || options_.step().step_norm()) {
+    return false;
+  }
   if (recursion_ != CemRecursion::kAuto) return recursion_ == CemRecursion::kGram;
   return (T - 1) * tokens >= 2 * options_.d_model();
 }
@@ -309,22 +337,36 @@ torch::Tensor CemAttentionImpl::forward_gram(const torch::Tensor& h, const CemAt
 }
 
 torch::Tensor CemAttentionImpl::forward(const torch::Tensor& h, const MixerContext& ctx) {
-  const CemAttentionCondition c = condition(h, ctx);  // keys once
+  const CemAttentionCondition c = condition(h, ctx);  // keys once (step 0's keys under iterate)
   const bool trace = trace_.enabled && ctx.offset == 0 && ctx.state == nullptr;
   if (!trace && uses_gram(h.size(0) * h.size(1))) return forward_gram(h, c);
-  // T = 1: the displacement is eta d itself (no h + eta d - h round trip).
+  // T = 1: the displacement is eta d itself (no h + eta d - h round trip). The proximal term's
+  // gradient is 0 at x = h, and step_norm and iterate keys start at the second step, so none of
+  // them changes T = 1.
   if (options_.step().steps() == 1 && !trace) return eta_.scale(direction(h, c));
+  const bool iterate = options_.recursion_keys() == CemRecursionKeys::kIterate;
+  const torch::Tensor rms_h = options_.step().step_norm() ? cem_rms(h) : torch::Tensor();
   torch::Tensor x = h;                                // x^(0) = h
+  // The energy traced after step t is the one step t descended (its keys: h, or x^(t) under iterate).
   if (trace) trace_.add(0, energy(x, h, ctx).detach());
   for (int64_t t = 0; t < options_.step().steps(); ++t) {
-    x = step(x, c);
-    if (trace) trace_.add(t + 1, energy(x, h, ctx).detach());
+    if (t > 0 && rms_h.defined()) x = cem_rescale_to(x, rms_h);  // step_norm
+    if (iterate && t > 0) {
+      CemAttentionCondition ct = condition(x, ctx, t);  // keys and values from x^(t), causal
+      ct.anchor = h;
+      const torch::Tensor keys = x;
+      x = step(x, ct);
+      if (trace) trace_.add(t + 1, energy(x, keys, ctx, h).detach());
+    } else {
+      x = step(x, c);
+      if (trace) trace_.add(t + 1, energy(x, h, ctx).detach());
+    }
   }
   return x - h;                                       // the displacement the block adds to z
 }
 
 torch::Tensor CemAttentionImpl::energy(const torch::Tensor& x, const torch::Tensor& h,
-                                       const MixerContext& ctx) const {
+                                       const MixerContext& ctx, const torch::Tensor& anchor) const {
   const int64_t N = x.size(1), H = options_.n_heads(), D = options_.d_model();
   const double beta = 1.0 / std::sqrt(double(head_dim_));
   torch::Tensor q = split_heads(torch::linear(x, w_q), H);  // (B, H, N, d_h)
@@ -350,7 +392,9 @@ torch::Tensor CemAttentionImpl::energy(const torch::Tensor& x, const torch::Tens
     }
   }
   s = (s * beta).masked_fill(hidden_mask(N, N, 0, x.device()), -std::numeric_limits<double>::infinity());
-  return -(torch::logsumexp(s, -1).sum(1)) / beta;  // (B, N)
+  torch::Tensor e = -(torch::logsumexp(s, -1).sum(1)) / beta;  // (B, N)
+  if (prox_.on) e = e + prox_.energy(x, anchor.defined() ? anchor : h);
+  return e;
 }
 
 }  // namespace cemfrac

@@ -11,6 +11,7 @@
 //   w_q (H d_h, D)    queries; transposed, also the output projection
 //   w_k (H d_h, D)    keys; also the values
 //   eta_raw (1)       eta = softplus(eta_raw), when learnable (not frozen, no preconditioner)
+//   lambda_raw (1)    lambda = softplus(lambda_raw) of the proximal term (cem.prox = learned)
 //   delta (H, D)      D+LR diagonal per head (dlr = per_head); (D) when shared
 //   precond.p (D), precond.u (D, r), precond.v (D, r)   the preconditioner (precond.v absent when psd)
 // Decode state: K (after RoPE) of every position seen, (B, H, T, d_h): half of MHA's K + V; plus the
@@ -20,6 +21,7 @@
 #include <torch/types.h>
 
 #include <memory>
+#include <vector>
 
 #include "cemfrac/layers/cem/cem_common.h"
 #include "cemfrac/layers/mixer.h"
@@ -33,10 +35,14 @@ enum class CemRopeMode { kExact, kNaive, kNone };
 // work (no D+LR, no energy trace, (T - 1) * tokens >= 2 D).
 enum class CemRecursion { kAuto, kDirect, kGram };
 enum class CemDiagonal { kNone, kPerHead, kShared };
+// Where step t's keys (and tied values) come from: fixed = the input h at every step (the conditional
+// energy E(x | h)); iterate = the current iterates x^(t) of the visible positions (docs/layers/cem.md §8.1).
+enum class CemRecursionKeys { kFixed, kIterate };
 
 CemRopeMode parse_cem_rope_mode(const std::string& name);  // names as in CemConfig::rope_mode
 CemDiagonal parse_cem_diagonal(const std::string& name);    // names as in CemConfig::dlr
 CemRecursion parse_cem_recursion(const std::string& name);  // names as in CemConfig::recursion
+CemRecursionKeys parse_cem_recursion_keys(const std::string& name);  // CemConfig::recursion_keys
 
 struct CemAttentionOptions {
   CemAttentionOptions(int64_t d_model, int64_t n_heads) : d_model_(d_model), n_heads_(n_heads) {}
@@ -47,20 +53,30 @@ struct CemAttentionOptions {
   TORCH_ARG(CemDiagonal, dlr) = CemDiagonal::kNone;
   TORCH_ARG(bool, dlr_distance) = false;
   TORCH_ARG(CemRecursion, recursion) = CemRecursion::kAuto;
+  TORCH_ARG(CemRecursionKeys, recursion_keys) = CemRecursionKeys::kFixed;
   TORCH_ARG(CemStepOptions, step) = CemStepOptions();
   TORCH_ARG(double, init_std) = 0.02;
   TORCH_ARG(torch::Device, device) = torch::kCPU;
 };
 
-struct CemAttentionState : MixerState {
+// The keys one step conditions on, for every position seen so far.
+struct CemKeyCache {
   torch::Tensor k;  // (B, H, T, d_h) keys after RoPE (exact mode: also the values)
   torch::Tensor v;  // (B, H, T, d_h) naive RoPE only: the unrotated keys, which are its values
   torch::Tensor h;  // (B, T, D) D+LR only: the conditioning inputs
 };
 
+// Fixed keys: one CemKeyCache (the base fields, from h). recursion_keys = iterate: step 0's keys are
+// still those from h (the base fields); step t >= 1 conditions on the iterates x^(t), cached in
+// iterate[t - 1], so the state holds T times the fixed-key cache.
+struct CemAttentionState : MixerState, CemKeyCache {
+  std::vector<CemKeyCache> iterate;
+};
+
 // What one forward computes once from the fixed input h and reuses in every step.
 struct CemAttentionCondition {
   int64_t offset = 0;        // absolute position of the first query
+  torch::Tensor anchor;      // (B, N, D) the sub-layer input h of the queries: the proximal term's centre
   torch::Tensor k, v;        // (B, H, T, d_h) keys and values over all visible positions (v may == k)
   torch::Tensor h;           // (B, T, D) D+LR: conditioning inputs
   torch::Tensor k_aug;       // per-head D+LR over a full sequence: (B, H, T, d_h + D [+ 1]) keys
@@ -80,17 +96,21 @@ class CemAttentionImpl : public MixerImpl {
   std::unique_ptr<MixerState> new_state() const override;
 
   // The pieces of forward, public for tests and diagnostics.
-  // Keys (and values, h) from h at positions ctx.offset.., joined to and stored in ctx.state.
-  CemAttentionCondition condition(const torch::Tensor& h, const MixerContext& ctx);
-  // -P grad_x E(x; h) (the step's direction before eta) for the iterate x (B, N, D).
+  // Keys (and values, h) from h at positions ctx.offset.., joined to and stored in ctx.state (in the
+  // cache of step `step`: 0 = the base fields, t >= 1 = state->iterate[t - 1]). anchor = h.
+  CemAttentionCondition condition(const torch::Tensor& h, const MixerContext& ctx, int64_t step = 0);
+  // -P grad_x E(x; h) (the step's direction before eta) for the iterate x (B, N, D); with cem.prox
+  // the gradient includes lambda (x - c.anchor).
   torch::Tensor direction(const torch::Tensor& x, const CemAttentionCondition& c) const;
   // One step x + eta (-P grad E).
   torch::Tensor step(const torch::Tensor& x, const CemAttentionCondition& c) const;
   // The closed-form energy E_i(x_i; h_1..i) per position, (B, N), for a full sequence (offset 0,
   // rotary tables of positions 0..N-1 in ctx when RoPE is on). Written with plain ops from the
   // formula (the slow twin of direction()); naive RoPE has no energy (its step is not a gradient) and
-  // is given the exact mode's energy.
-  torch::Tensor energy(const torch::Tensor& x, const torch::Tensor& h, const MixerContext& ctx) const;
+  // is given the exact mode's energy. With cem.prox, + 1/2 lambda |x - anchor|^2 (anchor undefined:
+  // h), so recursion_keys = iterate's step t is the gradient of energy(x, x^(t) detached, ctx, h).
+  torch::Tensor energy(const torch::Tensor& x, const torch::Tensor& h, const MixerContext& ctx,
+                       const torch::Tensor& anchor = torch::Tensor()) const;
 
   const CemAttentionOptions& options() const { return options_; }
   void set_steps(int64_t steps) { options_.step().steps(steps); }
@@ -98,6 +118,9 @@ class CemAttentionImpl : public MixerImpl {
   // Whether forward takes the gram path for an input of this many tokens (B * N).
   bool uses_gram(int64_t tokens) const;
   double eta() const { return eta_.value(); }
+  double prox_lambda() const { return prox_.value(); }  // 0 without cem.prox
+  void set_recursion_keys(CemRecursionKeys k) { options_.recursion_keys(k); }
+  void set_step_norm(bool on) { options_.step().step_norm(on); }
   int64_t key_projections() const { return key_projections_; }  // calls of h -> W_K h so far
   const CemPreconditionerImpl* preconditioner() const { return precond_.get(); }
   // The energy diagnostic (cemfrac eval --cem-energy): off by default; costs one energy per step.
@@ -115,6 +138,7 @@ class CemAttentionImpl : public MixerImpl {
   CemAttentionOptions options_;
   int64_t head_dim_;
   CemStepSize eta_;
+  CemProx prox_;
   std::shared_ptr<CemPreconditionerImpl> precond_;
   int64_t key_projections_ = 0;
   CemRecursion recursion_;

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cemfrac/core/check.h"
+
 namespace cemfrac {
 namespace {
 
@@ -15,6 +17,36 @@ torch::Tensor default_softplus(const torch::Tensor& x) {
 }
 
 }  // namespace
+
+CemProxMode parse_cem_prox(const std::string& name) {
+  if (name == "none") return CemProxMode::kNone;
+  if (name == "learned") return CemProxMode::kLearned;
+  if (name == "fixed") return CemProxMode::kFixed;
+  fail("cem.prox = \"{}\": unknown; valid: none, learned, fixed", name);
+}
+
+torch::Tensor CemProx::gradient(const torch::Tensor& x, const torch::Tensor& anchor) const {
+  const torch::Tensor diff = x - anchor;
+  return raw.defined() ? default_softplus(raw) * diff : diff;
+}
+
+torch::Tensor CemProx::energy(const torch::Tensor& x, const torch::Tensor& anchor) const {
+  const torch::Tensor sq = 0.5 * (x - anchor).pow(2).sum(-1);
+  return raw.defined() ? default_softplus(raw) * sq : sq;
+}
+
+double CemProx::value() const {
+  if (!on) return 0.0;
+  if (!raw.defined()) return 1.0;
+  return default_softplus(raw.detach().to(torch::kFloat64)).item<double>();
+}
+
+torch::Tensor cem_rms(const torch::Tensor& h) { return h.pow(2).mean(-1, /*keepdim=*/true).sqrt(); }
+
+torch::Tensor cem_rescale_to(const torch::Tensor& x, const torch::Tensor& rms_h) {
+  // A row of zeros stays zero (its RMS is clamped away from 0).
+  return x * (rms_h / cem_rms(x).clamp_min(1e-30));
+}
 
 void CemEnergyTrace::add(int64_t t, const torch::Tensor& energy) {
   if (static_cast<int64_t>(sum.size()) <= t) sum.resize(t + 1, 0.0);

@@ -6,11 +6,15 @@
 #include <torch/types.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cemfrac/layers/param_tags.h"
 
 namespace cemfrac {
+
+enum class CemProxMode { kNone, kLearned, kFixed };
+CemProxMode parse_cem_prox(const std::string& name);  // names as in CemConfig::prox
 
 // Options common to cem_attention and cem_mlp.
 struct CemStepOptions {
@@ -19,6 +23,11 @@ struct CemStepOptions {
   TORCH_ARG(bool, precond) = false;      // apply P to every step's direction
   TORCH_ARG(int64_t, precond_rank) = 16;
   TORCH_ARG(bool, precond_psd) = false;
+  // The proximal term 1/2 lambda |x - h|^2 added to the energy (docs/layers/cem.md §8.2): none,
+  // lambda = softplus(lambda_raw) learnable (init 1), or lambda = 1 fixed.
+  TORCH_ARG(CemProxMode, prox) = CemProxMode::kNone;
+  // Rescale the iterate to h's per-token RMS before every step after the first (§8.3).
+  TORCH_ARG(bool, step_norm) = false;
 };
 
 // P as a module with parameters "p" (D), "u" (D, r) and, unless psd, "v" (D, r). At init P = I
@@ -46,6 +55,24 @@ struct CemStepSize {
   torch::Tensor scale(const torch::Tensor& d) const;
   double value() const;  // eta as a number (tests, logging)
 };
+
+// The proximal term's weight lambda: "lambda_raw" (1,) with lambda = softplus(lambda_raw), init 1, or
+// the constant 1 (raw undefined); `on` false when there is no proximal term.
+struct CemProx {
+  bool on = false;
+  torch::Tensor raw;  // learned only
+  // lambda (x - anchor): the term's gradient (x, anchor (B, N, D)).
+  torch::Tensor gradient(const torch::Tensor& x, const torch::Tensor& anchor) const;
+  // 1/2 lambda |x - anchor|^2 per position, (B, N).
+  torch::Tensor energy(const torch::Tensor& x, const torch::Tensor& anchor) const;
+  double value() const;  // lambda as a number (0 when off)
+};
+
+// step_norm: x * rms(h) / rms(x) per token (rms over the last dimension), so the iterate keeps the
+// RMS of the sub-layer's input.
+torch::Tensor cem_rescale_to(const torch::Tensor& x, const torch::Tensor& rms_h);
+// rms(h) per token, (B, N, 1).
+torch::Tensor cem_rms(const torch::Tensor& h);
 
 // A diagnostic: the mean energy (over batch and positions) before the first step and after every
 // step, summed over the forwards made while enabled (full sequences only; decoding is skipped).

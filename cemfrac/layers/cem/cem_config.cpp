@@ -6,7 +6,9 @@
 
 namespace cemfrac {
 
-std::vector<std::string> cem_runtime_fields() { return {"steps", "rope_mode", "dlr_distance", "mlp_form", "recursion"}; }
+std::vector<std::string> cem_runtime_fields() {
+  return {"steps", "rope_mode", "dlr_distance", "mlp_form", "recursion", "recursion_keys", "step_norm"};
+}
 
 std::optional<ConfigProblem> cem_config_problem(const ModelConfig& config) {
   const CemConfig& c = config.cem;
@@ -38,6 +40,16 @@ std::optional<ConfigProblem> cem_config_problem(const ModelConfig& config) {
   if (c.recursion != "auto" && c.recursion != "direct" && c.recursion != "gram") {
     return problem("recursion",
                    fmt::format("recursion = \"{}\": unknown; valid: auto, direct, gram", c.recursion));
+  }
+  if (c.recursion_keys != "fixed" && c.recursion_keys != "iterate") {
+    return problem("recursion_keys", fmt::format("recursion_keys = \"{}\": unknown; valid: fixed, iterate",
+                                                 c.recursion_keys));
+  }
+  if (c.prox != "none" && c.prox != "learned" && c.prox != "fixed") {
+    return problem("prox", fmt::format("prox = \"{}\": unknown; valid: none, learned, fixed", c.prox));
+  }
+  if (c.step_norm != "none" && c.step_norm != "rms") {
+    return problem("step_norm", fmt::format("step_norm = \"{}\": unknown; valid: none, rms", c.step_norm));
   }
   for (int64_t layer = 0; layer < config.n_layers; ++layer) {
     if (config.mixer_of(layer) == "cem_attention" && config.kv_heads() != config.n_heads) {

@@ -24,6 +24,9 @@ struct CemConfig {
   bool precond_psd = false;          // P = diag(softplus(p)) + U U^T instead
   std::string mlp_form = "a";        // a: W_U tied to the read-out, gate W_G h | b: quadratic energy
   std::string recursion = "auto";    // attention at T >= 2: auto | direct | gram (same function)
+  std::string recursion_keys = "fixed";  // attention keys/values per step: fixed (from h) | iterate (from x^(t))
+  std::string prox = "none";         // + 1/2 lambda |x - h|^2 in both energies: none | learned | fixed (lambda = 1)
+  std::string step_norm = "none";    // none | rms: rescale the iterate to h's per-token RMS before steps 2..T
 
   template <typename Visitor>
   void visit_fields(Visitor& v) {
@@ -37,6 +40,10 @@ struct CemConfig {
     v("precond_psd", precond_psd, "CEM: positive-definite preconditioner diag(softplus(p)) + U U^T");
     v("mlp_form", mlp_form, "CEM MLP energy: a (W_U tied to the read-out) | b (quadratic)");
     v("recursion", recursion, "CEM attention T >= 2 work plan: auto | direct | gram (same outputs)");
+    v("recursion_keys", recursion_keys,
+      "CEM attention keys/values at step t: fixed (from h) | iterate (from the iterates x^(t), causal)");
+    v("prox", prox, "CEM proximal term 1/2 lambda |x - h|^2: none | learned (softplus, init 1) | fixed (lambda = 1)");
+    v("step_norm", step_norm, "CEM: none | rms (rescale the iterate to h's per-token RMS before steps 2..T)");
   }
 
   // Whether a sub-layer has the learnable eta parameter (not frozen, no preconditioner).

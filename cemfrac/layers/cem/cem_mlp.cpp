@@ -15,6 +15,11 @@ CemMlpImpl::CemMlpImpl(const CemMlpOptions& o) : options_(o) {
     eta_.raw = add_parameter("eta_raw", init_constant({1}, softplus_inverse_of_one(), device),
                              ParamKind::kFfn, ParamGroup::kNoDecay);
   }
+  prox_.on = o.step().prox() != CemProxMode::kNone;
+  if (o.step().prox() == CemProxMode::kLearned) {
+    prox_.raw = add_parameter("lambda_raw", init_constant({1}, softplus_inverse_of_one(), device),
+                              ParamKind::kFfn, ParamGroup::kNoDecay);
+  }
   if (o.step().precond()) {
     precond_ = register_module("precond", std::make_shared<CemPreconditionerImpl>(
                                               D, o.step().precond_rank(), o.step().precond_psd(),
@@ -28,26 +33,32 @@ torch::Tensor CemMlpImpl::condition(const torch::Tensor& h) {
   return options_.form_b() ? torch::silu(g) : g;
 }
 
-torch::Tensor CemMlpImpl::direction(const torch::Tensor& x, const torch::Tensor& gate) const {
+torch::Tensor CemMlpImpl::direction(const torch::Tensor& x, const torch::Tensor& gate,
+                                    const torch::Tensor& anchor) const {
   torch::Tensor u = torch::linear(x, w_u);  // (B, N, M): the only projection repeated per step
   torch::Tensor hidden = options_.form_b() ? gate * u : torch::silu(u) * gate;
   torch::Tensor d = torch::matmul(hidden, w_u);  // (B, N, D): W_U^T, the same tensor
+  if (prox_.on && anchor.defined()) d = d - prox_.gradient(x, anchor);  // - lambda (x - h)
   if (precond_) d = precond_->apply(d);
   return d;
 }
 
-torch::Tensor CemMlpImpl::step(const torch::Tensor& x, const torch::Tensor& gate) const {
-  return eta_.advance(x, direction(x, gate));
+torch::Tensor CemMlpImpl::step(const torch::Tensor& x, const torch::Tensor& gate,
+                               const torch::Tensor& anchor) const {
+  return eta_.advance(x, direction(x, gate, anchor));
 }
 
 torch::Tensor CemMlpImpl::forward(const torch::Tensor& h) {
   const torch::Tensor gate = condition(h);  // once
-  // T = 1: the displacement is eta d itself (no h + eta d - h round trip).
+  // T = 1: the displacement is eta d itself (no h + eta d - h round trip). The proximal term's
+  // gradient is 0 at x = h and step_norm starts at the second step, so neither changes T = 1.
   if (options_.step().steps() == 1 && !trace_.enabled) return eta_.scale(direction(h, gate));
   torch::Tensor x = h;
+  const torch::Tensor rms_h = options_.step().step_norm() ? cem_rms(h) : torch::Tensor();
   if (trace_.enabled) trace_.add(0, energy(x, h).detach());
   for (int64_t t = 0; t < options_.step().steps(); ++t) {
-    x = step(x, gate);
+    if (t > 0 && rms_h.defined()) x = cem_rescale_to(x, rms_h);
+    x = step(x, gate, h);
     if (trace_.enabled) trace_.add(t + 1, energy(x, h).detach());
   }
   return x - h;
@@ -56,8 +67,9 @@ torch::Tensor CemMlpImpl::forward(const torch::Tensor& h) {
 torch::Tensor CemMlpImpl::energy(const torch::Tensor& x, const torch::Tensor& h) const {
   torch::Tensor g = torch::linear(h, w_g);  // (B, N, M)
   torch::Tensor u = torch::linear(x, w_u);  // (B, N, M)
-  if (options_.form_b()) return -0.5 * (torch::silu(g) * u * u).sum(-1);
-  return -(g * cem_phi(u)).sum(-1);
+  torch::Tensor e = options_.form_b() ? -0.5 * (torch::silu(g) * u * u).sum(-1) : -(g * cem_phi(u)).sum(-1);
+  if (prox_.on) e = e + prox_.energy(x, h);
+  return e;
 }
 
 }  // namespace cemfrac

@@ -11,6 +11,7 @@
 //   w_u (M, D)        the projection inside the nonlinearity (A) and, transposed, the read-out
 //   w_g (M, D)        the gate projection, applied to h only
 //   eta_raw (1)       eta = softplus(eta_raw), when learnable
+//   lambda_raw (1)    lambda = softplus(lambda_raw) of the proximal term (cem.prox = learned)
 //   precond.p (D), precond.u (D, r), precond.v (D, r)   the preconditioner (precond.v absent when psd)
 #pragma once
 #include <torch/arg.h>
@@ -43,16 +44,22 @@ class CemMlpImpl : public FfnImpl {
   // The pieces of forward, public for tests and diagnostics.
   // The gate from h, once: (B, N, M); W_G h (A) or SiLU(W_G h) (B).
   torch::Tensor condition(const torch::Tensor& h);
-  // -P grad_x E(x; h) for the iterate x (B, N, D), given the gate.
-  torch::Tensor direction(const torch::Tensor& x, const torch::Tensor& gate) const;
+  // -P grad_x E(x; h) for the iterate x (B, N, D), given the gate; with cem.prox and an anchor h,
+  // the gradient includes the proximal term's lambda (x - h).
+  torch::Tensor direction(const torch::Tensor& x, const torch::Tensor& gate,
+                          const torch::Tensor& anchor = torch::Tensor()) const;
   // One step x + eta (-P grad E).
-  torch::Tensor step(const torch::Tensor& x, const torch::Tensor& gate) const;
-  // The closed-form energy E_i(x_i; h_i) per position, (B, N) (option A through cem_phi).
+  torch::Tensor step(const torch::Tensor& x, const torch::Tensor& gate,
+                     const torch::Tensor& anchor = torch::Tensor()) const;
+  // The closed-form energy E_i(x_i; h_i) per position, (B, N) (option A through cem_phi), plus
+  // 1/2 lambda |x_i - h_i|^2 with cem.prox.
   torch::Tensor energy(const torch::Tensor& x, const torch::Tensor& h) const;
 
   const CemMlpOptions& options() const { return options_; }
   void set_steps(int64_t steps) { options_.step().steps(steps); }
   double eta() const { return eta_.value(); }
+  double prox_lambda() const { return prox_.value(); }  // 0 without cem.prox
+  void set_step_norm(bool on) { options_.step().step_norm(on); }
   int64_t gate_projections() const { return gate_projections_; }  // calls of h -> W_G h so far
   const CemPreconditionerImpl* preconditioner() const { return precond_.get(); }
   // The energy diagnostic (cemfrac eval --cem-energy): off by default; costs one energy per step.
@@ -63,6 +70,7 @@ class CemMlpImpl : public FfnImpl {
  private:
   CemMlpOptions options_;
   CemStepSize eta_;
+  CemProx prox_;
   std::shared_ptr<CemPreconditionerImpl> precond_;
   int64_t gate_projections_ = 0;
   CemEnergyTrace trace_;
