@@ -333,13 +333,19 @@ void Trainer::check_resume_settings(const std::string& source) {
   // Checkpoints of older versions carry no settings; their data seed is still known.
   json saved = state_.run;
   if (!saved.contains("train.seed")) saved["train.seed"] = state_.data_seed;
+  auto changed = [&](const std::string& key) {
+    return saved.contains(key) && !same_setting(saved.at(key), now.at(key));
+  };
+  // Refusals first (so a refused command prints its one error line and nothing else), then warnings.
   for (auto it = now.begin(); it != now.end(); ++it) {
-    if (!saved.contains(it.key()) || same_setting(saved.at(it.key()), it.value())) continue;
-    const std::string was = saved.at(it.key()).dump(), is = it.value().dump();
-    CEMFRAC_CHECK(resume_safe(it.key()),
+    CEMFRAC_CHECK(resume_safe(it.key()) || !changed(it.key()),
                   "--resume: {} = {} but the run was trained with {} ({}); changing it breaks "
                   "exact resume: set it back, or start a new run",
-                  it.key(), is, was, source);
+                  it.key(), it.value().dump(), saved.at(it.key()).dump(), source);
+  }
+  for (auto it = now.begin(); it != now.end(); ++it) {
+    if (!changed(it.key())) continue;
+    const std::string was = saved.at(it.key()).dump(), is = it.value().dump();
     if (it.key() == "train.steps")
       warn("train.steps changed from {} to {} on resume: the learning-rate schedule now spans {} "
            "steps from step {} on",

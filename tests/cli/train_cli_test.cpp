@@ -99,6 +99,15 @@ struct Background {
     if (posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ) != 0) pid = -1;
     posix_spawn_file_actions_destroy(&actions);
   }
+  ~Background() {  // a failed assertion must not leave a training process behind
+    if (!exited && pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &exit_status, 0);
+    }
+  }
+  Background(const Background&) = delete;
+  Background& operator=(const Background&) = delete;
+
   // Polls `ready` every millisecond (up to 60 s) while the process lives; true when it held.
   bool wait_for(const std::function<bool()>& ready) {
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
