@@ -19,9 +19,7 @@ The machine's load average is printed with the numbers: on a shared machine they
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 
 import torch
 
@@ -32,14 +30,7 @@ import ladder_peer  # noqa: E402
 import cemfrac  # noqa: E402
 
 
-def time_it(fn, reps):
-    fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return {"best_ms": min(times) * 1e3, "median_ms": statistics.median(times) * 1e3}
+time_it = ladder_peer.time_it  # one warm-up, then best and median of reps
 
 
 def main():
