@@ -88,9 +88,14 @@ int run_train_bench_nproc(const std::string& config, const std::vector<std::stri
       {"1x1", {"--threads", "1"}},
       {fmt::format("1x{}", nproc), {"--threads", std::to_string(nproc)}},
   };
+  std::error_code exe_ec;
+  const std::string self_exe = fs::read_symlink("/proc/self/exe", exe_ec).string();
+  CEMFRAC_CHECK(!exe_ec, "bench train --nproc: cannot find this program's path (/proc/self/exe: {})",
+                exe_ec.message());
   std::vector<Case> cases;
   for (const Spec& spec : specs) {
-    std::string cmd = "/proc/self/exe";
+    // Not "/proc/self/exe" itself: std::system runs the line through /bin/sh, where that names the shell.
+    std::string cmd = quote(self_exe);
     for (const auto& a : spec.prefix) cmd += " " + quote(a);
     for (const auto& a : train_args(spec.name)) cmd += " " + quote(a);
     const std::string out = (tmp / (spec.name + ".out")).string();
