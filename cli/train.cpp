@@ -112,7 +112,10 @@ Command add_train(CLI::App& root, const GlobalOptions& global) {
     if (dist.rank() == 0) {
       fmt::print("# resolved run config ({}{})\n{}\n", f->config,
                  sets.empty() ? "" : fmt::format(", {} override(s)", sets.size()), toml);
-      if (dist.active()) fmt::print("# data parallel: {}\n", dist.describe());
+      if (dist.active())
+        fmt::print("# data parallel: {}; gradient all-reduce {}\n", dist.describe(),
+                   config.train.dist_overlap ? "overlapped with backward (train.dist_overlap)"
+                                             : "after backward (train.dist_overlap = false)");
       std::fflush(stdout);
     }
 
@@ -155,10 +158,14 @@ Command add_train(CLI::App& root, const GlobalOptions& global) {
                result.step, result.tokens, result.elapsed_s, result.last_loss,
                result.last_val_loss ? fmt::format(", val_loss {:.4f}", *result.last_val_loss) : "");
     if (!result.last_checkpoint.empty()) fmt::print("checkpoint: {}\n", result.last_checkpoint);
-    if (dist.active() && dist.reduce_steps() > 0)
-      fmt::print("data parallel: all-reduce {:.3f} s in {} steps ({:.2f} ms/step, after backward)\n",
-                 dist.reduce_seconds(), dist.reduce_steps(),
-                 1e3 * dist.reduce_seconds() / static_cast<double>(dist.reduce_steps()));
+    if (dist.active() && dist.reduce_steps() > 0) {
+      const double steps = static_cast<double>(dist.reduce_steps());
+      fmt::print("data parallel: all-reduce {:.3f} s in {} steps ({:.2f} ms/step), exposed {:.2f} "
+                 "ms/step (waiting after backward; {})\n",
+                 dist.reduce_seconds(), dist.reduce_steps(), 1e3 * dist.reduce_seconds() / steps,
+                 1e3 * dist.exposed_reduce_seconds() / steps,
+                 config.train.dist_overlap ? "overlapped with backward" : "not overlapped");
+    }
     if (result.status == TrainStatus::kInterrupted) {
       std::fflush(stdout);
       fmt::print(stderr, "cemfrac: interrupted at step {}; continue with --resume {}\n", result.step,

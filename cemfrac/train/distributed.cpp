@@ -7,6 +7,9 @@
 #include <fmt/ranges.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
 
 #include <pthread.h>
 #include <signal.h>
@@ -221,6 +224,7 @@ struct DistContext::Impl {
   int64_t seq = 0;  // collectives started, for telling a hung peer from a slow one
   bool broken = false;
   double reduce_s = 0;
+  double exposed_s = 0;
   int64_t reduce_steps = 0;
   Fault fault;
   // Shared with the heartbeat thread, which may outlive this object when it is detached.
@@ -290,12 +294,14 @@ struct DistContext::Impl {
     }
   }
 
+  // Runs f, one collective (or, with launch = false, the wait for one launched earlier); any
+  // failure becomes one line naming the lost or hung rank.
   template <class F>
-  void collective(const std::string& what, F&& f) {
+  void collective(const std::string& what, F&& f, bool launch = true) {
     CEMFRAC_CHECK(!broken, "rank {}: the process group failed earlier", env.rank);
-    ++seq;
+    if (launch) ++seq;
     try {
-      store->set(key("seq", env.rank), to_bytes(std::to_string(seq)));
+      if (launch) store->set(key("seq", env.rank), to_bytes(std::to_string(seq)));
       f();
     } catch (const std::exception& e) {
       broken = true;
@@ -451,11 +457,13 @@ void DistContext::allreduce_mean(const std::vector<torch::Tensor>& tensors,
       }
     });
   }
-  m.reduce_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  m.reduce_s += s;
+  m.exposed_s += s;
 }
 
 std::vector<double> DistContext::allreduce_sum(const std::vector<double>& values,
-                                               const std::string& what) {
+                                               const std::string& what, bool timed) {
   if (!active()) return values;
   Impl& m = *impl_;
   torch::Tensor t = torch::tensor(values, torch::kFloat64);
@@ -464,12 +472,16 @@ std::vector<double> DistContext::allreduce_sum(const std::vector<double>& values
     std::vector<torch::Tensor> v{t};
     m.pg->allreduce(v)->wait();
   });
-  m.reduce_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!timed) return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  m.reduce_s += s;
+  m.exposed_s += s;
   m.reduce_steps += 1;
   return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
 }
 
 double DistContext::reduce_seconds() const { return active() ? impl_->reduce_s : 0.0; }
+double DistContext::exposed_reduce_seconds() const { return active() ? impl_->exposed_s : 0.0; }
 int64_t DistContext::reduce_steps() const { return active() ? impl_->reduce_steps : 0; }
 
 void DistContext::barrier(const std::string& what) {
@@ -500,6 +512,201 @@ void DistContext::finish() {
   if (!active() || impl_->broken) return;
   barrier("final barrier");
   impl_->stop();
+}
+
+struct GradientReducer::State : std::enable_shared_from_this<GradientReducer::State> {
+  using Clock = std::chrono::steady_clock;
+  struct Launched {
+    std::vector<torch::Tensor> grads;
+    std::vector<torch::Tensor> flat;  // one tensor: the bucket's gradients, concatenated
+    c10::intrusive_ptr<c10d::Work> work;
+  };
+
+  DistContext* dist = nullptr;
+  std::vector<torch::Tensor> params;            // reverse table order
+  std::vector<std::vector<size_t>> bucket_params;
+  std::vector<size_t> bucket_of;
+  // The accumulators carry the hooks; holding them keeps them (autograd itself holds them weakly
+  // between graphs and would make new ones without our hooks).
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  std::vector<uintptr_t> hook_keys;
+
+  // One step's state (arm .. finish).
+  bool armed = false;
+  int64_t step = 0;
+  std::vector<char> ready;
+  std::vector<int64_t> waiting;  // per bucket: parameters not ready yet
+  size_t next = 0;               // next bucket to launch
+  bool fault_checked = false;
+  std::vector<Launched> launched;
+  std::exception_ptr error;  // a launch that failed inside a hook, rethrown by finish()
+  Clock::time_point first_launch;
+  // Completion time of the last finished bucket (ns since the clock's epoch), set on Gloo's threads.
+  std::shared_ptr<std::atomic<int64_t>> last_done = std::make_shared<std::atomic<int64_t>>(0);
+
+  void hook(size_t i);
+  void on_ready(size_t i) {
+    if (!armed || ready[i] || error) return;
+    ready[i] = 1;
+    if (--waiting[bucket_of[i]] > 0) return;
+    try {
+      while (next < bucket_params.size() && waiting[next] <= 0) launch(next++);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+
+  void launch(size_t b) {
+    std::vector<torch::Tensor> grads;
+    for (size_t i : bucket_params[b]) {
+      const torch::Tensor& p = params[i];
+      if (p.requires_grad() && p.grad().defined()) grads.push_back(p.grad());
+    }
+    if (grads.empty()) return;
+    if (!fault_checked) {
+      fault_checked = true;
+      first_launch = Clock::now();
+      dist->fault_point(step, grads);
+    }
+    DistContext::Impl& m = *dist->impl_;
+    torch::NoGradGuard no_grad;
+    Launched l;
+    l.grads = grads;
+    std::vector<torch::Tensor> parts;
+    for (const auto& g : grads) parts.push_back(g.reshape({-1}));
+    l.flat = {torch::cat(parts)};
+    m.collective("all-reduce of gradients", [&] {
+      l.work = m.pg->allreduce(l.flat);
+      l.work->getFuture()->addCallback([done = last_done](c10::ivalue::Future&) {
+        const int64_t now = Clock::now().time_since_epoch().count();
+        int64_t seen = done->load();
+        while (seen < now && !done->compare_exchange_weak(seen, now)) {
+        }
+      });
+    });
+    launched.push_back(std::move(l));
+  }
+};
+
+namespace {
+
+class ReadyHook : public torch::autograd::FunctionPostHook {
+ public:
+  ReadyHook(std::weak_ptr<GradientReducer::State> state, size_t index)
+      : state_(std::move(state)), index_(index) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    if (auto s = state_.lock()) s->on_ready(index_);
+    return outputs;
+  }
+
+ private:
+  std::weak_ptr<GradientReducer::State> state_;
+  size_t index_;
+};
+
+}  // namespace
+
+// Installs the hook of parameter i once it requires grad (a frozen parameter has no accumulator).
+void GradientReducer::State::hook(size_t i) {
+  if (accumulators[i] || !params[i].requires_grad()) return;
+  accumulators[i] = torch::autograd::impl::grad_accumulator(params[i]);
+  if (!accumulators[i]) return;
+  hook_keys[i] = accumulators[i]->add_post_hook(
+      std::make_unique<ReadyHook>(weak_from_this(), i));
+}
+
+GradientReducer::GradientReducer(DistContext& dist, const std::vector<torch::Tensor>& params)
+    : state_(std::make_shared<State>()) {
+  State& s = *state_;
+  s.dist = &dist;
+  if (!dist.active()) return;
+  s.params.assign(params.rbegin(), params.rend());
+  const int64_t cap = dist.options().bucket_bytes;
+  int64_t size = 0, limit = std::min<int64_t>(cap, 1 << 20);
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    const torch::Tensor& p = s.params[i];
+    const int64_t b = p.numel() * static_cast<int64_t>(p.element_size());
+    if (s.bucket_params.empty() || size + b > limit ||
+        s.params[s.bucket_params.back().front()].scalar_type() != p.scalar_type() ||
+        s.params[s.bucket_params.back().front()].device() != p.device()) {
+      if (!s.bucket_params.empty()) limit = cap;
+      s.bucket_params.emplace_back();
+      size = 0;
+    }
+    s.bucket_params.back().push_back(i);
+    s.bucket_of.push_back(s.bucket_params.size() - 1);
+    size += b;
+  }
+  s.accumulators.resize(s.params.size());
+  s.hook_keys.resize(s.params.size(), 0);
+}
+
+GradientReducer::~GradientReducer() {
+  State& s = *state_;
+  for (size_t i = 0; i < s.accumulators.size(); ++i)
+    if (s.accumulators[i]) s.accumulators[i]->del_post_hook(s.hook_keys[i]);
+}
+
+int64_t GradientReducer::buckets() const {
+  return static_cast<int64_t>(state_->bucket_params.size());
+}
+
+void GradientReducer::arm(int64_t step) {
+  State& s = *state_;
+  if (!s.dist->active()) return;
+  CEMFRAC_CHECK(!s.armed, "GradientReducer::arm: the last step was not finished");
+  s.armed = true;
+  s.step = step;
+  s.ready.assign(s.params.size(), 0);
+  s.waiting.assign(s.bucket_params.size(), 0);
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    s.hook(i);
+    if (s.params[i].requires_grad()) ++s.waiting[s.bucket_of[i]];
+  }
+  s.next = 0;
+  s.fault_checked = false;
+  s.launched.clear();
+  s.error = nullptr;
+  s.last_done->store(0);
+}
+
+void GradientReducer::finish() {
+  State& s = *state_;
+  if (!s.dist->active()) return;
+  CEMFRAC_CHECK(s.armed, "GradientReducer::finish without arm");
+  s.armed = false;
+  using Clock = State::Clock;
+  const auto start = Clock::now();
+  DistContext::Impl& m = *s.dist->impl_;
+  if (s.error) std::rethrow_exception(s.error);
+  // What backward did not complete (no gradient, or no hook), in bucket order.
+  while (s.next < s.bucket_params.size()) s.launch(s.next++);
+  if (!s.fault_checked) s.dist->fault_point(s.step, {});
+  torch::NoGradGuard no_grad;
+  const double world = static_cast<double>(s.dist->world_size());
+  for (State::Launched& l : s.launched) {
+    m.collective("all-reduce of gradients", [&] { l.work->wait(); }, /*launch=*/false);
+    torch::Tensor& flat = l.flat.front();
+    flat.div_(world);
+    int64_t offset = 0;
+    for (const torch::Tensor& g : l.grads) {
+      g.copy_(flat.narrow(0, offset, g.numel()).view_as(g));
+      offset += g.numel();
+    }
+  }
+  // Exposed: all of finish(). Overlapped: from the first launch (during backward) until backward
+  // ended or the last bucket completed, whichever came first.
+  const double exposed = std::chrono::duration<double>(Clock::now() - start).count();
+  double overlapped = 0;
+  if (!s.launched.empty() && s.first_launch < start) {
+    const int64_t done = s.last_done->load();
+    const auto until = done > 0 ? std::min(start, Clock::time_point(Clock::duration(done))) : start;
+    overlapped = std::max(0.0, std::chrono::duration<double>(until - s.first_launch).count());
+  }
+  m.exposed_s += exposed;
+  m.reduce_s += exposed + overlapped;
+  s.launched.clear();
 }
 
 struct StoreServer::Impl {

@@ -14,10 +14,15 @@
 // World size 1 (WORLD_SIZE unset or 1) creates no store and no process group: every call below is a
 // no-op and training is exactly the one-process code path.
 //
-// Gradients are reduced by our own bucketing after the whole step's backward passes (not by
-// c10d::Reducer during backward): with gradient accumulation the reduction happens once per optimizer
-// step anyway, and reducing after backward keeps the sum order fixed (bucket by bucket, parameter-table
-// order), which is what makes 2 ranks bitwise equal to 1 rank with 2 accumulation micro-batches.
+// Gradients are reduced in buckets by our own code, in one of two ways (train.dist_overlap):
+//   overlapped (default, GradientReducer below): buckets in reverse parameter-table order (the order
+//     backward produces gradients, as in PyTorch's DDP); autograd hooks on each parameter's gradient
+//     accumulator launch a bucket's asynchronous all-reduce as soon as all its gradients are final,
+//     during the step's last backward pass; the optimizer step waits for all of them.
+//   after backward (DistContext::allreduce_mean): every bucket all-reduced after the whole backward.
+// Either way each element is summed once over ranks and then divided by the world size, so the
+// result does not depend on the bucket layout, and 2 ranks stay bitwise equal to 1 rank with 2
+// accumulation micro-batches.
 // Failures (a peer killed, a peer hung, the store gone) become one cemfrac::Error line naming the lost
 // rank; the process group is then abandoned, never waited on.
 #pragma once
@@ -82,12 +87,18 @@ class DistContext {
   // In place: each tensor becomes the mean over ranks (bucketed sum, then / world). Undefined tensors
   // are skipped (they must be undefined on every rank).
   void allreduce_mean(const std::vector<torch::Tensor>& tensors, const std::string& what);
-  // Sum over ranks of a few doubles (loss, flags), in float64.
-  std::vector<double> allreduce_sum(const std::vector<double>& values, const std::string& what);
+  // Sum over ranks of a few doubles (loss, flags), in float64. timed = false: not counted in
+  // reduce_seconds() and reduce_steps() (validation).
+  std::vector<double> allreduce_sum(const std::vector<double>& values, const std::string& what,
+                                    bool timed = true);
   void barrier(const std::string& what);
-  // Wall time spent in allreduce_mean and allreduce_sum so far (including waits for slower ranks),
-  // and the number of allreduce_sum calls (the trainer makes one per step).
+  // Wall time of the all-reduces so far (including waits for slower ranks), and the number of
+  // allreduce_sum calls (the trainer makes one per step). reduce_seconds: allreduce_mean and
+  // allreduce_sum calls, plus for GradientReducer the span from its first bucket's launch to its
+  // last bucket's completion. exposed_reduce_seconds: the part of that the training thread spent
+  // waiting, i.e. not overlapped with backward (all of it without GradientReducer).
   double reduce_seconds() const;
+  double exposed_reduce_seconds() const;
   int64_t reduce_steps() const;
   // Test fault injection (CEMFRAC_FAULT=RANK:STEP:kill|hang|nan): called by the trainer before the
   // gradient all-reduce of 1-based step `step`; "nan" poisons `grads` (the first defined one).
@@ -99,9 +110,42 @@ class DistContext {
   struct Impl;
 
  private:
+  friend class GradientReducer;
   DistEnv env_;
   DistOptions options_;
   std::unique_ptr<Impl> impl_;
+};
+
+// The gradient all-reduce overlapped with backward. Buckets of at most DistOptions::bucket_bytes
+// (the first one 1 MiB, so that communication starts early) over the parameters in reverse order;
+// a post-hook on each parameter's AccumulateGrad node marks it ready. Buckets are launched strictly
+// in bucket order (every rank issues the same collectives in the same order whatever order autograd
+// runs the hooks in). Only parameters with requires_grad count; one that gets no gradient (unused,
+// or a hook that never ran) holds its bucket and the later ones back until finish(), which launches
+// them. With gradient accumulation only the backward after arm() communicates.
+//
+//   reducer.arm(step);      // before the step's last backward pass
+//   loss.backward();        // buckets start as their gradients become final
+//   reducer.finish();       // waits; every defined gradient is now the mean over ranks
+//
+// World 1: arm and finish do nothing. Failures are DistContext's error lines ("all-reduce of
+// gradients failed: lost rank 1 ..."), thrown from finish().
+class GradientReducer {
+ public:
+  GradientReducer(DistContext& dist, const std::vector<torch::Tensor>& params);
+  ~GradientReducer();
+  GradientReducer(const GradientReducer&) = delete;
+  GradientReducer& operator=(const GradientReducer&) = delete;
+
+  // The next backward pass launches the buckets; `step` (1-based) is for DistContext::fault_point.
+  void arm(int64_t step);
+  void finish();
+  int64_t buckets() const;
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
 };
 
 // The launcher side of TORCHELASTIC_USE_AGENT_STORE: a TCPStore server on addr:port (0 = a free port)

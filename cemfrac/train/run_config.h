@@ -41,6 +41,7 @@ struct TrainConfig {
   int64_t keep_checkpoints = 2;     // keep the last N
   std::string out = "runs/default"; // run directory
   bool dyadic = true;               // CoFrGeNet ladder depth i trains from step ceil(t (1 - 2^-i))
+  bool dist_overlap = true;         // data parallel: all-reduce gradients during backward
 
   template <typename Visitor>
   void visit_fields(Visitor& v) {
@@ -64,6 +65,8 @@ struct TrainConfig {
     v("keep_checkpoints", keep_checkpoints, "Number of checkpoints kept");
     v("out", out, "Run directory");
     v("dyadic", dyadic, "CoFrGeNet dyadic schedule: ladder depth i trains from step t (1 - 2^-i)");
+    v("dist_overlap", dist_overlap,
+      "Data parallel: all-reduce gradient buckets during backward (false: after backward)");
   }
 };
 

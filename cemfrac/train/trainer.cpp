@@ -17,6 +17,7 @@
 #include "cemfrac/core/atomic_file.h"
 #include "cemfrac/core/warn.h"
 #include "cemfrac/io/safetensors.h"
+#include "cemfrac/train/distributed.h"
 
 namespace cemfrac {
 namespace fs = std::filesystem;
@@ -365,8 +366,10 @@ double Trainer::evaluate() {
   const int64_t eval_tokens = options_.train.eval_tokens;
   const int64_t windows =
       eval_tokens > 0 ? std::min(available, (eval_tokens + S - 1) / S) : available;
-  double total = 0;
-  for (int64_t first = 0; first < windows; first += B) {
+  const int64_t batches = (windows + B - 1) / B;
+  std::vector<double> sums(static_cast<size_t>(batches), 0.0);
+  for (int64_t k = options_.rank; k < batches; k += options_.world_size) {
+    const int64_t first = k * B;
     const int64_t b = std::min(B, windows - first);
     torch::Tensor window = torch::empty({b, S + 1}, torch::kInt64);
     for (int64_t i = 0; i < b; ++i)
@@ -377,8 +380,12 @@ double Trainer::evaluate() {
     const torch::Tensor losses = torch::cross_entropy_loss(
         logits.reshape({b * S, -1}), on_device.narrow(1, 1, S).reshape({b * S}), /*weight=*/{},
         at::Reduction::None, /*ignore_index=*/-100, /*label_smoothing=*/0.0);
-    total += losses.to(torch::kFloat64).sum().item<double>();
+    sums[static_cast<size_t>(k)] = losses.to(torch::kFloat64).sum().item<double>();
   }
+  // Each entry is non-zero on one rank only, so the sum over ranks is exact (x + 0 = x).
+  if (distributed()) sums = options_.dist->allreduce_sum(sums, "validation loss", false);
+  double total = 0;
+  for (double s : sums) total += s;
   model_.module->train();
   return total / static_cast<double>(windows * S);
 }
@@ -412,6 +419,8 @@ double Trainer::train_step(double* grad_norm) {
     const torch::Tensor loss =
         torch::cross_entropy_loss(logits.reshape({-1, V}),
                                   batch.targets.to(model_.device).reshape({-1}));
+    // Overlapped all-reduce: only the last micro-batch's backward launches communication.
+    if (reducer_ && a == accum_ - 1) reducer_->arm(state_.step + 1);
     (loss / static_cast<double>(accum_)).backward();
     loss_sum += loss.item<double>();
   }

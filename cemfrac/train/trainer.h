@@ -37,7 +37,8 @@
 
 namespace cemfrac {
 
-class DistContext;  // train/distributed.h
+class DistContext;      // train/distributed.h
+class GradientReducer;  // train/distributed.h
 
 // What the trainer needs of a model.
 struct TrainModel {
@@ -141,7 +142,10 @@ class Trainer {
   TrainResult run();
 
   // Mean validation loss (nats per token) over the first eval_tokens of val.bin (0 = all), cut into
-  // consecutive windows of seq_len + 1 tokens at stride seq_len: the same tokens every time.
+  // consecutive windows of seq_len + 1 tokens at stride seq_len: the same tokens every time. Data
+  // parallel: batch k of micro_batch windows is computed by rank k mod world, and the per-batch
+  // float64 sums are summed in batch order on every rank, so the value equals the 1-rank value bit
+  // for bit (same thread count).
   double evaluate();
 
   Optimizer& optimizer() { return *optimizer_; }
@@ -170,6 +174,7 @@ class Trainer {
   double reduce_step(double loss_sum, bool stop);  // gradients and loss over ranks; sets stop_agreed_
   bool stop_requested() const;                   // the signal flag, agreed by all ranks
   bool stop_agreed_ = false;
+  std::unique_ptr<GradientReducer> reducer_;  // train.dist_overlap: armed before the last backward
 
   TrainModel model_;
   TrainerOptions options_;

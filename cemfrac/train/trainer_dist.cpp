@@ -13,14 +13,15 @@ namespace {
 // What every rank must agree on: the architecture, every train.* field but the run directory, the
 // data's sizes, the binary and LibTorch versions. FNV-1a of that text, as hex.
 std::string run_fingerprint(const nlohmann::json& model_config, TrainConfig train,
-                            uint64_t train_tokens, uint64_t val_tokens) {
+                            uint64_t train_tokens, uint64_t val_tokens, int64_t stop_at_step) {
   std::string text = model_config.dump();
   auto visit = [&text](const char* name, auto& value, const char*) {
     if (std::string(name) != "out") text += fmt::format("|{}={}", name, value);
   };
   train.visit_fields(visit);
-  text += fmt::format("|data={},{}|cemfrac {}|torch {}", train_tokens, val_tokens, CEMFRAC_VERSION,
-                      compat::torch_version());
+  // --stop-at-step too: ranks stopping at different steps would wait on each other forever.
+  text += fmt::format("|stop_at_step={}|data={},{}|cemfrac {}|torch {}", stop_at_step, train_tokens,
+                      val_tokens, CEMFRAC_VERSION, compat::torch_version());
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
   return fmt::format("{:016x}", h);
@@ -40,21 +41,31 @@ void Trainer::start_data_parallel() {
   DistContext& d = *options_.dist;
   d.check_same("run config hash",
                run_fingerprint(model_.config, options_.train, train_shard_->size(),
-                               val_shard_->size()));
+                               val_shard_->size(), options_.stop_at_step));
   d.check_same("checkpoint step", std::to_string(state_.step));
   std::vector<torch::Tensor> tensors;
   for (const auto& [name, tensor] : parameters_by_name(*model_.module, model_.params))
     tensors.push_back(tensor);
   for (const auto& [name, tensor] : model_.buffers) tensors.push_back(tensor);
   d.broadcast_from_rank0(tensors, "parameters");
+  if (options_.train.dist_overlap) {
+    std::vector<torch::Tensor> params;
+    for (const auto& [name, tensor] : parameters_by_name(*model_.module, model_.params))
+      params.push_back(tensor);
+    reducer_ = std::make_unique<GradientReducer>(d, params);
+  }
 }
 
 double Trainer::reduce_step(double loss_sum, bool stop) {
   DistContext& d = *options_.dist;
-  std::vector<torch::Tensor> grads;
-  for (const torch::Tensor& p : optimizer_->trainable()) grads.push_back(p.grad());
-  d.fault_point(state_.step + 1, grads);
-  d.allreduce_mean(grads, "gradients");
+  if (reducer_) {
+    reducer_->finish();  // launched during backward
+  } else {
+    std::vector<torch::Tensor> grads;
+    for (const torch::Tensor& p : optimizer_->trainable()) grads.push_back(p.grad());
+    d.fault_point(state_.step + 1, grads);
+    d.allreduce_mean(grads, "gradients");
+  }
   const std::vector<double> sums = d.allreduce_sum({loss_sum, stop ? 1.0 : 0.0}, "loss");
   stop_agreed_ = sums[1] > 0;
   return sums[0];

@@ -88,6 +88,17 @@ std::vector<std::string> launch(int nproc, std::vector<std::string> args,
   return a;
 }
 
+// The validation losses of metrics.jsonl (lines that have one).
+std::vector<double> val_losses(const std::string& run) {
+  std::vector<double> out;
+  std::istringstream in(test::read_file(run + "/metrics.jsonl"));
+  for (std::string line; std::getline(in, line);) {
+    const json j = json::parse(line);
+    if (!j["val_loss"].is_null()) out.push_back(j["val_loss"]);
+  }
+  return out;
+}
+
 std::vector<double> losses(const std::string& run) {
   std::vector<double> out;
   std::istringstream in(test::read_file(run + "/metrics.jsonl"));
@@ -178,13 +189,29 @@ TEST(Distributed, TwoRanksEqualOneRankWithTwoAccumulationStepsBitwise) {
   ASSERT_EQ(r2.exit_code, 0) << r2.err;
   EXPECT_NE(r2.out.find("# data parallel: world 2, backend gloo, rank 0"), std::string::npos)
       << r2.out;
+  EXPECT_NE(r2.out.find("gradient all-reduce overlapped with backward"), std::string::npos)
+      << r2.out;
+  // The after-backward path (train.dist_overlap = false) gives the same bits.
+  auto r3 = test::run_cemfrac(
+      launch(2, train_args(data, two + "/after", 4, {"--set", "train.dist_overlap=false"})));
+  ASSERT_EQ(r3.exit_code, 0) << r3.err;
+  EXPECT_NE(r3.out.find("gradient all-reduce after backward"), std::string::npos) << r3.out;
   const auto l1 = losses(one + "/run"), l2 = losses(two + "/run");
   ASSERT_EQ(l1.size(), 4u);
   EXPECT_EQ(l1, l2);  // bitwise (see the header comment)
-  EXPECT_EQ(newest_file(one + "/run", kCheckpointModelFile),
-            newest_file(two + "/run", kCheckpointModelFile));
-  EXPECT_EQ(newest_file(one + "/run", kCheckpointOptimizerFile),
-            newest_file(two + "/run", kCheckpointOptimizerFile));
+  EXPECT_EQ(l1, losses(two + "/after"));
+  // Validation (at the last step) is split across the ranks and still bitwise the 1-rank value.
+  ASSERT_EQ(val_losses(one + "/run").size(), 1u);
+  EXPECT_EQ(val_losses(one + "/run"), val_losses(two + "/run"));
+  EXPECT_EQ(val_losses(one + "/run"), val_losses(two + "/after"));
+  for (const std::string run : {two + "/run", two + "/after"}) {
+    EXPECT_EQ(newest_file(one + "/run", kCheckpointModelFile),
+              newest_file(run, kCheckpointModelFile))
+        << run;
+    EXPECT_EQ(newest_file(one + "/run", kCheckpointOptimizerFile),
+              newest_file(run, kCheckpointOptimizerFile))
+        << run;
+  }
   const json s1 = json::parse(test::read_file(one + "/run/summary.json"));
   const json s2 = json::parse(test::read_file(two + "/run/summary.json"));
   EXPECT_EQ(s1["accumulation_steps"], 2);
@@ -253,6 +280,78 @@ TEST(Distributed, AllReducedGradientIsTheMeanOfTheLocalGradients) {
   for (size_t i = 0; i < local[0].size(); ++i) {
     EXPECT_EQ(local[0][i].scalar_type(), torch::kFloat64);
     EXPECT_FALSE(torch::equal(local[0][i], local[1][i])) << i;  // the ranks' batches differ
+    const torch::Tensor mean = (local[0][i] + local[1][i]) / 2;
+    EXPECT_TRUE(torch::equal(reduced[0][i], mean)) << "parameter " << i;
+    EXPECT_TRUE(torch::equal(reduced[1][i], mean)) << "parameter " << i;
+  }
+}
+
+// The overlapped path (GradientReducer) in two threads of this process: two micro-batches per rank,
+// only the second backward armed, small buckets; every gradient is exactly the mean over ranks of
+// the locally accumulated gradients, and a parameter without a gradient stays without one.
+TEST(Distributed, OverlappedReducerGivesTheMeanOfTheAccumulatedGradients) {
+  StoreServer store("127.0.0.1", 0, 10);
+  ModelConfig c;
+  c.vocab_size = 40;
+  c.d_model = 16;
+  c.n_layers = 2;
+  c.n_heads = 2;
+  c.d_ff = 32;
+  c.context = 8;
+  std::vector<std::vector<torch::Tensor>> local(2), reduced(2);
+  std::vector<std::string> errors(2);
+  std::vector<int64_t> buckets(2);
+  auto rank_main = [&](int rank) {
+    try {
+      DistEnv env;
+      env.rank = rank;
+      env.world_size = 2;
+      env.port = store.port();
+      env.agent_store = true;
+      DistOptions o;
+      o.connect_timeout_s = 10;
+      o.collective_timeout_s = 10;
+      o.bucket_bytes = 2048;
+      DistContext dist(env, o);
+      torch::manual_seed(7);
+      LmModel model(c);
+      model->to(torch::kFloat64);
+      std::vector<torch::Tensor> params = model->parameters();
+      params.front().set_requires_grad(false);  // like a frozen dyadic depth
+      GradientReducer reducer(dist, params);
+      buckets[rank] = reducer.buckets();
+      torch::manual_seed(100 + rank);
+      for (int micro = 0; micro < 2; ++micro) {
+        const torch::Tensor tokens = torch::randint(0, c.vocab_size, {2, 9}, torch::kInt64);
+        const torch::Tensor logits = model->forward(tokens.narrow(1, 0, 8));
+        if (micro == 1) reducer.arm(1);
+        (torch::cross_entropy_loss(logits.reshape({-1, c.vocab_size}),
+                                   tokens.narrow(1, 1, 8).reshape({-1})) /
+         2)
+            .backward();
+      }
+      // What the two backward passes accumulated (finish() has not written the mean yet).
+      for (const auto& p : params)
+        local[rank].push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
+      reducer.finish();
+      for (const auto& p : params)
+        reduced[rank].push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
+      dist.finish();
+    } catch (const std::exception& e) {
+      errors[rank] = e.what();
+    }
+  };
+  std::thread t0(rank_main, 0), t1(rank_main, 1);
+  t0.join();
+  t1.join();
+  ASSERT_EQ(errors[0], "");
+  ASSERT_EQ(errors[1], "");
+  EXPECT_GT(buckets[0], 3);
+  ASSERT_EQ(local[0].size(), reduced[0].size());
+  EXPECT_FALSE(reduced[0][0].defined());
+  EXPECT_FALSE(reduced[1][0].defined());
+  for (size_t i = 1; i < local[0].size(); ++i) {
+    EXPECT_FALSE(torch::equal(local[0][i], local[1][i])) << i;
     const torch::Tensor mean = (local[0][i] + local[1][i]) / 2;
     EXPECT_TRUE(torch::equal(reduced[0][i], mean)) << "parameter " << i;
     EXPECT_TRUE(torch::equal(reduced[1][i], mean)) << "parameter " << i;
@@ -380,6 +479,25 @@ TEST(Distributed, MismatchedConfigIsRefusedAtStart) {
   EXPECT_FALSE(fs::exists(dir + "/a/checkpoints"));
 }
 
+// --stop-at-step is part of the run config hash: ranks stopping at different steps would leave one
+// waiting for the other's next collective.
+TEST(Distributed, MismatchedStopAtStepIsRefusedAtStart) {
+  const std::string data = prepared_data();
+  const std::string dir = test::temp_dir("dist_stop_at");
+  const int port = free_port();
+  Proc p0(train_args(data, dir + "/a", 6, {"--stop-at-step", "2"}), rank_env(0, 2, port, false, 20));
+  Proc p1(train_args(data, dir + "/b", 6, {"--stop-at-step", "3"}), rank_env(1, 2, port, false, 20));
+  ASSERT_TRUE(p0.wait(60));
+  ASSERT_TRUE(p1.wait(60));
+  for (const Proc* p : {&p0, &p1}) {
+    test::RunResult r;
+    r.exit_code = p->exit_code();
+    r.err = p->stderr_text();
+    test::expect_one_line_error(r, "rank 1's run config hash");
+  }
+  EXPECT_FALSE(fs::exists(dir + "/a/checkpoints"));
+}
+
 TEST(Distributed, SigintToTheLauncherStopsAllRanksWithOneCheckpoint) {
   const std::string data = prepared_data();
   const std::string run = test::temp_dir("dist_sigint") + "/run";
@@ -399,6 +517,44 @@ TEST(Distributed, SigintToTheLauncherStopsAllRanksWithOneCheckpoint) {
   EXPECT_LT(all.back().first, 100000);
 }
 
+// `cemfrac bench train --nproc 2` end to end on the tiny model (1 timed step, no warm-up): the three
+// runs start (the rank programs by the executable's real path), and every reported number is there
+// and positive, in --json and in the text table.
+TEST(Distributed, BenchTrainNprocReportsPositiveRates) {
+  const std::string data = prepared_data();
+  std::vector<std::string> args = {"bench", "train", "--config",
+                                   test::source_path("configs/tiny-llama.toml"), "--nproc", "2",
+                                   "--steps", "1", "--warmup", "0"};
+  for (const std::string& s :
+       {"data.path=" + data, std::string("model.d_model=32"), std::string("model.d_ff=64"),
+        std::string("model.context=16"), std::string("train.seq_len=16"),
+        std::string("train.micro_batch=2")})
+    args.insert(args.end(), {"--set", s});
+  std::vector<std::string> as_json = args;
+  as_json.push_back("--json");
+  auto r = test::run_cemfrac(as_json);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j["nproc"], 2);
+  EXPECT_EQ(j["global_tokens_per_step"], 2 * 2 * 16);
+  for (const char* run : {"dp", "1x1", "1x2"})
+    EXPECT_GT(j["tokens_per_s"][run].get<double>(), 0) << run << "\n" << r.out;
+  for (const char* key : {"speedup_vs_1x1", "scaling_efficiency", "dp_vs_1xN",
+                          "allreduce_ms_per_step", "allreduce_exposed_ms_per_step"})
+    EXPECT_GT(j[key].get<double>(), 0) << key << "\n" << r.out;
+  EXPECT_LE(j["allreduce_exposed_ms_per_step"].get<double>(),
+            j["allreduce_ms_per_step"].get<double>() * 1.001 + 0.01);
+  EXPECT_GE(j["allreduce_overlap_with_backward"].get<double>(), 0);
+  EXPECT_EQ(j["dist_overlap"], true);
+  // The text table, of the after-backward path.
+  args.insert(args.end(), {"--set", "train.dist_overlap=false"});
+  auto text = test::run_cemfrac(args);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  for (const char* line : {"2 ranks x 1", "1 rank x 1", "1 rank x 2", "speed-up over 1x1",
+                           "ms/step, exposed", "(train.dist_overlap = false)"})
+    EXPECT_NE(text.out.find(line), std::string::npos) << line << "\n" << text.out;
+}
+
 TEST(Distributed, TorchrunStartsTheSameTraining) {
   if (std::system("command -v torchrun >/dev/null 2>&1") != 0)
     GTEST_SKIP() << "torchrun is not installed";
@@ -415,6 +571,29 @@ TEST(Distributed, TorchrunStartsTheSameTraining) {
   const int status = std::system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << test::read_file(dir + "/out.txt");
   EXPECT_EQ(losses(dir + "/ours"), losses(dir + "/torchrun"));
+}
+
+// The multi-machine path: scripts/netns_demo.sh runs rank 0 and rank 1 in two network namespaces
+// joined by a veth pair (Gloo over TCP between two addresses, the store on rank 0) and checks the
+// losses against `cemfrac launch --nproc 2` here. Needs root and ip netns; skipped otherwise.
+TEST(Distributed, TwoNetworkNamespacesEqualOneMachine) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (ip netns add, ip link add)";
+  if (std::system("ip netns list >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "ip netns does not work here (iproute2 missing or no network namespaces)";
+  const std::string data = prepared_data();
+  const std::string dir = test::temp_dir("dist_netns");
+  std::string cmd = test::source_path("scripts/netns_demo.sh") + " " + CEMFRAC_EXE + " " + dir +
+                    "/work --";
+  for (const auto& a : train_args(data, "{out}", 3)) cmd += " '" + a + "'";
+  cmd += " >" + dir + "/out.txt 2>&1";
+  const int status = std::system(cmd.c_str());
+  const std::string out = test::read_file(dir + "/out.txt");
+  ASSERT_TRUE(WIFEXITED(status)) << out;
+  if (WEXITSTATUS(status) == 2) GTEST_SKIP() << out;  // no CAP_NET_ADMIN (a container)
+  ASSERT_EQ(WEXITSTATUS(status), 0) << out;
+  EXPECT_NE(out.find("equal to cemfrac launch --nproc 2 on one machine (3 steps"),
+            std::string::npos)
+      << out;
 }
 
 TEST(Distributed, EnvironmentErrorsNameTheVariable) {
