@@ -22,7 +22,8 @@ if [[ ${1:-} == -- ]]; then shift; fi
 args=("$@")
 if [[ ${#args[@]} -eq 0 ]]; then
   args=(--threads 1 train --config "$here/configs/tiny-llama.toml" --quiet --out '{out}'
-        --set "data.path=$here/data/brown" --set train.steps=3 --set train.warmup_steps=1
+        --set "data.path=$here/data/brown" --set model.vocab_size=4096 --set train.steps=3
+        --set train.warmup_steps=1
         --set train.log_every=1 --set train.eval_every=0 --set train.eval_tokens=1024
         --set train.checkpoint_every=0)
 fi
