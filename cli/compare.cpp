@@ -14,6 +14,7 @@
 // A finished job is reused, an interrupted training resumed; a job whose settings changed is refused.
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -42,6 +43,7 @@
 #include "cemfrac/core/check.h"
 #include "cemfrac/model/lm_model.h"
 #include "cemfrac/train/run_config.h"
+#include "cli/build_info.h"
 #include "cli/commands.h"
 
 extern char** environ;
@@ -112,17 +114,6 @@ std::vector<json> read_jsonl(const std::string& path) {
       break;  // a line cut by a crash: the lines before it stand
     }
   }
-  return out;
-}
-
-std::string command_output(const char* cmd) {
-  std::string out;
-  if (FILE* p = popen(cmd, "r")) {
-    char buf[256];
-    while (fgets(buf, sizeof buf, p)) out += buf;
-    pclose(p);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
   return out;
 }
 
@@ -888,6 +879,7 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
     // 1. Plan: a timed 3-step training of every run.
     std::vector<RunPlan> plans;
     std::vector<Job> timing;
+    std::vector<std::string> reused_timings;  // timed by an earlier invocation: their rate is not "now"
     for (const SuiteRun& r : suite.runs) {
       RunPlan p;
       p.run = &r;
@@ -901,6 +893,8 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
       if (auto j = train_job(t, 0)) {
         j->est_s = 1;
         timing.push_back(*j);
+      } else {
+        reused_timings.push_back(r.name);
       }
     }
     if (!timing.empty()) {
@@ -951,10 +945,19 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
     double load[3] = {0, 0, 0};
     getloadavg(load, 3);
     fmt::print("suite {} ({}) -> {}\n{}\n\n{}\n", suite.name, suite.path, out, suite.description, table);
+    std::string timed_when;
+    if (reused_timings.empty()) {
+      timed_when = fmt::format("timed now (load average {:.2f})", load[0]);
+    } else {
+      timed_when = fmt::format(
+          "{} of {} timed by an earlier invocation and reused ({}; delete {}/plan to time them again), "
+          "load average now {:.2f}",
+          reused_timings.size(), plans.size(), fmt::join(reused_timings, ", "), out, load[0]);
+    }
     fmt::print("estimated time: {} (learning-rate search {}, final runs {}, evaluations {}), {} job(s) x {} "
-               "thread(s), from 3 timed steps per run on this machine now (load average {:.2f})\n",
+               "thread(s), from 3 training steps per run: {}\n",
                duration_text((search_s + final_s + eval_s) / f->jobs), duration_text(search_s / f->jobs),
-               duration_text(final_s / f->jobs), duration_text(eval_s / f->jobs), f->jobs, threads, load[0]);
+               duration_text(final_s / f->jobs), duration_text(eval_s / f->jobs), f->jobs, threads, timed_when);
     std::fflush(stdout);
     if (f->plan_only) return 0;
 
@@ -1053,14 +1056,12 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
     if (!f->out.empty()) command += " --out " + f->out;
     if (f->jobs != 1) command += fmt::format(" --jobs {}", f->jobs);
     for (const std::string& t : f->eval_text) command += " --eval-text " + t;
-    std::string commit = command_output("git rev-parse --short HEAD 2>/dev/null");
-    if (!commit.empty() && !command_output("git status --porcelain --untracked-files=no 2>/dev/null").empty())
-      commit += " (with uncommitted changes)";
+    const std::string commit = build_commit();  // the binary's, not the working directory's
     const json provenance = {
         {"command", command},
         {"machine", machine_text()},
         {"date", utc_now()},
-        {"commit", commit.empty() ? "unknown" : commit},
+        {"commit", commit},
         {"version", CEMFRAC_VERSION},
         {"wall_time", duration_text(std::chrono::duration<double>(Clock::now() - wall_start).count()) +
                           " (jobs already finished by an earlier invocation were reused, not timed)"}};

@@ -8,6 +8,7 @@
 #include "cemfrac/core/blas.h"
 #include "cemfrac/core/compat.h"
 #include "cemfrac/train/distributed.h"
+#include "cli/build_info.h"
 #include "cli/commands.h"
 
 namespace cemfrac::cli {
@@ -39,6 +40,7 @@ Command add_info(CLI::App& root, const GlobalOptions& global) {
             : "one process (WORLD_SIZE unset or 1)";
     nlohmann::json j = {
         {"version", CEMFRAC_VERSION},
+        {"commit", build_commit()},
         {"libtorch", compat::torch_version()},
         {"cpu", cpu.model_name},
         {"threads", at::get_num_threads()},
@@ -65,7 +67,7 @@ Command add_info(CLI::App& root, const GlobalOptions& global) {
       fmt::print("{}\n", j.dump(2));
       return 0;
     }
-    fmt::print("cemfrac      {}\n", CEMFRAC_VERSION);
+    fmt::print("cemfrac      {} (commit {})\n", CEMFRAC_VERSION, build_commit());
     fmt::print("LibTorch     {}\n", compat::torch_version());
     fmt::print("CPU          {}\n", cpu.model_name);
     fmt::print("threads      {} (a parallel_for of cemfrac's kernels runs on {})\n", at::get_num_threads(), team);

@@ -18,6 +18,7 @@
 #include "cemfrac/core/blas.h"
 #include "cemfrac/core/check.h"
 #include "cemfrac/core/warn.h"
+#include "cli/build_info.h"
 #include "cli/commands.h"
 
 namespace {
@@ -101,7 +102,7 @@ int main(int argc, char** argv) {
   cli::GlobalOptions global;
   CLI::App app{"cemfrac: train, evaluate and run CEM and CoFrGeNet language models (and GPT-2 / Llama "
                "baselines) on CPU"};
-  app.set_version_flag("--version", std::string("cemfrac ") + CEMFRAC_VERSION);
+  app.set_version_flag("--version", fmt::format("cemfrac {} (commit {})", CEMFRAC_VERSION, cli::build_commit()));
   app.require_subcommand(1);
   app.fallthrough();
   app.add_option("--threads", global.threads, "Intra-op and BLAS threads (default: number of cores; at most 4 x the cores)")

@@ -11,6 +11,7 @@
 #include <toml++/toml.h>
 
 #include "cemfrac/core/check.h"
+#include "cemfrac/io/toml_file.h"
 #include "cemfrac/train/run_config.h"
 
 namespace cemfrac {
@@ -136,14 +137,7 @@ const SuiteRun& Suite::run(const std::string& name) const {
 
 Suite load_suite(const std::string& path) {
   CEMFRAC_CHECK(std::filesystem::is_regular_file(path), "cannot read suite {}: no such file", path);
-  toml::table doc;
-  try {
-    doc = toml::parse_file(path);
-  } catch (const toml::parse_error& e) {
-    const auto& begin = e.source().begin;
-    if (begin.line == 0) fail("cannot read suite {}: {}", path, e.description());
-    fail("{}:{}:{}: {} (TOML syntax)", path, begin.line, begin.column, e.description());
-  }
+  const toml::table doc = parse_toml_file(path, "suite");
   const Reader r{path};
   r.keys(doc, "the suite file", {"suite", "run", "claim"});
   Suite s;

@@ -18,6 +18,7 @@
 #include "cemfrac/core/check.h"
 #include "cemfrac/core/fields.h"
 #include "cemfrac/core/warn.h"
+#include "cemfrac/io/toml_file.h"
 
 namespace cemfrac {
 
@@ -204,10 +205,9 @@ void apply_override(const std::string& text, Locations& locations, RunConfig& co
   const std::string key = lhs.substr(section.size() + 1);  // dotted: a key of a nested table
   const std::string value = text.substr(eq + 1);
   toml::table doc;
-  try {
-    const std::string source = fmt::format("[{}]\n{} = {}\n", section, key, value);
-    doc = toml::parse(std::string_view(source), std::string_view("--set"));
-  } catch (const toml::parse_error&) {
+  if (auto parsed = try_parse_toml_text(fmt::format("[{}]\n{} = {}\n", section, key, value), "--set")) {
+    doc = std::move(*parsed);
+  } else {
     toml::table inner{{parts.back(), value}};
     for (size_t i = parts.size() - 2; i >= 1; --i) inner = toml::table{{parts[i], std::move(inner)}};
     doc = toml::table{{section, std::move(inner)}};
@@ -355,14 +355,7 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
                   "run config {}: the file is empty; give a TOML file (e.g. configs/tiny-llama.toml)",
                   path);
   }
-  toml::table doc;
-  try {
-    doc = toml::parse_file(path);
-  } catch (const toml::parse_error& e) {
-    const auto& begin = e.source().begin;
-    if (begin.line == 0) fail("cannot read run config {}: {}", path, e.description());
-    fail("{}:{}:{}: {} (TOML syntax)", path, begin.line, begin.column, e.description());
-  }
+  const toml::table doc = parse_toml_file(path, "run config");
   RunConfig config;
   Locations locations;
   read_document(doc, Origin{path, ""}, locations, config);

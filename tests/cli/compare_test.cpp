@@ -339,6 +339,14 @@ TEST(CompareCli, TinySuiteEndToEndThenReused) {
   auto r = test::run_cemfrac({"--threads", "1", "compare", "--suite", suite, "--out", out, "--eval-text", text});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("estimated time"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("timed now"), std::string::npos) << r.out;
+
+  // The report names the commit the binary was built from (cemfrac --version), not the cwd's HEAD.
+  const auto version = test::run_cemfrac({"--version"});
+  const size_t at = version.out.find("(commit ");
+  ASSERT_NE(at, std::string::npos) << version.out;
+  const std::string commit = version.out.substr(at + 8, version.out.find(')', at) - at - 8);
+  EXPECT_FALSE(commit.empty());
 
   const auto j = nlohmann::json::parse(test::read_file(out + "/results.json"));
   ASSERT_EQ(j["runs"].size(), 2u);
@@ -384,6 +392,10 @@ TEST(CompareCli, TinySuiteEndToEndThenReused) {
   EXPECT_EQ(fs::last_write_time(out + "/final/llama/seed-1/metrics.jsonl"), mtime);
   EXPECT_EQ(test::read_file(out + "/final/cem/seed-2/eval.log"), eval_before);
   EXPECT_EQ(nlohmann::json::parse(test::read_file(out + "/results.json"))["runs"], j["runs"]);
+  // Its plan says that the timings are an earlier invocation's, not "now".
+  EXPECT_NE(r.out.find("2 of 2 timed by an earlier invocation and reused"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("timed now"), std::string::npos) << r.out;
+  EXPECT_EQ(j["provenance"]["commit"], commit) << j.dump();
 
   // A changed budget is refused, naming the directory, rather than mixing settings.
   std::string changed = tiny_suite(data);

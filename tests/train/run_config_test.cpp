@@ -124,6 +124,39 @@ TEST(RunConfig, SyntaxErrorGivesLine) {
   EXPECT_CONTAINS(e, path + ":2");
 }
 
+// toml++ 3.3.0 has undefined behaviour on a non-ASCII character where it skips whitespace (the fuzz
+// finding kept in fuzz/known/); such text is invalid TOML, and it must be refused before toml++ reads it.
+TEST(RunConfig, NonAsciiOutsideStringsIsRefusedBeforeTomlSeesIt) {
+  std::string path;
+  // The fuzz finding itself: '[', U+FEFD, "GR", 0x13, NUL, "# ", NUL, '['.
+  const std::string finding("[\xEF\xBB\xBDGR\x13\x00# \x00[", 12);
+  std::string e = load_error(finding, {}, &path);
+  EXPECT_CONTAINS(e, path + ":1:2: a non-ASCII character outside a string or comment");
+  e = load_error("[train]\nsteps\xC2\xA0= 3\n", {}, &path);  // a no-break space as whitespace
+  EXPECT_CONTAINS(e, path + ":2:6:");
+  e = load_error("[data]\npath = \"\"\"\\\n   \xC3\xA9t\xC3\xA9\"\"\"\n", {}, &path);
+  EXPECT_CONTAINS(e, path + ":3:4: a non-ASCII character right after a line-ending backslash");
+
+  // Inside strings and comments it is valid TOML and read as text.
+  const RunConfig c = load_run_config(
+      write_config("\xEF\xBB\xBF# caf\xC3\xA9 \xE2\x80\x94 comment\n[data]\n"
+                   "path = \"donn\xC3\xA9" "es/\\\"q\\\"\" # \xC3\xA9\n[train]\nsteps = 3\n"),
+      {});
+  EXPECT_EQ(c.data.path, "donn\xC3\xA9" "es/\"q\"");
+  EXPECT_EQ(c.train.steps, 3);
+  EXPECT_EQ(load_run_config(write_config("[data]\npath = '\xC3\xA9\\'\n"), {}).data.path, "\xC3\xA9\\");
+  const std::string multi = write_config(
+      "[data]\npath = \"\"\"caf\xC3\xA9\"\"\"\"\n[train]\nsteps = 4 # '\xC3\xA9\n");
+  const RunConfig m = load_run_config(multi, {});
+  EXPECT_EQ(m.data.path, "caf\xC3\xA9\"");
+  EXPECT_EQ(m.train.steps, 4);
+
+  // A --set value is parsed as TOML first and taken as a plain string when that fails: a non-ASCII
+  // unquoted value must take the second path without toml++ reading it.
+  const RunConfig d = load_run_config(write_config(kSmall), {"data.path=/tmp/donn\xC3\xA9" "es"});
+  EXPECT_EQ(d.data.path, "/tmp/donn\xC3\xA9" "es");
+}
+
 TEST(RunConfig, SetOverridesAndIsValidated) {
   const std::string path = write_config(kSmall);
   RunConfig c = load_run_config(path, {"train.steps=20", "model.mixer=mha", "model.ffn=\"gelu_mlp\"",
