@@ -20,6 +20,11 @@
 // The peer is bench/peers/train_step_peer.py under /usr/bin/python3 (Debian's python3-torch): the
 // same model, batch, AdamW, steps and threads in PyTorch eager, started with OPENBLAS_CORETYPE set to
 // the core this process runs. It runs right after the C++ steps; the ratio is C++ / PyTorch step time.
+// Both sides start from the same model: before its steps cemfrac writes its initial weights (by
+// checkpoint name), the batch ("__batch__") and the decay group's names (metadata "decay") to a
+// temporary safetensors file, and the peer loads them (--weights). The peer's step-0 loss and
+// gradient norm must then equal cemfrac's to float32 rounding (kPeerLossRtol, kPeerGradNormRtol);
+// otherwise no ratio is reported and the command fails with one line.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
@@ -45,6 +50,7 @@
 
 #include "cemfrac/core/blas.h"
 #include "cemfrac/core/check.h"
+#include "cemfrac/io/safetensors.h"
 #include "cemfrac/model/lm_model.h"
 #include "cemfrac/train/optimizer.h"
 #include "cemfrac/train/run_config.h"
@@ -62,6 +68,22 @@ constexpr const char* kPython = "/usr/bin/python3";
 constexpr const char* kPeerRelPath = "bench/peers/train_step_peer.py";
 constexpr double kTargetMfu = 0.55;
 constexpr double kTargetRatio = 0.85;
+
+// Step 0 of cemfrac and of the peer must agree: |a - b| <= rtol * |a| for the loss and for the
+// gradient norm before clipping. Both compute the same float32 function from the same weights and
+// batch, in a different op order (fused vs eager kernels, other reduction orders, syrk vs matmul,
+// the gram vs the direct CEM recursion): a reordered reduction of n terms moves its result by about
+// sqrt(n) u relative (u = 2^-24 = 6e-8; n is at most a few thousand here: ~1e-6), the loss then
+// averages B S such per-token values, and the backward adds a few more reordered layers. 1e-5 for
+// the loss and 1e-4 for the gradient norm (~170 u and ~1700 u) leave that room with margin.
+// Observed (2026-12-01, one step, --threads 1): tiny presets loss <= 8e-8 and gradient norm <= 8e-8
+// relative; small-llama/-cem-both/-cem-full/-cofrgenet-f/-cofrgenet loss <= 1.1e-7, gradient
+// norm <= 9.6e-6 (the closest, 10x inside its tolerance: cem-both and cem-full).
+// The loss alone is a weak check at initialisation: logits are small, so it sits near ln V whatever
+// the layers do (scaling one tiny-preset sub-layer's output by 0.9 moves it by 1e-7 to 6e-5
+// relative). The gradient norm is the sharp one: the same change moves it by 2e-3 to 3e-2.
+constexpr double kPeerLossRtol = 1e-5;
+constexpr double kPeerGradNormRtol = 1e-4;
 
 struct TrainBenchFlags {
   std::string config;
@@ -146,15 +168,37 @@ std::optional<fs::path> locate_peer(const std::string& given) {
   return std::nullopt;
 }
 
-// Why the peer cannot model this config ("" when it can).
+// Why the peer cannot model this config ("" when it can): the layer kinds it writes. The options of
+// those kinds it does not write (cem.dlr_distance, cofrgenet.glu, ...) it refuses itself, with one line.
 std::string peer_unsupported(const ModelConfig& m) {
   for (int64_t l = 0; l < m.n_layers; ++l) {
-    if (m.mixer_of(l) != "mha") return fmt::format("layer {} mixer '{}'", l, m.mixer_of(l));
-    if (m.ffn_of(l) != "swiglu" && m.ffn_of(l) != "gelu_mlp")
-      return fmt::format("layer {} ffn '{}'", l, m.ffn_of(l));
+    const std::string mixer = m.mixer_of(l), ffn = m.ffn_of(l);
+    if (mixer != "mha" && mixer != "cem_attention" && mixer != "cattn_m")
+      return fmt::format("layer {} mixer '{}'", l, mixer);
+    if (ffn != "swiglu" && ffn != "gelu_mlp" && ffn != "cem_mlp" && ffn != "cffn")
+      return fmt::format("layer {} ffn '{}'", l, ffn);
   }
   if (m.norm == "layernorm" && !m.bias) return "layernorm without bias";
   return "";
+}
+
+// The random batch of a step: (B, S + 1) token ids from train.seed.
+torch::Tensor bench_batch(const RunConfig& rc, int64_t S) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(rc.train.seed);
+  return torch::randint(0, rc.model.vocab_size, {rc.train.micro_batch, S + 1}, gen, torch::kInt64);
+}
+
+// The peer's inputs: the model's weights under their checkpoint names, the batch as "__batch__" and
+// the decay group's names as metadata "decay" (comma-separated).
+void write_peer_inputs(const std::string& path, LmModelImpl& model, const torch::Tensor& data) {
+  TensorMap tensors;
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) tensors[item.key()] = item.value().detach();
+  tensors["__batch__"] = data;
+  std::string decay;
+  for (const ParamInfo& p : model.parameter_table()) {
+    if (p.group == ParamGroup::kDecay) decay += (decay.empty() ? "" : ",") + p.name;
+  }
+  save_safetensors(path, tensors, {{"producer", "cemfrac bench train"}, {"decay", decay}});
 }
 
 struct Flops {
@@ -184,11 +228,13 @@ Flops model_flops(LmModelImpl& model, int64_t B, int64_t S) {
 struct StepTimes {
   std::vector<double> step_s, cpu_s, forward_s, backward_s, optimizer_s;
   double first_loss = 0, last_loss = 0;
+  double first_grad_norm = 0;  // step 0's gradient norm before clipping (checked against the peer's)
 };
 
-StepTimes run_cpp_steps(const RunConfig& rc, int64_t S, const TrainBenchFlags& flags, LmModel& model) {
+StepTimes run_cpp_steps(const RunConfig& rc, int64_t S, const TrainBenchFlags& flags, LmModel& model,
+                        const torch::Tensor& data) {
   const TrainConfig& t = rc.train;
-  const int64_t B = t.micro_batch, V = rc.model.vocab_size;
+  const int64_t V = rc.model.vocab_size;
   AdamWConfig adam;
   adam.lr = t.lr_max;
   adam.beta1 = t.beta1;
@@ -198,8 +244,6 @@ StepTimes run_cpp_steps(const RunConfig& rc, int64_t S, const TrainBenchFlags& f
   Optimizer optimizer(*model, model->parameter_table(), adam);
   const std::vector<torch::Tensor> trainable = optimizer.trainable();
 
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(t.seed);
-  const torch::Tensor data = torch::randint(0, V, {B, S + 1}, gen, torch::kInt64);
   const torch::Tensor inputs = data.narrow(1, 0, S).contiguous();
   const torch::Tensor targets = data.narrow(1, 1, S).contiguous().reshape({-1});
 
@@ -216,13 +260,16 @@ StepTimes run_cpp_steps(const RunConfig& rc, int64_t S, const TrainBenchFlags& f
     loss.backward();
     const double bwd = seconds_since(t1);
     const auto t2 = Clock::now();
-    clip_grad_norm(trainable, t.grad_clip);
+    const double grad_norm = clip_grad_norm(trainable, t.grad_clip);
     optimizer.step();
     const double opt = seconds_since(t2);
     const double step = seconds_since(t0);
     const double cpu = cpu_seconds() - c0;
     const double loss_value = loss.item<double>();
-    if (i == 0) out.first_loss = loss_value;
+    if (i == 0) {
+      out.first_loss = loss_value;
+      out.first_grad_norm = grad_norm;
+    }
     out.last_loss = loss_value;
     if (i < flags.warmup) continue;
     out.step_s.push_back(step);
@@ -287,7 +334,14 @@ int run_train_bench(const TrainBenchFlags& flags) {
     fmt::print(stderr, "timing {} warm-up + {} steps of {} ({} parameters, batch {} x {})...\n",
                flags.warmup, flags.steps, flags.config, n_params, B, S);
   }
-  const StepTimes cpp = run_cpp_steps(rc, S, flags, model);
+  const torch::Tensor data = bench_batch(rc, S);
+  // The peer starts from these very weights and batch (see kPeerLossRtol).
+  std::string peer_weights;
+  if (peer_script) {
+    peer_weights = (fs::temp_directory_path() / fmt::format("cemfrac-bench-peer-{}.safetensors", getpid())).string();
+    write_peer_inputs(peer_weights, *model, data);
+  }
+  const StepTimes cpp = run_cpp_steps(rc, S, flags, model, data);
   model = nullptr;  // free the C++ model before the peer starts
 
   json peer;
@@ -298,11 +352,21 @@ int run_train_bench(const TrainBenchFlags& flags) {
                   {"beta2", t.beta2}, {"adam_eps", t.adam_eps}, {"weight_decay", t.weight_decay},
                   {"grad_clip", t.grad_clip}, {"seed", t.seed}}}};
     const std::string cmd = fmt::format(
-        "{}OPENBLAS_CORETYPE={} {} {} --config-json {} --steps {} --warmup {} --threads {}",
+        "{}OPENBLAS_CORETYPE={} {} {} --config-json {} --steps {} --warmup {} --threads {} --weights {}",
         flags.peer_keep_heap ? kKeepHeapEnv : "", quote_for_shell(core), kPython, quote_for_shell(peer_script->string()),
-        quote_for_shell(cfg.dump()), flags.steps, flags.warmup, threads);
+        quote_for_shell(cfg.dump()), flags.steps, flags.warmup, threads, quote_for_shell(peer_weights));
     if (!flags.json) fmt::print(stderr, "running the PyTorch peer: {}\n", cmd);
-    peer = json::parse(capture_stdout(cmd), nullptr, /*allow_exceptions=*/false);
+    std::string peer_out;
+    try {
+      peer_out = capture_stdout(cmd);
+    } catch (...) {
+      std::error_code ec;
+      fs::remove(peer_weights, ec);
+      throw;
+    }
+    std::error_code ec;
+    fs::remove(peer_weights, ec);
+    peer = json::parse(peer_out, nullptr, /*allow_exceptions=*/false);
     CEMFRAC_CHECK(peer.is_object() && peer.contains("median_s"),
                   "the PyTorch peer printed no JSON result: {}", cmd);
     CEMFRAC_CHECK(peer["parameters"].get<int64_t>() == n_params,
@@ -357,7 +421,26 @@ int run_train_bench(const TrainBenchFlags& flags) {
       {"cpp", cpp_j},
   };
   bool met = cpp_j["mfu"].get<double>() >= kTargetMfu;
+  std::string loss_refusal;
   if (!peer.is_null()) {
+    const double a = cpp.first_loss, b = peer["first_loss"].get<double>();
+    const double ga = cpp.first_grad_norm, gb = peer["first_grad_norm"].get<double>();
+    const double tol = kPeerLossRtol * std::abs(a), gtol = kPeerGradNormRtol * std::abs(ga);
+    const bool loss_ok = std::abs(a - b) <= tol;      // false for NaN too
+    const bool grad_ok = std::abs(ga - gb) <= gtol;
+    report["peer_loss_check"] = {{"cpp_step0_loss", a}, {"peer_step0_loss", b}, {"abs_diff", std::abs(a - b)},
+                                 {"tolerance", tol}, {"cpp_step0_grad_norm", ga},
+                                 {"peer_step0_grad_norm", gb}, {"grad_norm_abs_diff", std::abs(ga - gb)},
+                                 {"grad_norm_tolerance", gtol}, {"agree", loss_ok && grad_ok}};
+    if (!loss_ok || !grad_ok) {
+      loss_refusal = fmt::format(
+          "no ratio: from the same weights and batch the peer's step 0 differs from cemfrac's (loss "
+          "{:.9g} vs {:.9g}, tolerance {:.2g}; gradient norm {:.9g} vs {:.9g}, tolerance {:.2g}): "
+          "the peer does not compute the same model",
+          b, a, tol, gb, ga, gtol);
+    }
+  }
+  if (!peer.is_null() && loss_refusal.empty()) {
     json peer_j = side(peer["median_s"].get<double>(), peer["min_s"].get<double>());
     for (const char* key : {"step_s", "cpu_s", "cpu_median_s", "phases_median_s", "first_loss", "last_loss", "blas_core",
                             "threads", "python", "torch", "adamw_foreach"})
@@ -368,6 +451,9 @@ int run_train_bench(const TrainBenchFlags& flags) {
     report["ratio_cpu_median"] = median_of(cpp.cpu_s) / peer["cpu_median_s"].get<double>();
     report["peer"]["malloc"] = flags.peer_keep_heap ? "heap kept (no mmap, no trim)" : "glibc default";
     met = met && report["ratio_median"].get<double>() <= kTargetRatio;
+  } else if (!loss_refusal.empty()) {
+    report["peer_note"] = loss_refusal;
+    met = false;
   } else if (!peer_note.empty()) {
     report["peer_note"] = peer_note;
   }
@@ -377,7 +463,8 @@ int run_train_bench(const TrainBenchFlags& flags) {
 
   if (flags.json) {
     fmt::print("{}\n", report.dump(2));
-    return 0;
+    if (!loss_refusal.empty()) fmt::print(stderr, "{}\n", loss_refusal);
+    return loss_refusal.empty() ? 0 : 1;
   }
   fmt::print("train-step bench: {} ({} parameters), micro-batch {} x {} = {} tokens, {} threads\n",
              flags.config, n_params, B, S, tokens, threads);
@@ -409,13 +496,15 @@ int run_train_bench(const TrainBenchFlags& flags) {
                report["ratio_median"].get<double>(), report["ratio_min"].get<double>(),
                report["ratio_cpu_median"].get<double>(),
                peer["torch"].get<std::string>(), peer["python"].get<std::string>());
+  } else if (!loss_refusal.empty()) {
+    fmt::print("\n{}\n", loss_refusal);
   } else if (!peer_note.empty()) {
     fmt::print("\n{}\n", peer_note);
   }
   fmt::print("targets (issue 3): MFU >= {:.0f}%{}: {}\n", 100 * kTargetMfu,
              peer.is_null() ? "" : fmt::format(", C++/PyTorch <= {:.2f}", kTargetRatio),
              met ? "met" : "NOT met");
-  return 0;
+  return loss_refusal.empty() ? 0 : 1;
 }
 
 }  // namespace
