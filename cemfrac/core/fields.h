@@ -8,6 +8,13 @@
 
 namespace cemfrac {
 
+// The first thing wrong with a config: the key it concerns (for the file:line of the message) and a
+// one-line message naming the key, the value and what is allowed.
+struct ConfigProblem {
+  std::string key;
+  std::string message;
+};
+
 // True for structs that declare their fields with visit_fields(Visitor&).
 template <typename T, typename = void>
 struct HasVisitFields : std::false_type {};

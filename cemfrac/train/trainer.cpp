@@ -17,6 +17,7 @@
 #include "cemfrac/core/atomic_file.h"
 #include "cemfrac/core/warn.h"
 #include "cemfrac/io/safetensors.h"
+#include "cemfrac/layers/cofrgenet/dyadic.h"
 
 namespace cemfrac {
 namespace fs = std::filesystem;

@@ -20,6 +20,7 @@
 
 #include "cemfrac/layers/base/rope.h"
 #include "cemfrac/layers/registry.h"
+#include "cemfrac/model/layer_factory.h"
 #include "cemfrac/model/lm_model.h"
 #include "cemfrac/model/model_config.h"
 

@@ -12,9 +12,9 @@
 
 #include "cemfrac/core/atomic_file.h"
 #include "cemfrac/layers/cofrgenet/cffn.h"
+#include "cemfrac/layers/cofrgenet/dyadic.h"
 #include "cemfrac/model/lm_model.h"
 #include "cemfrac/train/model_loader.h"
-#include "cemfrac/train/schedule.h"
 #include "cemfrac/train/trainer.h"
 #include "tests/test_util.h"
 #include "tests/train/toy_lm.h"

@@ -8,10 +8,9 @@
 #include <string>
 #include <vector>
 
-namespace cemfrac {
+#include "cemfrac/core/fields.h"
 
-struct ModelConfig;
-struct ConfigProblem;
+namespace cemfrac {
 
 struct CemConfig {
   int64_t steps = 1;                 // T: gradient steps per sub-layer (keys / gate computed once)
@@ -50,9 +49,9 @@ struct CemConfig {
   bool learn_eta() const { return !freeze_eta && !precond; }
 };
 
-// The first problem of config.cem, with keys "cem.<field>" (nullopt = valid). Called from
-// ModelConfig::first_problem().
-std::optional<ConfigProblem> cem_config_problem(const ModelConfig& config);
+// The first problem of a model's `cem` table, with keys "cem.<field>" (nullopt = valid); `d_model` is
+// the model width. Called from ModelConfig::first_problem().
+std::optional<ConfigProblem> cem_config_problem(const CemConfig& config, int64_t d_model);
 
 // The fields of CemConfig that do not change any parameter's shape, so a checkpoint can be evaluated
 // or sampled with other values (test-time scaling: --set model.cem.steps=4).
