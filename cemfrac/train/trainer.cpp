@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "cemfrac/core/atomic_file.h"
+#include "cemfrac/core/clock.h"
 #include "cemfrac/core/warn.h"
 #include "cemfrac/io/safetensors.h"
 #include "cemfrac/layers/cofrgenet/dyadic.h"
@@ -58,14 +59,6 @@ class StopSignals {
 };
 
 json optional_json(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
-
-std::string format_duration(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "?";
-  const int64_t s = static_cast<int64_t>(seconds + 0.5);
-  if (s >= 3600) return fmt::format("{}h{:02d}m", s / 3600, (s / 60) % 60);
-  if (s >= 60) return fmt::format("{}m{:02d}s", s / 60, s % 60);
-  return fmt::format("{}s", s);
-}
 
 std::string format_rate(double tokens_per_s) {
   if (tokens_per_s >= 1e6) return fmt::format("{:.2f}M", tokens_per_s / 1e6);
@@ -549,12 +542,12 @@ TrainResult Trainer::run_loop() {
           grad_norm, lr, step_position_.epoch, step_position_.index, accum_, t.micro_batch,
           last_checkpoint_.empty() ? "none" : last_checkpoint_);
       state_.elapsed_s =
-          elapsed_before + std::chrono::duration<double>(Clock::now() - session_start).count();
+          elapsed_before + seconds_since(session_start);
       write_summary("diverged", report);
       throw TrainingDiverged(report);
     }
     optimizer_->step();
-    const double step_s = std::chrono::duration<double>(Clock::now() - step_start).count();
+    const double step_s = seconds_since(step_start);
     state_.step += 1;
     state_.tokens += tokens_per_step_;
     state_.lr = lr;
@@ -575,12 +568,12 @@ TrainResult Trainer::run_loop() {
         state_.best_val_loss = m.val_loss;
     }
     state_.elapsed_s =
-        elapsed_before + std::chrono::duration<double>(Clock::now() - session_start).count();
+        elapsed_before + seconds_since(session_start);
     m.elapsed_s = state_.elapsed_s;
     if (state_.step % t.log_every == 0 || m.val_loss || stopping) append_metrics(m);
 
     if (options_.progress && options_.rank == 0 && (tty || state_.step % t.log_every == 0 || stopping)) {
-      const double per_step = std::chrono::duration<double>(Clock::now() - session_start).count() /
+      const double per_step = seconds_since(session_start) /
                               static_cast<double>(state_.step - first_step);
       std::string line = fmt::format("step {}/{} | loss {:.4f}", state_.step, t.steps, loss);
       if (m.val_loss) line += fmt::format(" | val {:.4f}", *m.val_loss);
