@@ -94,7 +94,7 @@ struct FieldLister {
   std::string prefix;
   std::vector<std::tuple<std::string, std::string, std::string>>* out;
   template <typename F>
-  void operator()(const char* key, F& value, const char* help) {
+  void operator()(const char* key, F& value, const char* help, OnCheckpoint = OnCheckpoint::kFixed) {
     out->emplace_back(prefix + key, type_name<F>(), help);
     if constexpr (HasVisitFields<F>::value) {
       FieldLister nested{prefix + key + ".", out};

@@ -40,7 +40,7 @@ struct JsonWriter {
     return array;
   }
   template <typename T>
-  void operator()(const char* key, T& field, const char*) {
+  void operator()(const char* key, T& field, const char*, OnCheckpoint = OnCheckpoint::kFixed) {
     out[key] = value(field);
   }
 };

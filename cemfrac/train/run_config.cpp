@@ -95,7 +95,7 @@ struct TomlReader {
   Locations& locations;
 
   template <typename T>
-  void operator()(const char* key, T& field, const char*) {
+  void operator()(const char* key, T& field, const char*, OnCheckpoint = OnCheckpoint::kFixed) {
     const toml::node* node = table.get(key);
     if (node == nullptr) return;
     const std::string name = prefix + key;
@@ -312,7 +312,7 @@ struct TomlWriter {
   }
 
   template <typename T>
-  void operator()(const char* key, T& field, const char* help) {
+  void operator()(const char* key, T& field, const char* help, OnCheckpoint = OnCheckpoint::kFixed) {
     lines.emplace_back(fmt::format("{} = {}", key, value(field)), help);
   }
 };
@@ -387,6 +387,17 @@ RunConfig with_overrides(RunConfig config, const std::vector<std::string>& overr
     fail("{}", p->message);
   }
   return config;
+}
+
+void override_model_fields(ModelConfig& model, const std::vector<std::string>& overrides) {
+  RunConfig config;
+  config.model = std::move(model);
+  Locations locations;
+  for (const std::string& text : overrides) {
+    CEMFRAC_CHECK(text.rfind("model.", 0) == 0, "--set {}: expected model.key=value", text);
+    apply_override(text, locations, config);
+  }
+  model = std::move(config.model);
 }
 
 std::string to_toml(const RunConfig& config) {

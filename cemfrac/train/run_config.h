@@ -90,6 +90,10 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
 // `overrides` applied to a config built in code (defaults, or a checkpoint's model), then validated;
 // errors name the --set text.
 RunConfig with_overrides(RunConfig config, const std::vector<std::string>& overrides);
+// `overrides` ("model.key=value" or "model.table.key=value", as --set) applied to a model config by the
+// same reader as the TOML file and --set of a run config; not validated (the caller does). Errors name
+// the --set text. eval / generate use it on a checkpoint's model (train/model_loader.h).
+void override_model_fields(ModelConfig& model, const std::vector<std::string>& overrides);
 // The checks load_run_config applies (also to a config built in code): throws cemfrac::Error naming the
 // key, the value and what is allowed.
 void validate_run_config(const RunConfig& config);

@@ -4,10 +4,6 @@
 
 namespace cemfrac {
 
-std::vector<std::string> cem_runtime_fields() {
-  return {"steps", "rope_mode", "dlr_distance", "mlp_form", "recursion", "recursion_keys", "step_norm"};
-}
-
 std::optional<ConfigProblem> cem_config_problem(const CemConfig& c, int64_t d_model) {
   auto problem = [](const char* field, std::string message) -> std::optional<ConfigProblem> {
     return ConfigProblem{std::string("cem.") + field, "cem." + message};
