@@ -32,6 +32,7 @@
 #include "cemfrac/core/check.h"
 #include "cemfrac/layers/base/rope.h"
 #include "cemfrac/layers/registry.h"
+#include "cemfrac/model/layer_factory.h"
 #include "cemfrac/train/run_config.h"
 #include "cli/bench_util.h"
 #include "cli/commands.h"

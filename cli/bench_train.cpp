@@ -50,6 +50,7 @@
 
 #include "cemfrac/core/blas.h"
 #include "cemfrac/core/check.h"
+#include "cemfrac/core/clock.h"
 #include "cemfrac/io/safetensors.h"
 #include "cemfrac/model/lm_model.h"
 #include "cemfrac/train/optimizer.h"
@@ -111,16 +112,7 @@ double cpu_seconds() {
   return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-double median_of(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+double median_of(std::vector<double> v) { return summarize_times(std::move(v)).median_ms; }
 
 std::string quote_for_shell(const std::string& s) {
   std::string q = "'";

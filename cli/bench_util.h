@@ -21,8 +21,9 @@ struct Timing {
   double median_ms = 0;
 };
 
-// Best and median of a non-empty list of times.
+// Best and median of a list of times (of any unit; {0, 0} when empty).
 inline Timing summarize_times(std::vector<double> ms) {
+  if (ms.empty()) return {};
   std::sort(ms.begin(), ms.end());
   const size_t n = ms.size();
   const double median = n % 2 == 1 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);

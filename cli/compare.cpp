@@ -41,6 +41,7 @@
 #include "cemfrac/core/atomic_file.h"
 #include "cemfrac/core/blas.h"
 #include "cemfrac/core/check.h"
+#include "cemfrac/core/clock.h"
 #include "cemfrac/model/lm_model.h"
 #include "cemfrac/train/run_config.h"
 #include "cli/build_info.h"
@@ -57,14 +58,6 @@ using Clock = std::chrono::steady_clock;
 
 volatile sig_atomic_t g_stop = 0;
 void on_signal(int) { g_stop = 1; }
-
-std::string duration_text(double s) {
-  if (!std::isfinite(s) || s < 0) return "?";
-  const auto t = static_cast<int64_t>(s + 0.5);
-  if (t >= 3600) return fmt::format("{}h{:02d}m", t / 3600, (t % 3600) / 60);
-  if (t >= 60) return fmt::format("{}m{:02d}s", t / 60, t % 60);
-  return fmt::format("{}s", t);
-}
 
 std::string lr_text(double lr) { return fmt::format("{:g}", lr); }
 
@@ -273,13 +266,13 @@ class Runner {
       names += fmt::format("{}{}{}", names.empty() ? "" : ", ", r.job.label,
                            r.job.dir.empty() ? "" : fmt::format(" {:.0f}%", 100 * frac));
     }
-    const double elapsed = std::chrono::duration<double>(Clock::now() - started_).count();
+    const double elapsed = seconds_since(started_);
     const double done = done_est_ + live;
     const double eta = done > 0 ? (total_est_ - done) * elapsed / done : total_est_;
     const std::string line = fmt::format(
         "[{} {}] {:.0f}% | {}/{} jobs | elapsed {} | ETA {}{}{}", title_, phase_,
-        total_est_ > 0 ? 100 * done / total_est_ : 100.0, finished_, n_jobs, duration_text(elapsed),
-        duration_text(eta), names.empty() ? "" : " | ", names);
+        total_est_ > 0 ? 100 * done / total_est_ : 100.0, finished_, n_jobs, format_duration(elapsed),
+        format_duration(eta), names.empty() ? "" : " | ", names);
     if (tty_) {
       fmt::print(stderr, "\r\033[K{}", line.substr(0, 200));
     } else {
@@ -940,7 +933,7 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
       table += fmt::format("{:<24} {:>11} {:>9} {:>11} {:>8.2f} {:>5} {:>22} {:>9}\n", r.name,
                            with_commas(p.params), p.per_step, with_commas(tokens),
                            train_tokens ? static_cast<double>(tokens) / static_cast<double>(train_tokens) : 0,
-                           r.seeds.size(), lr, duration_text((fin + search + ev) / f->jobs));
+                           r.seeds.size(), lr, format_duration((fin + search + ev) / f->jobs));
     }
     double load[3] = {0, 0, 0};
     getloadavg(load, 3);
@@ -956,8 +949,8 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
     }
     fmt::print("estimated time: {} (learning-rate search {}, final runs {}, evaluations {}), {} job(s) x {} "
                "thread(s), from 3 training steps per run: {}\n",
-               duration_text((search_s + final_s + eval_s) / f->jobs), duration_text(search_s / f->jobs),
-               duration_text(final_s / f->jobs), duration_text(eval_s / f->jobs), f->jobs, threads, timed_when);
+               format_duration((search_s + final_s + eval_s) / f->jobs), format_duration(search_s / f->jobs),
+               format_duration(final_s / f->jobs), format_duration(eval_s / f->jobs), f->jobs, threads, timed_when);
     std::fflush(stdout);
     if (f->plan_only) return 0;
 
@@ -1063,7 +1056,7 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
         {"date", utc_now()},
         {"commit", commit},
         {"version", CEMFRAC_VERSION},
-        {"wall_time", duration_text(std::chrono::duration<double>(Clock::now() - wall_start).count()) +
+        {"wall_time", format_duration(seconds_since(wall_start)) +
                           " (jobs already finished by an earlier invocation were reused, not timed)"}};
     const Report rep = make_report(suite, plans, out, train_tokens, provenance);
     fs::create_directories(out + "/plots");

@@ -30,6 +30,7 @@
 #include "cemfrac/layers/base/rope.h"
 #include "cemfrac/layers/param_tags.h"
 #include "cemfrac/layers/registry.h"
+#include "cemfrac/model/layer_factory.h"
 #include "cemfrac/model/lm_model.h"
 #include "cemfrac/model/model_config.h"
 #include "cemfrac/ops/continuant.h"
@@ -93,7 +94,7 @@ struct FieldLister {
   std::string prefix;
   std::vector<std::tuple<std::string, std::string, std::string>>* out;
   template <typename F>
-  void operator()(const char* key, F& value, const char* help) {
+  void operator()(const char* key, F& value, const char* help, OnCheckpoint = OnCheckpoint::kFixed) {
     out->emplace_back(prefix + key, type_name<F>(), help);
     if constexpr (HasVisitFields<F>::value) {
       FieldLister nested{prefix + key + ".", out};

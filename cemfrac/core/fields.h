@@ -8,12 +8,24 @@
 
 namespace cemfrac {
 
+// The first thing wrong with a config: the key it concerns (for the file:line of the message) and a
+// one-line message naming the key, the value and what is allowed.
+struct ConfigProblem {
+  std::string key;
+  std::string message;
+};
+
+// Whether a field may change when a checkpoint is loaded (eval / generate `--set`): the fourth,
+// optional argument of a visit_fields() line. kMayChange only for fields that change no parameter's
+// shape or meaning, e.g. CEM's step count T (test-time scaling: --set model.cem.steps=4).
+enum class OnCheckpoint { kFixed, kMayChange };
+
 // True for structs that declare their fields with visit_fields(Visitor&).
 template <typename T, typename = void>
 struct HasVisitFields : std::false_type {};
 struct FieldsProbe {
   template <typename F>
-  void operator()(const char*, F&, const char*) {}
+  void operator()(const char*, F&, const char*, OnCheckpoint = OnCheckpoint::kFixed) {}
 };
 template <typename T>
 struct HasVisitFields<T, std::void_t<decltype(std::declval<T&>().visit_fields(
@@ -22,8 +34,22 @@ struct HasVisitFields<T, std::void_t<decltype(std::declval<T&>().visit_fields(
 struct FieldNameCollector {
   std::vector<std::string> names;
   template <typename F>
-  void operator()(const char* key, F&, const char*) {
+  void operator()(const char* key, F&, const char*, OnCheckpoint = OnCheckpoint::kFixed) {
     names.emplace_back(key);
+  }
+};
+
+// Dotted keys ("cem.steps") of the fields marked OnCheckpoint::kMayChange, nested structs included.
+struct MayChangeCollector {
+  std::string prefix;
+  std::vector<std::string>* out;
+  template <typename F>
+  void operator()(const char* key, F& field, const char*, OnCheckpoint use = OnCheckpoint::kFixed) {
+    if (use == OnCheckpoint::kMayChange) out->push_back(prefix + key);
+    if constexpr (HasVisitFields<F>::value) {
+      MayChangeCollector nested{prefix + key + ".", out};
+      field.visit_fields(nested);
+    }
   }
 };
 
@@ -34,6 +60,16 @@ std::vector<std::string> field_names() {
   T probe{};
   probe.visit_fields(collector);
   return collector.names;
+}
+
+// The keys of a visit_fields() struct that may change on a loaded checkpoint, in declaration order.
+template <typename T>
+std::vector<std::string> fields_that_may_change_on_checkpoint() {
+  std::vector<std::string> keys;
+  MayChangeCollector collector{"", &keys};
+  T probe{};
+  probe.visit_fields(collector);
+  return keys;
 }
 
 }  // namespace cemfrac

@@ -5,6 +5,7 @@
 #include <system_error>
 
 #include "cemfrac/core/atomic_file.h"
+#include "cemfrac/core/clock.h"
 #include "cemfrac/core/check.h"
 #include "cemfrac/data/brown.h"
 #include "cemfrac/data/shard.h"
@@ -14,10 +15,6 @@ namespace fs = std::filesystem;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // Refuses to overwrite anything but an empty directory or an earlier prepared dataset.
 void check_out_dir(const PrepareOptions& options) {

@@ -1,17 +1,10 @@
-// Mixer, FFN and norm kinds by name, and the one place that builds them from a ModelConfig.
+// Mixer, FFN and norm kinds by name (model/layer_factory.h builds the modules from a ModelConfig).
 // Adding a kind: see CONTRIBUTING.md, "How to add a mixer or FFN kind".
 #pragma once
-#include <torch/types.h>
-
-#include <memory>
 #include <string>
 #include <vector>
 
-#include "cemfrac/layers/mixer.h"
-
 namespace cemfrac {
-
-struct ModelConfig;
 
 enum class MixerKind {
   kMha,
@@ -38,11 +31,5 @@ NormKind parse_norm_kind(const std::string& name, const std::string& what = "nor
 std::vector<std::string> mixer_kind_names();
 std::vector<std::string> ffn_kind_names();
 std::vector<std::string> norm_kind_names();
-
-// The modules of layer `layer` (its mixer_of / ffn_of kind), parameters created on `device` (use
-// torch::kMeta for shape-only models). The config must be valid.
-std::shared_ptr<MixerImpl> make_mixer(const ModelConfig& config, int64_t layer, torch::Device device);
-std::shared_ptr<FfnImpl> make_ffn(const ModelConfig& config, int64_t layer, torch::Device device);
-std::shared_ptr<NormImpl> make_norm(const ModelConfig& config, torch::Device device);
 
 }  // namespace cemfrac

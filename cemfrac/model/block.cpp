@@ -2,7 +2,7 @@
 
 #include <torch/types.h>
 
-#include "cemfrac/layers/registry.h"
+#include "cemfrac/model/layer_factory.h"
 
 namespace cemfrac {
 

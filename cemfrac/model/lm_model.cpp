@@ -6,7 +6,7 @@
 #include <map>
 
 #include "cemfrac/core/check.h"
-#include "cemfrac/layers/registry.h"
+#include "cemfrac/model/layer_factory.h"
 
 namespace cemfrac {
 

@@ -40,7 +40,7 @@ struct JsonWriter {
     return array;
   }
   template <typename T>
-  void operator()(const char* key, T& field, const char*) {
+  void operator()(const char* key, T& field, const char*, OnCheckpoint = OnCheckpoint::kFixed) {
     out[key] = value(field);
   }
 };
@@ -95,7 +95,7 @@ struct JsonReader {
   }
 
   template <typename T>
-  void operator()(const char* key, T& field, const char*) {
+  void operator()(const char* key, T& field, const char*, OnCheckpoint = OnCheckpoint::kFixed) {
     auto it = in.find(key);
     if (it != in.end()) read(prefix + key, *it, field);
   }
@@ -242,8 +242,16 @@ std::optional<ConfigProblem> ModelConfig::first_problem() const {
   if (!positive_finite(init_std)) {
     return problem("init_std", fmt::format("init_std = {}: must be a positive number", init_std));
   }
-  if (auto p = cem_config_problem(*this)) return p;
-  if (auto p = cofrgenet_config_problem(*this)) return p;
+  if (auto p = cem_config_problem(cem, d_model)) return p;
+  for (int64_t layer = 0; layer < n_layers; ++layer) {
+    if (mixer_of(layer) == "cem_attention" && kv_heads() != n_heads) {
+      return problem("n_kv_heads",
+                     fmt::format("n_kv_heads = {}: cem_attention (layer {}) has no grouped-query "
+                                 "form (its values are its keys); set n_kv_heads = 0",
+                                 n_kv_heads, layer));
+    }
+  }
+  if (auto p = cofrgenet_config_problem(cofrgenet, d_model, n_heads, context)) return p;
   return std::nullopt;
 }
 

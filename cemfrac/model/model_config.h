@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "cemfrac/core/fields.h"
 #include "cemfrac/layers/base/rope_scaling.h"
-
 #include "cemfrac/layers/cem/cem_config.h"
 #include "cemfrac/layers/cofrgenet/cofrgenet_config.h"
 
@@ -29,13 +29,6 @@ struct LayerOverride {
     v("mixer", mixer, "Mixer kind of this layer (\"\" = model.mixer)");
     v("ffn", ffn, "FFN kind of this layer (\"\" = model.ffn)");
   }
-};
-
-// The first thing wrong with a config: the key it concerns (for the file:line of the message) and a
-// one-line message naming the key, the value and what is allowed.
-struct ConfigProblem {
-  std::string key;
-  std::string message;
 };
 
 struct ModelConfig {

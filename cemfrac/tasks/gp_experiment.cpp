@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "cemfrac/core/check.h"
+#include "cemfrac/core/clock.h"
 #include "cemfrac/core/random.h"
 #include "cemfrac/train/optimizer.h"
 #include "cemfrac/train/schedule.h"
@@ -24,17 +25,6 @@ namespace cemfrac {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-std::string format_eta(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "?";
-  const int64_t s = static_cast<int64_t>(seconds + 0.5);
-  if (s >= 60) return fmt::format("{}m{:02d}s", s / 60, s % 60);
-  return fmt::format("{}s", s);
-}
 
 // Per-sequence mean squared differences (S) -> RMSE and its standard error over sequences
 // (delta method: se(sqrt(m)) = se(m) / (2 sqrt(m))).
@@ -96,7 +86,7 @@ GpTrainResult train_gp_model(GpModel& model, const GpTaskOptions& task,
       const std::string line = fmt::format(
           "{}: step {}/{} | mse {:.4f} | lr {:.2e} | norm {:.3f} | {:.1f} steps/s | ETA {}",
           options.label, done, options.steps, recent, lr, grad_norm, done / elapsed,
-          format_eta(elapsed / done * double(options.steps - done)));
+          format_duration(elapsed / done * double(options.steps - done)));
       if (tty)
         std::cerr << "\r" << line << "\033[K" << std::flush;
       else

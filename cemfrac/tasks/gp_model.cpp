@@ -5,7 +5,7 @@
 #include <torch/utils.h>
 
 #include "cemfrac/core/check.h"
-#include "cemfrac/layers/registry.h"
+#include "cemfrac/model/layer_factory.h"
 
 namespace cemfrac {
 

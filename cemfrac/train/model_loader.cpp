@@ -9,39 +9,58 @@
 #include <vector>
 
 #include "cemfrac/core/check.h"
+#include "cemfrac/core/fields.h"
 #include "cemfrac/io/safetensors.h"
 #include "cemfrac/train/checkpoint.h"
 #include "cemfrac/train/optimizer.h"
+#include "cemfrac/train/run_config.h"
 
 namespace cemfrac {
 
+namespace {
+
+// {"cem.steps", "cem.rope_mode", "x"} -> "model.cem.{steps, rope_mode}, model.x"
+std::string grouped_keys(const std::vector<std::string>& keys) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> groups;  // table -> fields, in order
+  for (const std::string& key : keys) {
+    const size_t dot = key.rfind('.');
+    const std::string table = dot == std::string::npos ? "" : key.substr(0, dot + 1);
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == table; });
+    if (it == groups.end()) it = groups.insert(groups.end(), {table, {}});
+    it->second.push_back(key.substr(table.size()));
+  }
+  std::vector<std::string> parts;
+  for (const auto& [table, fields] : groups) {
+    parts.push_back(fields.size() == 1 ? fmt::format("model.{}{}", table, fields[0])
+                                       : fmt::format("model.{}{{{}}}", table, fmt::join(fields, ", ")));
+  }
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+}  // namespace
+
 ModelConfig apply_model_overrides(const nlohmann::json& config_json,
                                   const std::vector<std::string>& overrides, const std::string& source) {
-  nlohmann::json j = config_json;
-  const std::vector<std::string> allowed = cem_runtime_fields();
+  // The fields marked OnCheckpoint::kMayChange where they are declared (visit_fields).
+  const std::vector<std::string> allowed = fields_that_may_change_on_checkpoint<ModelConfig>();
   for (const std::string& text : overrides) {
     const size_t eq = text.find('=');
     const std::string key = text.substr(0, eq);
-    const std::string prefix = "model.cem.";
-    const std::string field = key.rfind(prefix, 0) == 0 ? key.substr(prefix.size()) : "";
+    const std::string field = key.rfind("model.", 0) == 0 ? key.substr(6) : "";
     CEMFRAC_CHECK(eq != std::string::npos &&
                       std::find(allowed.begin(), allowed.end(), field) != allowed.end(),
                   "--set {}: a checkpoint's architecture is fixed by its config.json; only fields "
-                  "that change no parameter shape can be overridden: model.cem.{{{}}}",
-                  text, fmt::join(allowed, ", "));
-    // The value as JSON (4, true, "exact"); bare text is a string (--set model.cem.rope_mode=none).
-    nlohmann::json value = nlohmann::json::parse(text.substr(eq + 1), nullptr, /*allow_exceptions=*/false);
-    if (value.is_discarded()) value = text.substr(eq + 1);
-    // A config.json that is not an object, or whose "cem" is not one, gets model_config_from_json's
-    // one-line error below, not a JSON type error (found by fuzz/fuzz_model_config_json.cpp).
-    if (!j.is_object()) break;
-    if (!j.contains("cem")) j["cem"] = nlohmann::json::object();
-    if (!j["cem"].is_object()) break;
-    j["cem"][field] = value;
+                  "that change no parameter shape can be overridden: {}",
+                  text, grouped_keys(allowed));
   }
-  const std::string where = overrides.empty() ? source : fmt::format("{} with --set {}", source,
-                                                                      fmt::join(overrides, " --set "));
-  return model_config_from_json(j, where);
+  ModelConfig config = model_config_from_json(config_json, source);
+  if (overrides.empty()) return config;
+  // The values are read as the TOML run config reads --set (4, true, "exact"; bare text is a string).
+  override_model_fields(config, overrides);
+  if (auto p = config.first_problem()) {
+    fail("{} with --set {}: {}", source, fmt::join(overrides, " --set "), p->message);
+  }
+  return config;
 }
 
 LoadedModel load_model(const std::string& path, const std::vector<std::string>& overrides) {

@@ -96,7 +96,7 @@ struct TomlReader {
   Locations& locations;
 
   template <typename T>
-  void operator()(const char* key, T& field, const char*) {
+  void operator()(const char* key, T& field, const char*, OnCheckpoint = OnCheckpoint::kFixed) {
     const toml::node* node = table.get(key);
     if (node == nullptr) return;
     const std::string name = prefix + key;
@@ -219,21 +219,23 @@ std::optional<ConfigProblem> problem(const std::string& key, std::string message
   return ConfigProblem{key, std::move(message)};
 }
 
-std::optional<ConfigProblem> train_problem(const TrainConfig& t, const ModelConfig& m) {
+}  // namespace
+
+std::optional<ConfigProblem> train_config_problem(const TrainConfig& t, int64_t context) {
   auto need = [](bool ok, const char* key, std::string message) -> std::optional<ConfigProblem> {
     if (ok) return std::nullopt;
     return problem(std::string("train.") + key, "train." + message);
   };
-  const int64_t seq_len = t.seq_len > 0 ? t.seq_len : m.context;
+  const int64_t seq_len = t.seq_len > 0 ? t.seq_len : context;
   const std::optional<ConfigProblem> checks[] = {
       need(t.steps >= 1, "steps", fmt::format("steps = {}: must be at least 1", t.steps)),
       need(t.micro_batch >= 1, "micro_batch",
            fmt::format("micro_batch = {}: must be at least 1", t.micro_batch)),
-      need(t.seq_len >= 0 && t.seq_len <= m.context, "seq_len",
+      need(t.seq_len >= 0 && (context <= 0 || t.seq_len <= context), "seq_len",
            fmt::format("seq_len = {}: must be in 0..model.context = {} (0 = the context)", t.seq_len,
-                       m.context)),
-      need(t.tokens_per_step >= 0 &&
-               (t.micro_batch < 1 || t.tokens_per_step % (t.micro_batch * seq_len) == 0),
+                       context)),
+      need(t.tokens_per_step >= 0 && (t.micro_batch < 1 || seq_len < 1 ||
+                                      t.tokens_per_step % (t.micro_batch * seq_len) == 0),
            "tokens_per_step",
            fmt::format("tokens_per_step = {}: must be a multiple of micro_batch * seq_len = {} * {} "
                        "(0 = one micro-batch)",
@@ -270,10 +272,12 @@ std::optional<ConfigProblem> train_problem(const TrainConfig& t, const ModelConf
   return std::nullopt;
 }
 
+namespace {
+
 std::optional<ConfigProblem> run_problem(const RunConfig& c) {
   if (auto p = c.model.first_problem()) return problem("model." + p->key, "model." + p->message);
   if (c.data.path.empty()) return problem("data.path", "data.path = \"\": give a prepared dataset directory");
-  if (auto p = train_problem(c.train, c.model)) return p;
+  if (auto p = train_config_problem(c.train, c.model.context)) return p;
   if (c.eval.stride < 0 || c.eval.stride > c.model.context) {
     return problem("eval.stride", fmt::format("eval.stride = {}: must be in 0..model.context = {} "
                                               "(0 = context / 2)",
@@ -312,7 +316,7 @@ struct TomlWriter {
   }
 
   template <typename T>
-  void operator()(const char* key, T& field, const char* help) {
+  void operator()(const char* key, T& field, const char* help, OnCheckpoint = OnCheckpoint::kFixed) {
     lines.emplace_back(fmt::format("{} = {}", key, value(field)), help);
   }
 };
@@ -380,6 +384,17 @@ RunConfig with_overrides(RunConfig config, const std::vector<std::string>& overr
     fail("{}", p->message);
   }
   return config;
+}
+
+void override_model_fields(ModelConfig& model, const std::vector<std::string>& overrides) {
+  RunConfig config;
+  config.model = std::move(model);
+  Locations locations;
+  for (const std::string& text : overrides) {
+    CEMFRAC_CHECK(text.rfind("model.", 0) == 0, "--set {}: expected model.key=value", text);
+    apply_override(text, locations, config);
+  }
+  model = std::move(config.model);
 }
 
 std::string to_toml(const RunConfig& config) {

@@ -3,6 +3,7 @@
 // is declared once in its struct's visit_fields() (key, default, help).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,13 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
 // `overrides` applied to a config built in code (defaults, or a checkpoint's model), then validated;
 // errors name the --set text.
 RunConfig with_overrides(RunConfig config, const std::vector<std::string>& overrides);
+// `overrides` ("model.key=value" or "model.table.key=value", as --set) applied to a model config by the
+// same reader as the TOML file and --set of a run config; not validated (the caller does). Errors name
+// the --set text. eval / generate use it on a checkpoint's model (train/model_loader.h).
+void override_model_fields(ModelConfig& model, const std::vector<std::string>& overrides);
+// The checks of the [train] section, for a model of `context` positions (<= 0: unknown, seq_len
+// unbounded); run configs and the trainer both apply them (nullopt = valid).
+std::optional<ConfigProblem> train_config_problem(const TrainConfig& train, int64_t context);
 // The checks load_run_config applies (also to a config built in code): throws cemfrac::Error naming the
 // key, the value and what is allowed.
 void validate_run_config(const RunConfig& config);

@@ -15,8 +15,10 @@
 #include <sstream>
 
 #include "cemfrac/core/atomic_file.h"
+#include "cemfrac/core/clock.h"
 #include "cemfrac/core/warn.h"
 #include "cemfrac/io/safetensors.h"
+#include "cemfrac/layers/cofrgenet/dyadic.h"
 #include "cemfrac/train/distributed.h"
 
 namespace cemfrac {
@@ -58,14 +60,6 @@ class StopSignals {
 };
 
 json optional_json(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
-
-std::string format_duration(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "?";
-  const int64_t s = static_cast<int64_t>(seconds + 0.5);
-  if (s >= 3600) return fmt::format("{}h{:02d}m", s / 3600, (s / 60) % 60);
-  if (s >= 60) return fmt::format("{}m{:02d}s", s / 60, s % 60);
-  return fmt::format("{}s", s);
-}
 
 std::string format_rate(double tokens_per_s) {
   if (tokens_per_s >= 1e6) return fmt::format("{:.2f}M", tokens_per_s / 1e6);
@@ -169,14 +163,12 @@ Trainer::Trainer(TrainModel model, TrainerOptions options)
   const TrainConfig& t = options_.train;
   TORCH_INTERNAL_ASSERT(model_.module && model_.logits, "TrainModel needs a module and logits");
   set_data_parallel_layout(options_);
-  CEMFRAC_CHECK(t.steps >= 1, "train.steps = {} must be at least 1", t.steps);
-  CEMFRAC_CHECK(t.micro_batch >= 1, "train.micro_batch = {} must be at least 1", t.micro_batch);
+  // The [train] checks of a run config (one set of checks and messages, run_config.cpp), for options
+  // built in code as well.
+  if (auto p = train_config_problem(t, model_.context)) fail("{}", p->message);
   seq_len_ = t.seq_len > 0 ? t.seq_len : model_.context;
   CEMFRAC_CHECK(seq_len_ >= 1, "train.seq_len = {} and the model has no context length; set "
                 "train.seq_len", t.seq_len);
-  CEMFRAC_CHECK(model_.context <= 0 || seq_len_ <= model_.context,
-                "train.seq_len = {} exceeds the model's context {}; lower it or raise model.context",
-                seq_len_, model_.context);
   const int64_t micro_tokens = t.micro_batch * seq_len_;
   if (t.tokens_per_step > 0 && options_.world_size > 1) {
     const int64_t per_round = micro_tokens * options_.world_size;
@@ -186,20 +178,9 @@ Trainer::Trainer(TrainModel model, TrainerOptions options)
                   t.tokens_per_step, options_.world_size, t.micro_batch, seq_len_, per_round);
     accum_ = t.tokens_per_step / per_round;
   } else if (t.tokens_per_step > 0) {
-    CEMFRAC_CHECK(t.tokens_per_step % micro_tokens == 0,
-                  "train.tokens_per_step = {} is not a multiple of micro_batch x seq_len = {} x {} "
-                  "= {}",
-                  t.tokens_per_step, t.micro_batch, seq_len_, micro_tokens);
-    accum_ = t.tokens_per_step / micro_tokens;
+    accum_ = t.tokens_per_step / micro_tokens;  // a multiple (train_config_problem)
   }
   tokens_per_step_ = accum_ * micro_tokens * options_.world_size;
-  CEMFRAC_CHECK(t.warmup_steps >= 0, "train.warmup_steps = {} must not be negative", t.warmup_steps);
-  CEMFRAC_CHECK(t.lr_max >= 0 && t.lr_min >= 0 && t.lr_min <= t.lr_max,
-                "train.lr_min = {} and train.lr_max = {} must satisfy 0 <= lr_min <= lr_max",
-                t.lr_min, t.lr_max);
-  CEMFRAC_CHECK(t.log_every >= 1, "train.log_every = {} must be at least 1", t.log_every);
-  CEMFRAC_CHECK(t.eval_every >= 0 && t.checkpoint_every >= 0 && t.eval_tokens >= 0,
-                "train.eval_every, train.checkpoint_every and train.eval_tokens must not be negative");
   schedule_ = CosineSchedule{t.lr_max, t.lr_min, t.warmup_steps, t.steps};
 
   train_shard_ = open_split(options_.data_dir, "train", options_, model_.vocab_size);
@@ -557,12 +538,12 @@ TrainResult Trainer::run_loop() {
           grad_norm, lr, step_position_.epoch, step_position_.index, accum_, t.micro_batch,
           last_checkpoint_.empty() ? "none" : last_checkpoint_);
       state_.elapsed_s =
-          elapsed_before + std::chrono::duration<double>(Clock::now() - session_start).count();
+          elapsed_before + seconds_since(session_start);
       write_summary("diverged", report);
       throw TrainingDiverged(report);
     }
     optimizer_->step();
-    const double step_s = std::chrono::duration<double>(Clock::now() - step_start).count();
+    const double step_s = seconds_since(step_start);
     state_.step += 1;
     state_.tokens += tokens_per_step_;
     state_.lr = lr;
@@ -583,12 +564,12 @@ TrainResult Trainer::run_loop() {
         state_.best_val_loss = m.val_loss;
     }
     state_.elapsed_s =
-        elapsed_before + std::chrono::duration<double>(Clock::now() - session_start).count();
+        elapsed_before + seconds_since(session_start);
     m.elapsed_s = state_.elapsed_s;
     if (state_.step % t.log_every == 0 || m.val_loss || stopping) append_metrics(m);
 
     if (options_.progress && options_.rank == 0 && (tty || state_.step % t.log_every == 0 || stopping)) {
-      const double per_step = std::chrono::duration<double>(Clock::now() - session_start).count() /
+      const double per_step = seconds_since(session_start) /
                               static_cast<double>(state_.step - first_step);
       std::string line = fmt::format("step {}/{} | loss {:.4f}", state_.step, t.steps, loss);
       if (m.val_loss) line += fmt::format(" | val {:.4f}", *m.val_loss);

@@ -30,6 +30,7 @@
 #include <thread>
 
 #include "cemfrac/core/check.h"
+#include "cemfrac/core/clock.h"
 #include "cemfrac/model/lm_model.h"
 #include "cemfrac/train/checkpoint.h"
 #include "cemfrac/train/distributed.h"
@@ -174,10 +175,6 @@ std::map<std::string, std::string> rank_env(int rank, int world, int port, bool 
           {"TORCHELASTIC_USE_AGENT_STORE", agent_store ? "True" : "0"},
           {"CEMFRAC_CONNECT_TIMEOUT", fmt::format("{}", timeout_s)},
           {"CEMFRAC_COLLECTIVE_TIMEOUT", fmt::format("{}", timeout_s)}};
-}
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
 TEST(Distributed, TwoRanksEqualOneRankWithTwoAccumulationStepsBitwise) {

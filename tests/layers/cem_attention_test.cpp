@@ -12,6 +12,7 @@
 #include "cemfrac/layers/base/mha.h"
 #include "cemfrac/layers/base/rope.h"
 #include "cemfrac/layers/cem/cem_attention.h"
+#include "tests/model_test_util.h"
 
 namespace cemfrac {
 namespace {
@@ -79,9 +80,7 @@ MixerContext context(bool rope, int64_t offset, int64_t n) {
   return ctx;
 }
 
-double rel_err(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a - b).abs().max().item<double>() / std::max(b.abs().max().item<double>(), 1e-300);
-}
+using test::rel_err;
 
 // -eta P grad_x E(x; h), with P formed densely here (the module never forms it).
 torch::Tensor expected_displacement(CemAttentionImpl& m, const torch::Tensor& x0, const torch::Tensor& h,

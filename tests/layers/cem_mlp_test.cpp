@@ -11,6 +11,7 @@
 
 #include "cemfrac/layers/base/swiglu.h"
 #include "cemfrac/layers/cem/cem_mlp.h"
+#include "tests/model_test_util.h"
 
 namespace cemfrac {
 namespace {
@@ -48,9 +49,7 @@ std::shared_ptr<CemMlpImpl> make(const Variant& v, int64_t steps = 1, uint64_t s
   return m;
 }
 
-double rel_err(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a - b).abs().max().item<double>() / std::max(b.abs().max().item<double>(), 1e-300);
-}
+using test::rel_err;
 
 // Phi(u) = int_0^u s sigmoid(s) ds by 64-point Gauss-Legendre (nodes by Newton on P_64).
 double phi_quadrature(double u) {

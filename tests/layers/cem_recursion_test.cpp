@@ -18,6 +18,7 @@
 #include "cemfrac/layers/base/rope.h"
 #include "cemfrac/layers/cem/cem_attention.h"
 #include "cemfrac/layers/cem/cem_mlp.h"
+#include "tests/model_test_util.h"
 
 namespace cemfrac {
 namespace {
@@ -81,9 +82,7 @@ MixerContext context(bool rope, int64_t offset, int64_t n) {
 }
 
 double max_abs(const torch::Tensor& t) { return t.abs().max().item<double>(); }
-double rel_err(const torch::Tensor& a, const torch::Tensor& b) {
-  return max_abs(a - b) / std::max(max_abs(b), 1e-300);
-}
+using test::rel_err;
 
 std::vector<Attn> iterate_variants() {
   std::vector<Attn> v;

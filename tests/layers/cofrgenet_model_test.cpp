@@ -14,6 +14,7 @@
 #include "cemfrac/model/lm_model.h"
 #include "cemfrac/ops/continuant.h"
 #include "cemfrac/train/run_config.h"
+#include "tests/model_test_util.h"
 #include "tests/test_util.h"
 
 namespace cemfrac {
@@ -24,17 +25,7 @@ ModelConfig preset(const std::string& name) {
 }
 
 ModelConfig tiny(const std::string& mixer, const std::string& ffn) {
-  ModelConfig c;
-  c.vocab_size = 48;
-  c.d_model = 16;
-  c.n_layers = 2;
-  c.n_heads = 2;
-  c.d_ff = 32;
-  c.context = 16;
-  c.norm = "layernorm";
-  c.positions = "learned";
-  c.bias = true;
-  c.tie_embeddings = true;
+  ModelConfig c = test::gpt2_flavour(test::tiny_model(48, 32, 16));
   c.mixer = mixer;
   c.ffn = ffn;
   return c;

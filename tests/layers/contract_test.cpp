@@ -20,8 +20,10 @@
 
 #include "cemfrac/layers/base/rope.h"
 #include "cemfrac/layers/registry.h"
+#include "cemfrac/model/layer_factory.h"
 #include "cemfrac/model/lm_model.h"
 #include "cemfrac/model/model_config.h"
+#include "tests/model_test_util.h"
 
 namespace cemfrac {
 namespace {
@@ -36,24 +38,8 @@ void PrintTo(const Variant& v, std::ostream* os) { *os << v.kind << " (" << v.na
 
 // Small enough for float64 loops over every position, big enough for two heads and a context the
 // decode checks can split.
-ModelConfig tiny_base() {
-  ModelConfig c;
-  c.vocab_size = 37;
-  c.d_model = 16;
-  c.n_layers = 2;
-  c.n_heads = 2;
-  c.d_ff = 24;
-  c.context = 12;
-  return c;  // Llama flavour: rmsnorm, rope, no biases, untied
-}
-
-ModelConfig gpt2_flavour(ModelConfig c) {
-  c.norm = "layernorm";
-  c.positions = "learned";
-  c.bias = true;
-  c.tie_embeddings = true;
-  return c;
-}
+ModelConfig tiny_base() { return test::tiny_model(37, 24, 12); }  // Llama flavour
+using test::gpt2_flavour;
 
 // ---- Per-kind hooks ------------------------------------------------------------------------------
 

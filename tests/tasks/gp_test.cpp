@@ -13,6 +13,7 @@
 #include "cemfrac/tasks/gp_data.h"
 #include "cemfrac/tasks/gp_experiment.h"
 #include "cemfrac/tasks/gp_model.h"
+#include "tests/model_test_util.h"
 
 namespace cemfrac {
 namespace {
@@ -21,13 +22,7 @@ const auto kF64 = torch::TensorOptions().dtype(torch::kFloat64);
 
 ModelConfig tiny_config(const std::string& mixer, const std::string& ffn, int64_t steps,
                         const std::string& positions = "none") {
-  ModelConfig c;
-  c.vocab_size = 1;
-  c.d_model = 16;
-  c.n_heads = 2;
-  c.n_layers = 2;
-  c.d_ff = 32;
-  c.context = 32;
+  ModelConfig c = test::tiny_model(1, 32, 32);
   c.mixer = mixer;
   c.ffn = ffn;
   c.positions = positions;

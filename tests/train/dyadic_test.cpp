@@ -12,10 +12,11 @@
 
 #include "cemfrac/core/atomic_file.h"
 #include "cemfrac/layers/cofrgenet/cffn.h"
+#include "cemfrac/layers/cofrgenet/dyadic.h"
 #include "cemfrac/model/lm_model.h"
 #include "cemfrac/train/model_loader.h"
-#include "cemfrac/train/schedule.h"
 #include "cemfrac/train/trainer.h"
+#include "tests/model_test_util.h"
 #include "tests/test_util.h"
 #include "tests/train/toy_lm.h"
 
@@ -42,17 +43,7 @@ TEST(Dyadic, Thresholds) {
 }
 
 ModelConfig cofr_tiny(bool truncate) {
-  ModelConfig c;
-  c.vocab_size = 32;
-  c.d_model = 16;
-  c.n_layers = 2;
-  c.n_heads = 2;
-  c.d_ff = 32;
-  c.context = 16;
-  c.norm = "layernorm";
-  c.positions = "learned";
-  c.bias = true;
-  c.tie_embeddings = true;
+  ModelConfig c = test::gpt2_flavour(test::tiny_model(32, 32, 16));
   c.mixer = "cattn_m";
   c.ffn = "cffn";
   c.cofrgenet.depth = 3;
@@ -62,22 +53,10 @@ ModelConfig cofr_tiny(bool truncate) {
 }
 
 TrainerOptions options(const std::string& out, const std::string& data, int64_t steps) {
-  TrainerOptions o;
-  o.train.steps = steps;
-  o.train.micro_batch = 2;
-  o.train.seq_len = 16;
-  o.train.tokens_per_step = 32;
-  o.train.lr_max = 1e-2;
-  o.train.lr_min = 1e-3;
-  o.train.warmup_steps = 2;
+  TrainerOptions o = test::tiny_trainer_options(out, data, steps, /*tokens_per_step=*/32);
   o.train.weight_decay = 0.1;
-  o.train.log_every = 1;
   o.train.eval_every = 0;
   o.train.eval_tokens = 32;
-  o.train.checkpoint_every = 0;
-  o.train.out = out;
-  o.data_dir = data;
-  o.progress = false;
   return o;
 }
 

@@ -10,6 +10,7 @@
 #include "cemfrac/eval/perplexity.h"
 #include "cemfrac/model/lm_model.h"
 #include "cemfrac/train/trainer.h"
+#include "tests/model_test_util.h"
 #include "tests/test_util.h"
 #include "tests/train/toy_lm.h"
 
@@ -19,39 +20,18 @@ namespace {
 using json = nlohmann::json;
 
 ModelConfig tiny(bool gpt2) {
-  ModelConfig c;
-  c.vocab_size = 32;
-  c.d_model = 16;
-  c.n_layers = 2;
-  c.n_heads = 2;
-  c.d_ff = 32;
-  c.context = 32;
+  ModelConfig c = test::tiny_model(32, 32, 32);
   if (gpt2) {
+    c = test::gpt2_flavour(c);
     c.ffn = "gelu_mlp";
-    c.norm = "layernorm";
-    c.positions = "learned";
-    c.bias = true;
-    c.tie_embeddings = true;
   }
   return c;
 }
 
 TrainerOptions options(const std::string& out, const std::string& data, int64_t steps) {
-  TrainerOptions o;
-  o.train.steps = steps;
-  o.train.micro_batch = 2;
-  o.train.seq_len = 16;
-  o.train.tokens_per_step = 64;
-  o.train.lr_max = 1e-2;
-  o.train.lr_min = 1e-3;
-  o.train.warmup_steps = 2;
-  o.train.log_every = 1;
+  TrainerOptions o = test::tiny_trainer_options(out, data, steps, /*tokens_per_step=*/64);
   o.train.eval_every = 3;
   o.train.eval_tokens = 64;
-  o.train.checkpoint_every = 0;
-  o.train.out = out;
-  o.data_dir = data;
-  o.progress = false;
   return o;
 }
 

@@ -312,7 +312,7 @@ TEST(Trainer, RejectsBadSettings) {
   expect_error(o, "tokens_per_step");
   o = toy_options(test::temp_dir("trainer_bad"), 2);
   o.train.seq_len = 65;
-  expect_error(o, "exceeds the model's context");
+  expect_error(o, "train.seq_len = 65: must be in 0..model.context = 64");
   o = toy_options(test::temp_dir("trainer_bad"), 2);
   o.data_dir = "/nonexistent";
   expect_error(o, "/nonexistent/train.bin");

@@ -2,16 +2,9 @@
 
 #include <fmt/format.h>
 
-#include "cemfrac/model/model_config.h"
-
 namespace cemfrac {
 
-std::vector<std::string> cem_runtime_fields() {
-  return {"steps", "rope_mode", "dlr_distance", "mlp_form", "recursion", "recursion_keys", "step_norm"};
-}
-
-std::optional<ConfigProblem> cem_config_problem(const ModelConfig& config) {
-  const CemConfig& c = config.cem;
+std::optional<ConfigProblem> cem_config_problem(const CemConfig& c, int64_t d_model) {
   auto problem = [](const char* field, std::string message) -> std::optional<ConfigProblem> {
     return ConfigProblem{std::string("cem.") + field, "cem." + message};
   };
@@ -30,9 +23,9 @@ std::optional<ConfigProblem> cem_config_problem(const ModelConfig& config) {
     return problem("dlr_distance",
                    "dlr_distance = true needs a diagonal: set cem.dlr = \"per_head\" or \"shared\"");
   }
-  if (c.precond_rank < 1 || c.precond_rank > config.d_model) {
+  if (c.precond_rank < 1 || c.precond_rank > d_model) {
     return problem("precond_rank", fmt::format("precond_rank = {}: must be in 1..d_model = {}",
-                                               c.precond_rank, config.d_model));
+                                               c.precond_rank, d_model));
   }
   if (c.mlp_form != "a" && c.mlp_form != "b") {
     return problem("mlp_form", fmt::format("mlp_form = \"{}\": unknown; valid: a, b", c.mlp_form));
@@ -50,14 +43,6 @@ std::optional<ConfigProblem> cem_config_problem(const ModelConfig& config) {
   }
   if (c.step_norm != "none" && c.step_norm != "rms") {
     return problem("step_norm", fmt::format("step_norm = \"{}\": unknown; valid: none, rms", c.step_norm));
-  }
-  for (int64_t layer = 0; layer < config.n_layers; ++layer) {
-    if (config.mixer_of(layer) == "cem_attention" && config.kv_heads() != config.n_heads) {
-      return ConfigProblem{"n_kv_heads",
-                           fmt::format("n_kv_heads = {}: cem_attention (layer {}) has no grouped-query "
-                                       "form (its values are its keys); set n_kv_heads = 0",
-                                       config.n_kv_heads, layer)};
-    }
   }
   return std::nullopt;
 }

@@ -8,10 +8,9 @@
 #include <string>
 #include <vector>
 
-namespace cemfrac {
+#include "cemfrac/core/fields.h"
 
-struct ModelConfig;
-struct ConfigProblem;
+namespace cemfrac {
 
 struct CemConfig {
   int64_t steps = 1;                 // T: gradient steps per sub-layer (keys / gate computed once)
@@ -30,32 +29,35 @@ struct CemConfig {
 
   template <typename Visitor>
   void visit_fields(Visitor& v) {
-    v("steps", steps, "CEM: gradient steps T per sub-layer (can be changed on a checkpoint)");
+    // OnCheckpoint::kMayChange: changes no parameter's shape, so a checkpoint can be evaluated or
+    // sampled with another value (test-time scaling: --set model.cem.steps=4).
+    constexpr OnCheckpoint kMayChange = OnCheckpoint::kMayChange;
+    v("steps", steps, "CEM: gradient steps T per sub-layer (can be changed on a checkpoint)", kMayChange);
     v("freeze_eta", freeze_eta, "CEM: fix the step size eta at 1 (no eta parameter)");
-    v("rope_mode", rope_mode, "CEM attention with RoPE: exact | naive | none (can be changed on a checkpoint)");
+    v("rope_mode", rope_mode, "CEM attention with RoPE: exact | naive | none (can be changed on a checkpoint)",
+      kMayChange);
     v("dlr", dlr, "CEM attention diagonal-plus-low-rank interaction: none | per_head | shared");
-    v("dlr_distance", dlr_distance, "CEM attention: distance form of the D+LR diagonal");
+    v("dlr_distance", dlr_distance, "CEM attention: distance form of the D+LR diagonal", kMayChange);
     v("precond", precond, "CEM: learned preconditioner diag + low rank per sub-layer (fixes eta = 1)");
     v("precond_rank", precond_rank, "CEM: preconditioner rank r");
     v("precond_psd", precond_psd, "CEM: positive-definite preconditioner diag(softplus(p)) + U U^T");
-    v("mlp_form", mlp_form, "CEM MLP energy: a (W_U tied to the read-out) | b (quadratic)");
-    v("recursion", recursion, "CEM attention T >= 2 work plan: auto | direct | gram (same outputs)");
+    v("mlp_form", mlp_form, "CEM MLP energy: a (W_U tied to the read-out) | b (quadratic)", kMayChange);
+    v("recursion", recursion, "CEM attention T >= 2 work plan: auto | direct | gram (same outputs)",
+      kMayChange);
     v("recursion_keys", recursion_keys,
-      "CEM attention keys/values at step t: fixed (from h) | iterate (from the iterates x^(t), causal)");
+      "CEM attention keys/values at step t: fixed (from h) | iterate (from the iterates x^(t), causal)",
+      kMayChange);
     v("prox", prox, "CEM proximal term 1/2 lambda |x - h|^2: none | learned (softplus, init 1) | fixed (lambda = 1)");
-    v("step_norm", step_norm, "CEM: none | rms (rescale the iterate to h's per-token RMS before steps 2..T)");
+    v("step_norm", step_norm, "CEM: none | rms (rescale the iterate to h's per-token RMS before steps 2..T)",
+      kMayChange);
   }
 
   // Whether a sub-layer has the learnable eta parameter (not frozen, no preconditioner).
   bool learn_eta() const { return !freeze_eta && !precond; }
 };
 
-// The first problem of config.cem, with keys "cem.<field>" (nullopt = valid). Called from
-// ModelConfig::first_problem().
-std::optional<ConfigProblem> cem_config_problem(const ModelConfig& config);
-
-// The fields of CemConfig that do not change any parameter's shape, so a checkpoint can be evaluated
-// or sampled with other values (test-time scaling: --set model.cem.steps=4).
-std::vector<std::string> cem_runtime_fields();
+// The first problem of a model's `cem` table, with keys "cem.<field>" (nullopt = valid); `d_model` is
+// the model width. Called from ModelConfig::first_problem().
+std::optional<ConfigProblem> cem_config_problem(const CemConfig& config, int64_t d_model);
 
 }  // namespace cemfrac

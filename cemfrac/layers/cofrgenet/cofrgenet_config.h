@@ -7,10 +7,9 @@
 #include <optional>
 #include <string>
 
-namespace cemfrac {
+#include "cemfrac/core/fields.h"
 
-struct ModelConfig;
-struct ConfigProblem;
+namespace cemfrac {
 
 struct CofrConfig {
   // Ladders of every kind.
@@ -83,8 +82,10 @@ struct CofrConfig {
   int64_t sparse_block_for(int64_t context) const;
 };
 
-// The first problem of config.cofrgenet, with keys "cofrgenet.<field>" (nullopt = valid). Called
-// from ModelConfig::first_problem().
-std::optional<ConfigProblem> cofrgenet_config_problem(const ModelConfig& config);
+// The first problem of a model's `cofrgenet` table, with keys "cofrgenet.<field>" (nullopt = valid),
+// for a model of width `d_model`, `n_heads` heads and `context` positions. Called from
+// ModelConfig::first_problem().
+std::optional<ConfigProblem> cofrgenet_config_problem(const CofrConfig& config, int64_t d_model,
+                                                      int64_t n_heads, int64_t context);
 
 }  // namespace cemfrac

@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "cemfrac/layers/cofrgenet/cofrgenet_config.h"
-#include "cemfrac/train/schedule.h"
+#include "cemfrac/layers/cofrgenet/dyadic.h"
 
 namespace cemfrac {
 

@@ -4,7 +4,7 @@
 //     (stage m = 0: no fraction, the ladders output 0);
 //   - records the range of its ladder outputs during training (the trainer switches recording on)
 //     and, in eval mode, clips the outputs to that range (spec §2.5).
-// The dyadic thresholds themselves are cemfrac::dyadic_start (train/schedule.h).
+// The dyadic thresholds themselves are cemfrac::dyadic_start (layers/cofrgenet/dyadic.h).
 #pragma once
 #include <torch/arg.h>
 #include <torch/types.h>

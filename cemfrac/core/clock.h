@@ -1,0 +1,27 @@
+// Elapsed time and its display, for progress lines and reports.
+#pragma once
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+namespace cemfrac {
+
+// Seconds of the monotonic clock since `start` (a std::chrono::steady_clock::now()).
+inline double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// A duration or ETA for people, rounded to the second: 42 -> "42s", 754 -> "12m34s",
+// 7380 -> "2h03m"; negative or non-finite (nothing measured yet) -> "?".
+inline std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  if (s >= 3600) return fmt::format("{}h{:02d}m", s / 3600, (s / 60) % 60);
+  if (s >= 60) return fmt::format("{}m{:02d}s", s / 60, s % 60);
+  return fmt::format("{}s", s);
+}
+
+}  // namespace cemfrac
