@@ -31,12 +31,19 @@ class MixerImpl : public TaggedModule {
   virtual torch::Tensor forward(const torch::Tensor& x, const MixerContext& ctx) = 0;
   // An empty decode state for this layer.
   virtual std::unique_ptr<MixerState> new_state() const = 0;
+  // Model FLOPs of forward per token when every token sees `context` positions (docs/flops.md: the
+  // PaLM convention, a causal mask not discounted; 2 per multiply-add of a matrix product or of a
+  // weight applied to an activation; element-wise nonlinearities, softmax, masks, biases, scalars
+  // and the continued-fraction recurrences not counted). Backward is counted as twice this.
+  virtual double forward_flops_per_token(int64_t context) const = 0;
 };
 
 class FfnImpl : public TaggedModule {
  public:
   // x (B, N, D) -> (B, N, D), position-wise.
   virtual torch::Tensor forward(const torch::Tensor& x) = 0;
+  // Model FLOPs of forward per token (the same convention as MixerImpl's).
+  virtual double forward_flops_per_token() const = 0;
 };
 
 class NormImpl : public TaggedModule {

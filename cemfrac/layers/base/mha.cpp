@@ -469,4 +469,11 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   return torch::matmul(probs, v).view({B, H, N, d_h});       // (B, H, N, d_h)
 }
 
+// Projections 2 D (H d_h + 2 H_kv d_h) + 2 H d_h D; scores q k^T and read-out P v 2 H d_h context each.
+double MhaImpl::forward_flops_per_token(int64_t context) const {
+  const double D = double(options_.d_model()), Hd = double(options_.n_heads() * head_dim_);
+  const double Hkv_d = double(n_kv_heads_ * head_dim_);
+  return 2.0 * D * (Hd + 2.0 * Hkv_d) + 2.0 * Hd * D + 4.0 * Hd * double(context);
+}
+
 }  // namespace cemfrac

@@ -40,6 +40,7 @@ class MhaImpl : public MixerImpl {
   explicit MhaImpl(const MhaOptions& options);
   torch::Tensor forward(const torch::Tensor& x, const MixerContext& ctx) override;
   std::unique_ptr<MixerState> new_state() const override;
+  double forward_flops_per_token(int64_t context) const override;
 
   const MhaOptions& options() const { return options_; }
 

@@ -397,4 +397,24 @@ torch::Tensor CemAttentionImpl::energy(const torch::Tensor& x, const torch::Tens
   return e;
 }
 
+// Counted as the direct loop (the gram path is a cheaper way to the same function; its saving shows as
+// speed). Keys W_K h once: 2 D H d_h (again every step t >= 1 with recursion_keys = iterate). Per step:
+// queries and W_Q^T 2 D H d_h each, scores and read-out against tied K = V 2 H d_h context each, P.
+// D+LR over H_delta diagonals (H per head, 1 shared): delta * x and the read-out's delta 2 D H_delta
+// each, the logit term (delta x) h^T and the read-out P h 2 D H_delta context each; the distance form
+// adds its key bias 2 D H_delta with every key projection and 2 D per step for its query term.
+double CemAttentionImpl::forward_flops_per_token(int64_t context) const {
+  const double D = double(options_.d_model()), Hd = double(options_.n_heads() * head_dim_);
+  const double S = double(context), T = double(options_.step().steps());
+  const double Hdelta = options_.dlr() == CemDiagonal::kPerHead ? double(options_.n_heads())
+                        : options_.dlr() == CemDiagonal::kShared ? 1.0
+                                                                 : 0.0;
+  const bool distance = Hdelta > 0 && options_.dlr_distance();
+  const double key_projections = options_.recursion_keys() == CemRecursionKeys::kIterate ? T : 1.0;
+  const double keys = 2.0 * D * Hd + (distance ? 2.0 * D * Hdelta : 0.0);
+  double per_step = 4.0 * D * Hd + 4.0 * Hd * S + cem_precond_flops_per_token(options_.step(), options_.d_model());
+  per_step += Hdelta * (4.0 * D + 4.0 * D * S) + (distance ? 2.0 * D : 0.0);
+  return key_projections * keys + T * per_step;
+}
+
 }  // namespace cemfrac

@@ -94,6 +94,7 @@ class CemAttentionImpl : public MixerImpl {
   // h (B, N, D) normalised input -> x^(T) - h (B, N, D).
   torch::Tensor forward(const torch::Tensor& h, const MixerContext& ctx) override;
   std::unique_ptr<MixerState> new_state() const override;
+  double forward_flops_per_token(int64_t context) const override;
 
   // The pieces of forward, public for tests and diagnostics.
   // Keys (and values, h) from h at positions ctx.offset.., joined to and stored in ctx.state (in the

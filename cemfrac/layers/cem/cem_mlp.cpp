@@ -72,4 +72,11 @@ torch::Tensor CemMlpImpl::energy(const torch::Tensor& x, const torch::Tensor& h)
   return e;
 }
 
+// The gate W_G h once (2 D M); per step W_U x and the read-out W_U^T (2 D M each) and P.
+double CemMlpImpl::forward_flops_per_token() const {
+  const double D = double(options_.d_model()), M = double(options_.d_ff());
+  const double T = double(options_.step().steps());
+  return 2.0 * D * M + T * (4.0 * D * M + cem_precond_flops_per_token(options_.step(), options_.d_model()));
+}
+
 }  // namespace cemfrac

@@ -40,6 +40,7 @@ class CemMlpImpl : public FfnImpl {
 
   // h (B, N, D) normalised input -> x^(T) - h (B, N, D).
   torch::Tensor forward(const torch::Tensor& h) override;
+  double forward_flops_per_token() const override;
 
   // The pieces of forward, public for tests and diagnostics.
   // The gate from h, once: (B, N, M); W_G h (A) or SiLU(W_G h) (B).

@@ -94,4 +94,11 @@ torch::Tensor CAttnMImpl::forward(const torch::Tensor& x, const MixerContext& ct
   return o;
 }
 
+// Ladder inputs 2 p d L; logits 2 H L context; values 2 p p; read-out 2 p context; w_o 2 p p (option).
+double CAttnMImpl::forward_flops_per_token(int64_t context) const {
+  const double p = double(options_.d_model()), L = double(options_.ladders()), S = double(context);
+  const double d = double(options_.depth()), H = double(options_.heads());
+  return 2.0 * p * d * L + 2.0 * H * L * S + 2.0 * p * p * (options_.out_proj() ? 2.0 : 1.0) + 2.0 * p * S;
+}
+
 }  // namespace cemfrac

@@ -50,6 +50,7 @@ class CAttnMImpl : public MixerImpl {
   explicit CAttnMImpl(const CAttnMOptions& options);
   torch::Tensor forward(const torch::Tensor& x, const MixerContext& ctx) override;
   std::unique_ptr<MixerState> new_state() const override;
+  double forward_flops_per_token(int64_t context) const override;
   void on_train_step(const TrainProgress& progress) override;
 
   // Ladder partial denominators (B, N, d, L) and outputs z (B, N, L) of x (B, N, p).

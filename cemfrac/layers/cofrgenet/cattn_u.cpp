@@ -130,4 +130,11 @@ torch::Tensor CAttnUImpl::forward(const torch::Tensor& x, const MixerContext& ct
   return z.select(1, 0) * z.select(1, 1);                        // (B, N, p)
 }
 
+// Position weights w_0..w_(d-1) on every channel of both ensembles: 2 (2 d p); token mixing Z = T Y of
+// both ensembles: 2 (2 p context).
+double CAttnUImpl::forward_flops_per_token(int64_t context) const {
+  const double p = double(options_.d_model()), d = double(options_.depth());
+  return 4.0 * d * p + 4.0 * p * double(context);
+}
+
 }  // namespace cemfrac

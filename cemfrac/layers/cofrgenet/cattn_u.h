@@ -46,6 +46,7 @@ class CAttnUImpl : public MixerImpl {
   explicit CAttnUImpl(const CAttnUOptions& options);
   torch::Tensor forward(const torch::Tensor& x, const MixerContext& ctx) override;
   std::unique_ptr<MixerState> new_state() const override;
+  double forward_flops_per_token(int64_t context) const override;
   void on_train_step(const TrainProgress& progress) override;
 
   // The effective token-mixing matrices (2, n, n) of the leading n positions: [e, j, i] is the

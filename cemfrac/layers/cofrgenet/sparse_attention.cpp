@@ -87,4 +87,11 @@ torch::Tensor SparseAttentionImpl::forward(const torch::Tensor& x, const MixerCo
   return torch::linear(y.transpose(1, 2).reshape({B, N, D}), w_o, b_o);
 }
 
+// As MHA's (the pattern's hidden entries are computed and masked, so counted like the causal half):
+// 2 D (3 D) + 2 D D projections, 4 D context for scores and read-out.
+double SparseAttentionImpl::forward_flops_per_token(int64_t context) const {
+  const double D = double(options_.d_model());
+  return 8.0 * D * D + 4.0 * D * double(context);
+}
+
 }  // namespace cemfrac

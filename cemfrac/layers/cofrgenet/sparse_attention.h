@@ -48,6 +48,7 @@ class SparseAttentionImpl : public MixerImpl {
   explicit SparseAttentionImpl(const SparseAttentionOptions& options);
   torch::Tensor forward(const torch::Tensor& x, const MixerContext& ctx) override;
   std::unique_ptr<MixerState> new_state() const override;
+  double forward_flops_per_token(int64_t context) const override;
 
   const torch::Tensor& mask() const { return mask_; }  // (l, l) additive: 0 allowed, -inf hidden
 

@@ -68,4 +68,12 @@ torch::Tensor SynthesizerDenseImpl::forward(const torch::Tensor& x, const MixerC
   return torch::linear(o, w_o, b_o);
 }
 
+// w_1 2 h p; logits 2 h context (head k: its h / H hidden units against context columns of w_2);
+// values 2 p p; read-out 2 p context; w_o 2 p p.
+double SynthesizerDenseImpl::forward_flops_per_token(int64_t context) const {
+  const double p = double(options_.d_model()), S = double(context);
+  const double h = double(options_.hidden() > 0 ? options_.hidden() : options_.d_model());
+  return 2.0 * h * p + 2.0 * h * S + 4.0 * p * p + 2.0 * p * S;
+}
+
 }  // namespace cemfrac

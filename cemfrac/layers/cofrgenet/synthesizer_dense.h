@@ -42,6 +42,7 @@ class SynthesizerDenseImpl : public MixerImpl {
   explicit SynthesizerDenseImpl(const SynthesizerDenseOptions& options);
   torch::Tensor forward(const torch::Tensor& x, const MixerContext& ctx) override;
   std::unique_ptr<MixerState> new_state() const override;
+  double forward_flops_per_token(int64_t context) const override;
 
   // The attention matrix (B, H, N, offset + N).
   torch::Tensor attention(const torch::Tensor& x, int64_t offset) const;
