@@ -426,16 +426,8 @@ torch::Tensor MhaImpl::forward(const torch::Tensor& x, const MixerContext& ctx) 
   // 3. With a decode state, attend over every earlier position too, and remember this step's K, V.
   if (ctx.state != nullptr) {
     auto* state = static_cast<MhaState*>(ctx.state);
-    if (state->k.defined()) {
-      CEMFRAC_CHECK(state->k.size(0) == B && state->k.size(2) == ctx.offset,
-                    "decode state holds batch {} and {} positions, but the input has batch {} at "
-                    "position {}; use one decode state per sequence batch",
-                    state->k.size(0), state->k.size(2), B, ctx.offset);
-      k = torch::cat({state->k, k}, 2);  // (B, H_kv, T, d_h)
-      v = torch::cat({state->v, v}, 2);
-    }
-    state->k = k;
-    state->v = v;
+    k = state->k.append(k, ctx.offset, ctx.capacity, 2, "mha");  // (B, H_kv, T, d_h)
+    v = state->v.append(v, ctx.offset, ctx.capacity, 2, "mha");
   }
 
   // 4. Causal attention, then merge the heads and project back to D.

@@ -14,6 +14,7 @@
 
 #include <memory>
 
+#include "cemfrac/layers/kv_cache.h"
 #include "cemfrac/layers/mixer.h"
 
 namespace cemfrac {
@@ -31,8 +32,8 @@ struct MhaOptions {
 };
 
 struct MhaState : MixerState {
-  torch::Tensor k;  // (B, H_kv, T, d_h), after RoPE; undefined before the first forward
-  torch::Tensor v;  // (B, H_kv, T, d_h)
+  KvCache k;  // (B, H_kv, T, d_h), after RoPE
+  KvCache v;  // (B, H_kv, T, d_h)
 };
 
 class MhaImpl : public MixerImpl {

@@ -19,6 +19,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 #include <type_traits>
 
 #include "cemfrac/core/check.h"
@@ -180,18 +181,9 @@ CemAttentionCondition CemAttentionImpl::condition(const torch::Tensor& h, const 
                   "decode state of cem_attention: step {} has no keys for the {} positions seen before; "
                   "decode with the recursion_keys setting the state was started with", step, ctx.offset);
     const bool separate_v = !v.is_same(k);
-    if (state->k.defined()) {
-      CEMFRAC_CHECK(state->k.size(0) == B && state->k.size(2) == ctx.offset,
-                    "decode state holds batch {} and {} positions, but the input has batch {} at "
-                    "position {}; use one decode state per sequence batch",
-                    state->k.size(0), state->k.size(2), B, ctx.offset);
-      k = torch::cat({state->k, k}, 2);  // (B, H, T, d_h)
-      v = separate_v ? torch::cat({state->v, v}, 2) : k;
-      if (hh.defined()) hh = torch::cat({state->h, hh}, 1);  // (B, T, D)
-    }
-    state->k = k;
-    if (separate_v) state->v = v;
-    if (hh.defined()) state->h = hh;
+    k = state->k.append(k, ctx.offset, ctx.capacity, 2, "cem_attention");  // (B, H, T, d_h)
+    v = separate_v ? state->v.append(v, ctx.offset, ctx.capacity, 2, "cem_attention") : k;
+    if (hh.defined()) hh = state->h.append(hh, ctx.offset, ctx.capacity, 1, "cem_attention");  // (B, T, D)
   }
   c.k = k;
   c.v = v;
@@ -295,7 +287,7 @@ torch::Tensor CemAttentionImpl::step(const torch::Tensor& x, const CemAttentionC
 
 bool CemAttentionImpl::uses_gram(int64_t tokens) const {
   const int64_t T = options_.step().steps();
-  if (T < 2 || options_.dlr() != CemDiagonal::kNone || trace_.enabled) return false;
+  if (T < 2 || options_.dlr() != CemDiagonal::kNone) return false;
   // The gram path moves only the queries: keys from the iterates, the proximal term and step_norm
   // act on x itself.
   if (options_.recursion_keys() == CemRecursionKeys::kIterate || prox_.on || options_.step().step_norm()) {
@@ -338,7 +330,8 @@ torch::Tensor CemAttentionImpl::forward_gram(const torch::Tensor& h, const CemAt
 
 torch::Tensor CemAttentionImpl::forward(const torch::Tensor& h, const MixerContext& ctx) {
   const CemAttentionCondition c = condition(h, ctx);  // keys once (step 0's keys under iterate)
-  const bool trace = trace_.enabled && ctx.offset == 0 && ctx.state == nullptr;
+  const bool trace = ctx.observer != nullptr && ctx.offset == 0 && ctx.state == nullptr;
+  auto report = [&](int64_t t, const torch::Tensor& e) { (*ctx.observer)("energy." + std::to_string(t), e.detach()); };
   if (!trace && uses_gram(h.size(0) * h.size(1))) return forward_gram(h, c);
   // T = 1: the displacement is eta d itself (no h + eta d - h round trip). The proximal term's
   // gradient is 0 at x = h, and step_norm and iterate keys start at the second step, so none of
@@ -348,7 +341,7 @@ torch::Tensor CemAttentionImpl::forward(const torch::Tensor& h, const MixerConte
   const torch::Tensor rms_h = options_.step().step_norm() ? cem_rms(h) : torch::Tensor();
   torch::Tensor x = h;                                // x^(0) = h
   // The energy traced after step t is the one step t descended (its keys: h, or x^(t) under iterate).
-  if (trace) trace_.add(0, energy(x, h, ctx).detach());
+  if (trace) report(0, energy(x, h, ctx));
   for (int64_t t = 0; t < options_.step().steps(); ++t) {
     if (t > 0 && rms_h.defined()) x = cem_rescale_to(x, rms_h);  // step_norm
     if (iterate && t > 0) {
@@ -356,10 +349,10 @@ torch::Tensor CemAttentionImpl::forward(const torch::Tensor& h, const MixerConte
       ct.anchor = h;
       const torch::Tensor keys = x;
       x = step(x, ct);
-      if (trace) trace_.add(t + 1, energy(x, keys, ctx, h).detach());
+      if (trace) report(t + 1, energy(x, keys, ctx, h));
     } else {
       x = step(x, c);
-      if (trace) trace_.add(t + 1, energy(x, h, ctx).detach());
+      if (trace) report(t + 1, energy(x, h, ctx));
     }
   }
   return x - h;                                       // the displacement the block adds to z

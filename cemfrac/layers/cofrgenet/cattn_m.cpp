@@ -77,14 +77,7 @@ torch::Tensor CAttnMImpl::forward(const torch::Tensor& x, const MixerContext& ct
   torch::Tensor v = torch::linear(x, w_v).view({B, N, H, p / H}).transpose(1, 2);  // (B, H, N, p/H)
   if (ctx.state != nullptr) {
     auto* state = static_cast<CAttnMState*>(ctx.state);
-    if (state->v.defined()) {
-      CEMFRAC_CHECK(state->v.size(0) == B && state->v.size(2) == ctx.offset,
-                    "decode state holds batch {} and {} positions, but the input has batch {} at "
-                    "position {}; use one decode state per sequence batch",
-                    state->v.size(0), state->v.size(2), B, ctx.offset);
-      v = torch::cat({state->v, v}, 2);  // (B, H, T, p/H)
-    }
-    state->v = v;
+    v = state->v.append(v, ctx.offset, ctx.capacity, 2, "cattn_m");  // (B, H, T, p/H)
   }
   CEMFRAC_CHECK(v.size(2) == a.size(3), "cattn_m: input at position {} without a decode state; pass "
                 "the decode state or the whole sequence", ctx.offset);

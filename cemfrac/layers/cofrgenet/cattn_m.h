@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cemfrac/layers/cofrgenet/ladder_common.h"
+#include "cemfrac/layers/kv_cache.h"
 #include "cemfrac/layers/mixer.h"
 
 namespace cemfrac {
@@ -42,7 +43,7 @@ struct CAttnMOptions {
 };
 
 struct CAttnMState : MixerState {
-  torch::Tensor v;  // (B, H, T, p / H); undefined before the first forward
+  KvCache v;  // (B, H, T, p / H): the values of every position seen
 };
 
 class CAttnMImpl : public MixerImpl {

@@ -100,7 +100,7 @@ torch::Tensor CAttnUImpl::ladder_outputs(const torch::Tensor& x, int64_t offset)
 }
 
 torch::Tensor CAttnUImpl::forward(const torch::Tensor& x, const MixerContext& ctx) {
-  const int64_t B = x.size(0), N = x.size(1), l = options_.length();
+  const int64_t N = x.size(1), l = options_.length();
   const int64_t T = ctx.offset + N;
   CEMFRAC_CHECK(T <= l,
                 "cattn_u: positions {}..{} exceed the layer's length l = {}; shorten the input or "
@@ -111,14 +111,7 @@ torch::Tensor CAttnUImpl::forward(const torch::Tensor& x, const MixerContext& ct
   // 2. With a decode state, mix over every earlier position's Y too.
   if (ctx.state != nullptr) {
     auto* state = static_cast<CAttnUState*>(ctx.state);
-    if (state->y.defined()) {
-      CEMFRAC_CHECK(state->y.size(0) == B && state->y.size(2) == ctx.offset,
-                    "decode state holds batch {} and {} positions, but the input has batch {} at "
-                    "position {}; use one decode state per sequence batch",
-                    state->y.size(0), state->y.size(2), B, ctx.offset);
-      y = torch::cat({state->y, y}, 2);  // (B, 2, T, p)
-    }
-    state->y = y;
+    y = state->y.append(y, ctx.offset, ctx.capacity, 2, "cattn_u");  // (B, 2, T, p)
   }
   // 3. Causal token mixing Z = T Y (rows offset..T-1 of the lower triangles), then Z1 * Z2.
   // Without a state the earlier positions are unknown: only a whole sequence (offset 0) works.

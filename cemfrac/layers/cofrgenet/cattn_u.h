@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cemfrac/layers/cofrgenet/ladder_common.h"
+#include "cemfrac/layers/kv_cache.h"
 #include "cemfrac/layers/mixer.h"
 
 namespace cemfrac {
@@ -38,7 +39,7 @@ struct CAttnUOptions {
 };
 
 struct CAttnUState : MixerState {
-  torch::Tensor y;  // (B, 2, T, p); undefined before the first forward
+  KvCache y;  // (B, 2, T, p)
 };
 
 class CAttnUImpl : public MixerImpl {

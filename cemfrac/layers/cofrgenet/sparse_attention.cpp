@@ -67,16 +67,8 @@ torch::Tensor SparseAttentionImpl::forward(const torch::Tensor& x, const MixerCo
   // 2. Decode state: attend over every earlier position too.
   if (ctx.state != nullptr) {
     auto* state = static_cast<SparseAttentionState*>(ctx.state);
-    if (state->k.defined()) {
-      CEMFRAC_CHECK(state->k.size(0) == B && state->k.size(2) == ctx.offset,
-                    "decode state holds batch {} and {} positions, but the input has batch {} at "
-                    "position {}; use one decode state per sequence batch",
-                    state->k.size(0), state->k.size(2), B, ctx.offset);
-      k = torch::cat({state->k, k}, 2);
-      v = torch::cat({state->v, v}, 2);
-    }
-    state->k = k;
-    state->v = v;
+    k = state->k.append(k, ctx.offset, ctx.capacity, 2, "sparse_attention");
+    v = state->v.append(v, ctx.offset, ctx.capacity, 2, "sparse_attention");
   }
   CEMFRAC_CHECK(k.size(2) == T, "sparse_attention: input at position {} without a decode state; "
                 "pass the decode state or the whole sequence", ctx.offset);

@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 
+#include "cemfrac/layers/kv_cache.h"
 #include "cemfrac/layers/mixer.h"
 
 namespace cemfrac {
@@ -36,7 +37,7 @@ struct SparseAttentionOptions {
 };
 
 struct SparseAttentionState : MixerState {
-  torch::Tensor k, v;  // (B, H, T, d_h)
+  KvCache k, v;  // (B, H, T, d_h)
 };
 
 // Whether query t may see key s under the pattern (s <= t required).

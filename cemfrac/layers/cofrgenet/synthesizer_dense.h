@@ -16,6 +16,7 @@
 
 #include <memory>
 
+#include "cemfrac/layers/kv_cache.h"
 #include "cemfrac/layers/mixer.h"
 
 namespace cemfrac {
@@ -34,7 +35,7 @@ struct SynthesizerDenseOptions {
 };
 
 struct SynthesizerDenseState : MixerState {
-  torch::Tensor v;  // (B, H, T, p / H)
+  KvCache v;  // (B, H, T, p / H): the values of every position seen
 };
 
 class SynthesizerDenseImpl : public MixerImpl {
