@@ -13,18 +13,16 @@
 // term once: delta * (sum_k P_k) h, so it costs two D-wide matmuls instead of H.
 #include "cemfrac/layers/cem/cem_attention.h"
 
-#include <dlfcn.h>
-#include <torch/autograd.h>
 #include <torch/types.h>
 
 #include <cmath>
 #include <limits>
 #include <string>
-#include <type_traits>
 
 #include "cemfrac/core/check.h"
-#include "cemfrac/layers/base/mha.h"
 #include "cemfrac/layers/base/rope.h"
+#include "cemfrac/ops/causal_attention.h"
+#include "cemfrac/ops/symmetric_gram.h"
 
 namespace cemfrac {
 
@@ -66,42 +64,6 @@ torch::Tensor split_heads(const torch::Tensor& t, int64_t H) {
 torch::Tensor merge_heads(const torch::Tensor& t) {
   return t.transpose(1, 2).reshape({t.size(0), t.size(2), -1});
 }
-
-// W W^T for W (n, k) as an autograd Function: the symmetric product costs half a matmul forward
-// (BLAS syrk on one triangle, mirrored) and one matmul backward, dW = (g + g^T) W, where autograd
-// through W.mm(W.t()) runs a full matmul forward and two backward. Float32/64 on the CPU with a CBLAS
-// (OpenBLAS, MKL) take syrk; anything else matmul.
-class SymmetricGram : public torch::autograd::Function<SymmetricGram> {
- public:
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& w_in) {
-    const torch::Tensor w = w_in.detach().contiguous();
-    ctx->save_for_backward({w_in});  // the input itself: the backward's matmul stays differentiable
-    const int64_t n = w.size(0), k = w.size(1);
-    torch::Tensor c;
-    if (w.device().is_cpu() && (w.scalar_type() == torch::kFloat32 || w.scalar_type() == torch::kFloat64)) {
-      AT_DISPATCH_FLOATING_TYPES(w.scalar_type(), "symmetric_gram", [&] {
-        using Syrk = void (*)(int, int, int, int, int, scalar_t, const scalar_t*, int, scalar_t, scalar_t*, int);
-        static const auto syrk = reinterpret_cast<Syrk>(
-            dlsym(RTLD_DEFAULT, std::is_same_v<scalar_t, float> ? "cblas_ssyrk" : "cblas_dsyrk"));
-        if (syrk == nullptr) return;
-        c = at::empty({n, n}, w.options());
-        scalar_t* cp = c.data_ptr<scalar_t>();
-        // Row-major (101), upper triangle (121), no transpose (111): C = W W^T above the diagonal.
-        syrk(101, 121, 111, int(n), int(k), scalar_t(1), w.data_ptr<scalar_t>(), int(k), scalar_t(0), cp, int(n));
-        for (int64_t i = 0; i < n; ++i)
-          for (int64_t j = 0; j < i; ++j) cp[i * n + j] = cp[j * n + i];
-      });
-    }
-    return c.defined() ? c : at::mm(w, w.t());
-  }
-
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    const torch::Tensor w = ctx->get_saved_variables()[0];
-    const torch::Tensor& g = grads[0];
-    return {at::mm(g + g.t(), w)};
-  }
-};
 
 // (N, T) true where key t is hidden from query n at absolute position offset + n.
 torch::Tensor hidden_mask(int64_t N, int64_t T, int64_t offset, torch::Device device) {
@@ -315,7 +277,7 @@ torch::Tensor CemAttentionImpl::readout(const torch::Tensor& q_merged, const Cem
 torch::Tensor CemAttentionImpl::forward_gram(const torch::Tensor& h, const CemAttentionCondition& c) const {
   const torch::Tensor M = eta_.scale(precond_ ? precond_->apply(w_q) : w_q);  // (H d_h, D)
   // G = eta W_Q W_Q^T is symmetric without a preconditioner: half a matmul through syrk.
-  const torch::Tensor G = precond_ ? torch::matmul(M, w_q.t()) : eta_.scale(SymmetricGram::apply(w_q));
+  const torch::Tensor G = precond_ ? torch::matmul(M, w_q.t()) : eta_.scale(symmetric_gram(w_q));
   const int64_t B = h.size(0), N = h.size(1), HD = w_q.size(0);
   torch::Tensor q = torch::linear(h, w_q).view({B * N, HD});                  // (B N, H d_h)
   torch::Tensor sum;
