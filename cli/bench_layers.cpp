@@ -13,6 +13,10 @@
 // median of --reps rounds after one warm-up; the ratio column is best / the baseline's best. --json
 // also lists every round's forward+backward time in round order, so a ratio of two rows can be taken
 // round by round (its median resists a noisy machine better than a ratio of two bests).
+// Each row also has its kind's forward FLOPs per token (forward_flops_per_token at the context,
+// docs/flops.md), the forward+backward rate 3 x that x tokens / best time, and MFU = that rate / the
+// sgemm rate measured in the run (at::mm n x n x n float32, best of 3, n the geometric mean of tokens,
+// width and d_ff rounded to a multiple of 64).
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -22,6 +26,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -79,6 +84,7 @@ struct Row {
   std::string kind;
   std::string variant;
   int64_t params = 0;
+  double forward_flops_per_token = 0;
   Timing forward;
   Timing forward_backward;
   std::vector<double> forward_backward_rounds;  // ms, round by round (round r of every row ran together)
@@ -108,6 +114,7 @@ struct Subject {
   std::shared_ptr<torch::nn::Module> module;
   std::function<torch::Tensor(const torch::Tensor&)> call;
   std::vector<torch::Tensor> params;
+  double forward_flops_per_token = 0;
   std::vector<double> forward_ms, forward_backward_ms;
 };
 
@@ -207,10 +214,12 @@ int run_layers(const LayersFlags& flags) {
       contexts.push_back(std::move(ctx));
       s.module = mixer;
       s.call = [mixer, context](const torch::Tensor& x) { return mixer->forward(x, *context); };
+      s.forward_flops_per_token = mixer->forward_flops_per_token(c.context);
     } else {
       auto ffn = make_ffn(c, 0, torch::kCPU);
       s.module = ffn;
       s.call = [ffn](const torch::Tensor& x) { return ffn->forward(x); };
+      s.forward_flops_per_token = ffn->forward_flops_per_token();
     }
     s.params = s.module->parameters();
     subjects.push_back(std::move(s));
@@ -230,6 +239,7 @@ int run_layers(const LayersFlags& flags) {
     row.kind = jobs[i].kind;
     row.variant = jobs[i].variant;
     row.params = count_params(*subjects[i].module);
+    row.forward_flops_per_token = subjects[i].forward_flops_per_token;
     row.forward = summarize_times(subjects[i].forward_ms);
     row.forward_backward = summarize_times(subjects[i].forward_backward_ms);
     row.forward_backward_rounds = subjects[i].forward_backward_ms;
@@ -243,6 +253,9 @@ int run_layers(const LayersFlags& flags) {
     return 0.0;
   };
   const double tokens = static_cast<double>(flags.batch * base.model.context);
+  const double geo = std::cbrt(tokens * double(base.model.d_model) * double(base.model.d_ff));
+  const int n_sgemm = static_cast<int>(std::clamp<double>(std::round(geo / 64.0) * 64.0, 64.0, 2048.0));
+  const double sgemm_gflops = measure_sgemm_gflops(n_sgemm, 3);
   json report = {{"bench", "layers"},
                  {"cpu", read_cpu_features().model_name},
                  {"blas_core", blas_status().core},
@@ -253,9 +266,12 @@ int run_layers(const LayersFlags& flags) {
                  {"context", base.model.context},
                  {"batch", flags.batch},
                  {"reps", flags.reps},
+                 {"sgemm_gflops", {{"n", n_sgemm}, {"best", sgemm_gflops}}},
                  {"rows", json::array()}};
   for (const Row& r : rows) {
     const double base_ms = baseline_ms(r.sublayer);
+    // forward + backward = 3 forwards (docs/flops.md)
+    const double gflops = 3.0 * r.forward_flops_per_token * tokens / (r.forward_backward.best_ms * 1e6);
     report["rows"].push_back({{"sublayer", r.sublayer},
                               {"kind", r.kind},
                               {"variant", r.variant},
@@ -265,6 +281,9 @@ int run_layers(const LayersFlags& flags) {
                                {{"best", r.forward_backward.best_ms}, {"median", r.forward_backward.median_ms}}},
                               {"forward_backward_rounds_ms", r.forward_backward_rounds},
                               {"forward_backward_us_per_token", 1e3 * r.forward_backward.best_ms / tokens},
+                              {"forward_flops_per_token", r.forward_flops_per_token},
+                              {"forward_backward_gflops", gflops},
+                              {"mfu", gflops / sgemm_gflops},
                               {"ratio_vs_baseline", base_ms > 0 ? r.forward_backward.best_ms / base_ms : 0.0}});
   }
   if (flags.json) {
@@ -275,18 +294,20 @@ int run_layers(const LayersFlags& flags) {
              "{} after a warm-up\nCPU {}; BLAS core {}\n\n",
              base.model.d_model, base.model.n_heads, base.model.d_ff, base.model.context, flags.batch,
              at::get_num_threads(), flags.reps, read_cpu_features().model_name, blas_status().core);
-  fmt::print("{:<6} {:<18} {:<10} {:>10} {:>9} {:>10} {:>9} {:>8}\n", "", "kind", "variant", "params",
-             "fwd ms", "f+b ms", "f+b us/t", "x base");
+  fmt::print("{:<6} {:<18} {:<10} {:>10} {:>9} {:>10} {:>9} {:>8} {:>7}\n", "", "kind", "variant", "params",
+             "fwd ms", "f+b ms", "f+b us/t", "x base", "MFU");
   for (const json& r : report["rows"]) {
-    fmt::print("{:<6} {:<18} {:<10} {:>10} {:>9.2f} {:>10.2f} {:>9.2f} {:>8.2f}\n",
+    fmt::print("{:<6} {:<18} {:<10} {:>10} {:>9.2f} {:>10.2f} {:>9.2f} {:>8.2f} {:>6.1f}%\n",
                r["sublayer"].get<std::string>(), r["kind"].get<std::string>(),
                r["variant"].get<std::string>(), r["parameters"].get<int64_t>(),
                r["forward_ms"]["best"].get<double>(), r["forward_backward_ms"]["best"].get<double>(),
-               r["forward_backward_us_per_token"].get<double>(), r["ratio_vs_baseline"].get<double>());
+               r["forward_backward_us_per_token"].get<double>(), r["ratio_vs_baseline"].get<double>(),
+               100.0 * r["mfu"].get<double>());
   }
   fmt::print("\nf+b = forward + backward (gradients of x and every parameter); us/t = microseconds per "
-             "token;\nx base = f+b time / that of {} (mixers) or {} (FFNs) in this run\n",
-             kMixerBaseline, kFfnBaseline);
+             "token;\nx base = f+b time / that of {} (mixers) or {} (FFNs) in this run; MFU = 3 x forward FLOPs "
+             "(docs/flops.md) / f+b time / sgemm {:.1f} GFLOP/s at {}^3\n",
+             kMixerBaseline, kFfnBaseline, sgemm_gflops, n_sgemm);
   return 0;
 }
 

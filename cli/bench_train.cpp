@@ -8,11 +8,12 @@
 // (train.micro_batch, seq_len + 1), reused every step; `warmup` untimed steps come first, then `steps`
 // timed ones, each timed whole (and split into forward, backward, clip + optimizer).
 //
-// Model FLOPs per step (the PaLM convention, attention counted as if not causal):
-//   F = B S (6 P_mm + 12 L_attn H d_h S)
-// with B the micro-batch, S the sequence length, P_mm the parameters that multiply activations (every
-// matrix but the embeddings, plus the head's V x D, counted even when tied to the embedding), L_attn
-// the mha layers, H the heads and d_h the head width. MFU = F / step time / the sgemm rate measured in
+// Model FLOPs per step (docs/flops.md; the PaLM convention, attention counted as if not causal):
+//   F = 3 B S (sum over layers of mixer + FFN forward FLOPs per token at context S + 2 V D)
+// with B the micro-batch and S the sequence length; each mixer and FFN kind reports its own forward
+// FLOPs per token (MixerImpl / FfnImpl::forward_flops_per_token), 2 V D is the head (counted even when
+// tied to the embedding), and backward is counted as twice the forward. For mha + gelu_mlp/swiglu this
+// is the older B S (6 P_mm + 12 L H d_h S). MFU = F / step time / the sgemm rate measured in
 // this run (at::mm, n x n x n float32, best of 5) at n = 2048 and at a size near the model's matmuls
 // (the geometric mean of B S, D and M, rounded to a multiple of 64); the higher of the two is the
 // denominator.
@@ -194,9 +195,11 @@ void write_peer_inputs(const std::string& path, LmModelImpl& model, const torch:
 }
 
 struct Flops {
-  int64_t matmul_params = 0;   // P_mm
-  int64_t attn_layers = 0;     // L_attn
-  double per_token = 0;        // 6 P_mm + 12 L_attn H d_h S
+  int64_t matmul_params = 0;   // P_mm: every 2-D parameter but the embeddings, plus the head's V x D
+  double mixers = 0;           // sum of the mixers' forward FLOPs per token at context S
+  double ffns = 0;             // sum of the FFNs' forward FLOPs per token
+  double head = 0;             // 2 V D
+  double per_token = 0;        // 3 (mixers + ffns + head): forward + backward
   double per_step = 0;         // B S per_token
   std::string formula;         // with the numbers
 };
@@ -208,12 +211,15 @@ Flops model_flops(LmModelImpl& model, int64_t B, int64_t S) {
     if (p.shape.size() == 2 && p.kind != ParamKind::kEmbedding) f.matmul_params += p.numel;
   }
   if (c.tie_embeddings) f.matmul_params += c.vocab_size * c.d_model;  // the head multiplies by wte
-  for (int64_t l = 0; l < c.n_layers; ++l) f.attn_layers += c.mixer_of(l) == "mha" ? 1 : 0;
-  const double attn = 12.0 * f.attn_layers * c.n_heads * c.head_dim() * S;
-  f.per_token = 6.0 * f.matmul_params + attn;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    f.mixers += model.block(l).mixer().forward_flops_per_token(S);
+    f.ffns += model.block(l).ffn().forward_flops_per_token();
+  }
+  f.head = 2.0 * double(c.vocab_size) * double(c.d_model);
+  f.per_token = 3.0 * (f.mixers + f.ffns + f.head);
   f.per_step = double(B) * S * f.per_token;
-  f.formula = fmt::format("B*S*(6*P_mm + 12*L*H*d_h*S) = {}*{}*(6*{} + 12*{}*{}*{}*{}) = {:.4e}", B, S,
-                          f.matmul_params, f.attn_layers, c.n_heads, c.head_dim(), S, f.per_step);
+  f.formula = fmt::format("B*S*3*(mixers + FFNs + head 2*V*D) = {}*{}*3*({:.4e} + {:.4e} + {:.4e}) = {:.4e}", B,
+                          S, f.mixers, f.ffns, f.head, f.per_step);
   return f;
 }
 
@@ -404,6 +410,7 @@ int run_train_bench(const TrainBenchFlags& flags) {
       {"seq_len", S},
       {"tokens_per_step", tokens},
       {"flops_per_token", flops.per_token},
+      {"forward_flops_per_token", {{"mixers", flops.mixers}, {"ffns", flops.ffns}, {"head", flops.head}}},
       {"flops_per_step", flops.per_step},
       {"flops_formula", flops.formula},
       {"sgemm_gflops", {{"n_model", n_model}, {"at_n_model", gflops_model}, {"at_2048", gflops_2048},

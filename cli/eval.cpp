@@ -4,13 +4,17 @@
 #include <torch/types.h>
 
 #include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "cemfrac/core/atomic_file.h"
 #include "cemfrac/core/check.h"
 #include "cemfrac/data/shard.h"
 #include "cemfrac/eval/perplexity.h"
-#include "cemfrac/layers/cem/cem_attention.h"
-#include "cemfrac/layers/cem/cem_mlp.h"
+#include "cemfrac/layers/cem/cem_common.h"
+#include "cemfrac/layers/mixer.h"
+#include "cemfrac/model/lm_model.h"
 #include "cemfrac/train/model_loader.h"
 #include "cli/commands.h"
 
@@ -36,17 +40,28 @@ int64_t decoded_bytes(const Tokenizer& tokenizer, const std::vector<TokenId>& id
   return bytes;
 }
 
-// The energy trace of every CEM sub-layer (docs/layers/cem.md), by module name ("blocks.0.attn").
-std::vector<std::pair<std::string, CemEnergyTrace*>> cem_traces(LmModel& model) {
-  std::vector<std::pair<std::string, CemEnergyTrace*>> out;
-  for (const auto& item : model->named_modules("", /*include_self=*/false)) {
-    if (auto* a = dynamic_cast<CemAttentionImpl*>(item.value().get())) {
-      out.emplace_back(item.key(), &a->energy_trace());
-    } else if (auto* m = dynamic_cast<CemMlpImpl*>(item.value().get())) {
-      out.emplace_back(item.key(), &m->energy_trace());
-    }
+// The CEM sub-layers (docs/layers/cem.md) by module name ("blocks.0.attn"), in module order, each with
+// the energy trace its reports are summed into.
+std::vector<std::pair<std::string, CemEnergyTrace>> cem_traces(const ModelConfig& c) {
+  std::vector<std::pair<std::string, CemEnergyTrace>> out;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    if (c.mixer_of(l) == "cem_attention") out.emplace_back(fmt::format("blocks.{}.attn", l), CemEnergyTrace());
+    if (c.ffn_of(l) == "cem_mlp") out.emplace_back(fmt::format("blocks.{}.mlp", l), CemEnergyTrace());
   }
   return out;
+}
+
+// Sums each reported "<module>.energy.<t>" into the module's trace.
+LayerObserver energy_observer(std::vector<std::pair<std::string, CemEnergyTrace>>& traces) {
+  return [&traces](const std::string& name, const torch::Tensor& value) {
+    const size_t at = name.rfind(".energy.");
+    if (at == std::string::npos) return;
+    const std::string module = name.substr(0, at);
+    const int64_t t = std::stoll(name.substr(at + 8));
+    for (auto& [m, trace] : traces) {
+      if (m == module) trace.add(t, value);
+    }
+  };
 }
 
 }  // namespace
@@ -127,11 +142,11 @@ Command add_eval(CLI::App& root, const GlobalOptions& global) {
     options.stride = f->stride;
     options.batch_size = f->batch;
     LmModel model = loaded.model;
-    const auto traces = cem_traces(model);
+    auto traces = cem_traces(model->config());
     CEMFRAC_CHECK(!f->cem_energy || !traces.empty(),
                   "--cem-energy: {} has no CEM sub-layer (mixer cem_attention or FFN cem_mlp)",
                   loaded.checkpoint);
-    for (const auto& [name, trace] : traces) trace->enabled = f->cem_energy;
+    if (f->cem_energy) model->set_observer(energy_observer(traces));
     PerplexityResult r = evaluate_perplexity(
         [model](const torch::Tensor& x) mutable { return model->forward(x); }, tokens, options, bytes);
     if (f->json) {
@@ -142,7 +157,7 @@ Command add_eval(CLI::App& root, const GlobalOptions& global) {
       j["tokenizer"] = tok.id();
       j["set"] = f->sets;  // overrides of the checkpoint's config (e.g. model.cem.steps=4)
       if (f->cem_energy) {
-        for (const auto& [name, trace] : traces) j["cem_energy"][name] = trace->mean();
+        for (const auto& [name, trace] : traces) j["cem_energy"][name] = trace.mean();
       }
       fmt::print("{}\n", j.dump(2));
       return 0;
@@ -161,7 +176,7 @@ Command add_eval(CLI::App& root, const GlobalOptions& global) {
       fmt::print("CEM energy   mean per position, before step 1 and after each step:\n");
       for (const auto& [name, trace] : traces) {
         std::string line;
-        for (double e : trace->mean()) line += fmt::format(" {:.6g}", e);
+        for (double e : trace.mean()) line += fmt::format(" {:.6g}", e);
         fmt::print("  {:<16}{}\n", name, line);
       }
     }

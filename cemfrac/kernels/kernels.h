@@ -50,4 +50,20 @@ void adamw_step_cpu(const at::Tensor& p, const at::Tensor& g, const at::Tensor& 
 // x contiguous, float or double.
 double sum_squares_cpu(const at::Tensor& x);
 
+// Causal softmax attention for full sequences (offset 0, as many keys as queries), float or double,
+// cemfrac/kernels/cpu/attention_cpu.cpp. Unlike the entry points above, q (B, H, N, d_h) and k, v
+// (B, H_kv, N, d_h) may be strided views, as long as each (N, d_h) matrix has unit stride along d_h
+// and a row stride of at least d_h: attention_rows_cpu(t) returns t when it qualifies, else a
+// contiguous copy. H is a multiple of H_kv.
+at::Tensor attention_rows_cpu(const at::Tensor& t);
+// Forward. Writes p (B, H, N, N) the probabilities (rows past each query's last key are left unwritten
+// beyond the query block; nothing reads them) and out (B, N, H, d_h), contiguous, the merged heads.
+void causal_attention_forward_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  const at::Tensor& p, const at::Tensor& out);
+// Backward from d_out (B, N, H, d_h) contiguous and the saved p. Writes dq, dk, dv (each in the layout of
+// its input, e.g. empty_like); tied (v is k): dv must be dk, which then receives both gradients.
+void causal_attention_backward_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                   const at::Tensor& p, const at::Tensor& d_out, bool tied,
+                                   const at::Tensor& dq, const at::Tensor& dk, const at::Tensor& dv);
+
 }  // namespace cemfrac::kernels

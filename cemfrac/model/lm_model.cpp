@@ -4,6 +4,8 @@
 #include <torch/types.h>
 
 #include <map>
+#include <string>
+#include <utility>
 
 #include "cemfrac/core/check.h"
 #include "cemfrac/model/layer_factory.h"
@@ -40,6 +42,25 @@ const torch::Tensor& LmModelImpl::head_weight() const {
   return head_ ? head_->weight : wte_->weight;
 }
 
+void LmModelImpl::set_observer(LayerObserver observer) {
+  observer_ = std::move(observer);
+  layer_observers_.clear();
+  if (observer_) {
+    layer_observers_.reserve(2 * blocks_.size());  // stable addresses: the FFNs keep pointers
+    for (size_t l = 0; l < blocks_.size(); ++l) {
+      for (const char* sub : {"attn", "mlp"}) {
+        const std::string prefix = "blocks." + std::to_string(l) + "." + sub + ".";
+        layer_observers_.push_back([this, prefix](const std::string& name, const torch::Tensor& value) {
+          observer_(prefix + name, value);
+        });
+      }
+    }
+  }
+  for (size_t l = 0; l < blocks_.size(); ++l) {
+    blocks_[l]->ffn().set_observer(observer_ ? &layer_observers_[2 * l + 1] : nullptr);
+  }
+}
+
 DecodeState LmModelImpl::new_decode_state() const {
   DecodeState state;
   for (const auto& block : blocks_) state.layers.push_back(block->mixer().new_state());
@@ -69,9 +90,11 @@ torch::Tensor LmModelImpl::forward(const torch::Tensor& tokens, DecodeState* sta
   // 2. The blocks; RoPE tables for these positions are computed once for all layers.
   MixerContext ctx;
   ctx.offset = offset;
+  ctx.capacity = config_.context;
   if (rope_) std::tie(ctx.rope_cos, ctx.rope_sin) = rope_->tables(offset, N, z.options());
   for (size_t l = 0; l < blocks_.size(); ++l) {
     ctx.state = state ? state->layers[l].get() : nullptr;
+    ctx.observer = observer_ ? &layer_observers_[2 * l] : nullptr;
     z = blocks_[l]->forward(z, ctx);  // (B, N, D)
   }
 

@@ -43,6 +43,11 @@ class LmModelImpl : public torch::nn::Module {
 
   DecodeState new_decode_state() const;
 
+  // Attaches (or, with an empty function, detaches) an observer that receives every value a mixer or
+  // FFN reports (cemfrac/layers/mixer.h, LayerObserver), named "<module>.<name>" with the module's
+  // checkpoint prefix, e.g. "blocks.0.attn.energy.1". Layers may do extra work while observed.
+  void set_observer(LayerObserver observer);
+
   const ModelConfig& config() const { return config_; }
 
   // One entry per distinct tensor (tied tensors appear once), in registration order; the sum of
@@ -65,6 +70,8 @@ class LmModelImpl : public torch::nn::Module {
   std::shared_ptr<NormImpl> norm_f_;             // "norm_f": final norm
   std::shared_ptr<OutputHeadImpl> head_;         // "head": (V, D), null when tied
   std::unique_ptr<RotaryEmbedding> rope_;        // positions = rope
+  LayerObserver observer_;                       // set_observer; empty = none
+  std::vector<LayerObserver> layer_observers_;   // [2 l]: blocks.<l>.attn, [2 l + 1]: blocks.<l>.mlp
 };
 TORCH_MODULE(LmModel);
 

@@ -64,6 +64,8 @@ TEST(BenchLayersCli, TinyJsonHasEveryKindAndTheBaselines) {
     EXPECT_GT(row["forward_ms"]["best"].get<double>(), 0) << kind;
     EXPECT_LE(row["forward_ms"]["best"].get<double>(), row["forward_ms"]["median"].get<double>()) << kind;
     EXPECT_GT(row["forward_backward_us_per_token"].get<double>(), 0) << kind;
+    EXPECT_GT(row["forward_flops_per_token"].get<double>(), 0) << kind;
+    EXPECT_GT(row["mfu"].get<double>(), 0) << kind;
     // Every round's time, in round order (so per-round ratios between rows can be taken); the best is
     // their minimum.
     const auto rounds = row["forward_backward_rounds_ms"].get<std::vector<double>>();

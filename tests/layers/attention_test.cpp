@@ -159,7 +159,7 @@ TEST(Attention, StateContinuesTheSequence) {
     pieces.push_back(mha.forward(x.narrow(1, start, len), ctx));
   }
   EXPECT_TRUE(torch::allclose(torch::cat(pieces, 1), expected, 1e-12, 1e-12));
-  EXPECT_EQ(static_cast<MhaState*>(state.get())->k.size(2), N);
+  EXPECT_EQ(static_cast<MhaState*>(state.get())->k.size(), N);
 }
 
 TEST(Norms, RmsNormEqualsFormula) {

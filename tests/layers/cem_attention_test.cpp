@@ -351,7 +351,7 @@ TEST(CemAttention, DecodingEqualsFullForward) {
       }
       EXPECT_LT((torch::cat(parts, 1) - full).abs().max().item<double>(), 1e-12);
       const auto& s = static_cast<const CemAttentionState&>(*state);
-      EXPECT_EQ(s.k.sizes(), (std::vector<int64_t>{kB, kH, kN, kDh}));
+      EXPECT_EQ(s.k.values().sizes(), (std::vector<int64_t>{kB, kH, kN, kDh}));
       EXPECT_EQ(s.v.defined(), v.rope && v.rope_mode == CemRopeMode::kNaive);  // K only otherwise
       EXPECT_EQ(s.h.defined(), v.dlr != CemDiagonal::kNone);
     }

@@ -142,7 +142,7 @@ TEST(CemModel, DecodingEqualsFullForward) {
         const double err = (torch::cat(parts, 1) - full).abs().max().item<double>();
         EXPECT_LT(err, dtype == torch::kFloat64 ? 1e-10 : 1e-5);
         const auto& s = static_cast<const CemAttentionState&>(*state.layers[0]);
-        EXPECT_EQ(s.k.sizes(), (std::vector<int64_t>{2, c.n_heads, 12, c.head_dim()}));
+        EXPECT_EQ(s.k.values().sizes(), (std::vector<int64_t>{2, c.n_heads, 12, c.head_dim()}));
         EXPECT_FALSE(s.v.defined());  // K only: the values are the keys
       }
     }

@@ -221,8 +221,8 @@ TEST(CemRecursionKeys, DecodingWithPerStepKeysEqualsFullForward) {
       const auto& s = static_cast<const CemAttentionState&>(*state);
       ASSERT_EQ(static_cast<int64_t>(s.iterate.size()), T - 1);
       for (const CemKeyCache& step : s.iterate) {
-        EXPECT_EQ(step.k.sizes(), s.k.sizes());
-        EXPECT_EQ(s.k.sizes(), (std::vector<int64_t>{kB, kH, kN, kDh}));
+        EXPECT_EQ(step.k.values().sizes(), s.k.values().sizes());
+        EXPECT_EQ(s.k.values().sizes(), (std::vector<int64_t>{kB, kH, kN, kDh}));
         EXPECT_EQ(step.h.defined(), v.dlr != CemDiagonal::kNone);
       }
     }

@@ -26,4 +26,9 @@ torch::Tensor GeluMlpImpl::forward(const torch::Tensor& x) {
   return torch::linear(h, w_proj, b_proj);         // (B, N, D)
 }
 
+// c_fc and c_proj: 2 D M each.
+double GeluMlpImpl::forward_flops_per_token() const {
+  return 2.0 * double(w_fc.numel()) + 2.0 * double(w_proj.numel());
+}
+
 }  // namespace cemfrac

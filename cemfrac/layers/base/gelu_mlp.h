@@ -22,6 +22,7 @@ class GeluMlpImpl : public FfnImpl {
  public:
   explicit GeluMlpImpl(const FfnOptions& options);
   torch::Tensor forward(const torch::Tensor& x) override;
+  double forward_flops_per_token() const override;
 
   torch::Tensor w_fc, b_fc, w_proj, b_proj;
 };

@@ -14,7 +14,9 @@
 
 #include <memory>
 
+#include "cemfrac/layers/kv_cache.h"
 #include "cemfrac/layers/mixer.h"
+#include "cemfrac/ops/causal_attention.h"  // causal_attention, for the tests that used it from here
 
 namespace cemfrac {
 
@@ -31,8 +33,8 @@ struct MhaOptions {
 };
 
 struct MhaState : MixerState {
-  torch::Tensor k;  // (B, H_kv, T, d_h), after RoPE; undefined before the first forward
-  torch::Tensor v;  // (B, H_kv, T, d_h)
+  KvCache k;  // (B, H_kv, T, d_h), after RoPE
+  KvCache v;  // (B, H_kv, T, d_h)
 };
 
 class MhaImpl : public MixerImpl {
@@ -40,6 +42,7 @@ class MhaImpl : public MixerImpl {
   explicit MhaImpl(const MhaOptions& options);
   torch::Tensor forward(const torch::Tensor& x, const MixerContext& ctx) override;
   std::unique_ptr<MixerState> new_state() const override;
+  double forward_flops_per_token(int64_t context) const override;
 
   const MhaOptions& options() const { return options_; }
 
@@ -50,11 +53,5 @@ class MhaImpl : public MixerImpl {
   int64_t n_kv_heads_;
   int64_t head_dim_;
 };
-
-// softmax(q k^T / sqrt(d_h) + causal mask) v. q (B, H, N, d_h) at absolute positions
-// offset..offset+N-1; k, v (B, H_kv, T, d_h) at positions 0..T-1 (T = offset + N); H a multiple of
-// H_kv. Query n sees keys 0..offset+n. -> (B, H, N, d_h)
-torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               int64_t offset);
 
 }  // namespace cemfrac

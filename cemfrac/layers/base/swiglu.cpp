@@ -27,4 +27,9 @@ torch::Tensor SwiGluImpl::forward(const torch::Tensor& x) {
   return torch::linear(gate * up, w_down, b_down);                     // (B, N, D)
 }
 
+// w_gate, w_up and w_down: 2 D M each.
+double SwiGluImpl::forward_flops_per_token() const {
+  return 2.0 * double(w_gate.numel() + w_up.numel() + w_down.numel());
+}
+
 }  // namespace cemfrac

@@ -14,6 +14,7 @@ class SwiGluImpl : public FfnImpl {
  public:
   explicit SwiGluImpl(const FfnOptions& options);
   torch::Tensor forward(const torch::Tensor& x) override;
+  double forward_flops_per_token() const override;
 
   torch::Tensor w_gate, b_gate, w_up, b_up, w_down, b_down;  // biases undefined without options.bias()
 };

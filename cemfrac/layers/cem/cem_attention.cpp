@@ -13,17 +13,16 @@
 // term once: delta * (sum_k P_k) h, so it costs two D-wide matmuls instead of H.
 #include "cemfrac/layers/cem/cem_attention.h"
 
-#include <dlfcn.h>
-#include <torch/autograd.h>
 #include <torch/types.h>
 
 #include <cmath>
 #include <limits>
-#include <type_traits>
+#include <string>
 
 #include "cemfrac/core/check.h"
-#include "cemfrac/layers/base/mha.h"
 #include "cemfrac/layers/base/rope.h"
+#include "cemfrac/ops/causal_attention.h"
+#include "cemfrac/ops/symmetric_gram.h"
 
 namespace cemfrac {
 
@@ -65,42 +64,6 @@ torch::Tensor split_heads(const torch::Tensor& t, int64_t H) {
 torch::Tensor merge_heads(const torch::Tensor& t) {
   return t.transpose(1, 2).reshape({t.size(0), t.size(2), -1});
 }
-
-// W W^T for W (n, k) as an autograd Function: the symmetric product costs half a matmul forward
-// (BLAS syrk on one triangle, mirrored) and one matmul backward, dW = (g + g^T) W, where autograd
-// through W.mm(W.t()) runs a full matmul forward and two backward. Float32/64 on the CPU with a CBLAS
-// (OpenBLAS, MKL) take syrk; anything else matmul.
-class SymmetricGram : public torch::autograd::Function<SymmetricGram> {
- public:
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& w_in) {
-    const torch::Tensor w = w_in.detach().contiguous();
-    ctx->save_for_backward({w_in});  // the input itself: the backward's matmul stays differentiable
-    const int64_t n = w.size(0), k = w.size(1);
-    torch::Tensor c;
-    if (w.device().is_cpu() && (w.scalar_type() == torch::kFloat32 || w.scalar_type() == torch::kFloat64)) {
-      AT_DISPATCH_FLOATING_TYPES(w.scalar_type(), "symmetric_gram", [&] {
-        using Syrk = void (*)(int, int, int, int, int, scalar_t, const scalar_t*, int, scalar_t, scalar_t*, int);
-        static const auto syrk = reinterpret_cast<Syrk>(
-            dlsym(RTLD_DEFAULT, std::is_same_v<scalar_t, float> ? "cblas_ssyrk" : "cblas_dsyrk"));
-        if (syrk == nullptr) return;
-        c = at::empty({n, n}, w.options());
-        scalar_t* cp = c.data_ptr<scalar_t>();
-        // Row-major (101), upper triangle (121), no transpose (111): C = W W^T above the diagonal.
-        syrk(101, 121, 111, int(n), int(k), scalar_t(1), w.data_ptr<scalar_t>(), int(k), scalar_t(0), cp, int(n));
-        for (int64_t i = 0; i < n; ++i)
-          for (int64_t j = 0; j < i; ++j) cp[i * n + j] = cp[j * n + i];
-      });
-    }
-    return c.defined() ? c : at::mm(w, w.t());
-  }
-
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    const torch::Tensor w = ctx->get_saved_variables()[0];
-    const torch::Tensor& g = grads[0];
-    return {at::mm(g + g.t(), w)};
-  }
-};
 
 // (N, T) true where key t is hidden from query n at absolute position offset + n.
 torch::Tensor hidden_mask(int64_t N, int64_t T, int64_t offset, torch::Device device) {
@@ -180,18 +143,9 @@ CemAttentionCondition CemAttentionImpl::condition(const torch::Tensor& h, const 
                   "decode state of cem_attention: step {} has no keys for the {} positions seen before; "
                   "decode with the recursion_keys setting the state was started with", step, ctx.offset);
     const bool separate_v = !v.is_same(k);
-    if (state->k.defined()) {
-      CEMFRAC_CHECK(state->k.size(0) == B && state->k.size(2) == ctx.offset,
-                    "decode state holds batch {} and {} positions, but the input has batch {} at "
-                    "position {}; use one decode state per sequence batch",
-                    state->k.size(0), state->k.size(2), B, ctx.offset);
-      k = torch::cat({state->k, k}, 2);  // (B, H, T, d_h)
-      v = separate_v ? torch::cat({state->v, v}, 2) : k;
-      if (hh.defined()) hh = torch::cat({state->h, hh}, 1);  // (B, T, D)
-    }
-    state->k = k;
-    if (separate_v) state->v = v;
-    if (hh.defined()) state->h = hh;
+    k = state->k.append(k, ctx.offset, ctx.capacity, 2, "cem_attention");  // (B, H, T, d_h)
+    v = separate_v ? state->v.append(v, ctx.offset, ctx.capacity, 2, "cem_attention") : k;
+    if (hh.defined()) hh = state->h.append(hh, ctx.offset, ctx.capacity, 1, "cem_attention");  // (B, T, D)
   }
   c.k = k;
   c.v = v;
@@ -295,7 +249,7 @@ torch::Tensor CemAttentionImpl::step(const torch::Tensor& x, const CemAttentionC
 
 bool CemAttentionImpl::uses_gram(int64_t tokens) const {
   const int64_t T = options_.step().steps();
-  if (T < 2 || options_.dlr() != CemDiagonal::kNone || trace_.enabled) return false;
+  if (T < 2 || options_.dlr() != CemDiagonal::kNone) return false;
   // The gram path moves only the queries: keys from the iterates, the proximal term and step_norm
   // act on x itself.
   if (options_.recursion_keys() == CemRecursionKeys::kIterate || prox_.on || options_.step().step_norm()) {
@@ -323,7 +277,7 @@ torch::Tensor CemAttentionImpl::readout(const torch::Tensor& q_merged, const Cem
 torch::Tensor CemAttentionImpl::forward_gram(const torch::Tensor& h, const CemAttentionCondition& c) const {
   const torch::Tensor M = eta_.scale(precond_ ? precond_->apply(w_q) : w_q);  // (H d_h, D)
   // G = eta W_Q W_Q^T is symmetric without a preconditioner: half a matmul through syrk.
-  const torch::Tensor G = precond_ ? torch::matmul(M, w_q.t()) : eta_.scale(SymmetricGram::apply(w_q));
+  const torch::Tensor G = precond_ ? torch::matmul(M, w_q.t()) : eta_.scale(symmetric_gram(w_q));
   const int64_t B = h.size(0), N = h.size(1), HD = w_q.size(0);
   torch::Tensor q = torch::linear(h, w_q).view({B * N, HD});                  // (B N, H d_h)
   torch::Tensor sum;
@@ -338,7 +292,8 @@ torch::Tensor CemAttentionImpl::forward_gram(const torch::Tensor& h, const CemAt
 
 torch::Tensor CemAttentionImpl::forward(const torch::Tensor& h, const MixerContext& ctx) {
   const CemAttentionCondition c = condition(h, ctx);  // keys once (step 0's keys under iterate)
-  const bool trace = trace_.enabled && ctx.offset == 0 && ctx.state == nullptr;
+  const bool trace = ctx.observer != nullptr && ctx.offset == 0 && ctx.state == nullptr;
+  auto report = [&](int64_t t, const torch::Tensor& e) { (*ctx.observer)("energy." + std::to_string(t), e.detach()); };
   if (!trace && uses_gram(h.size(0) * h.size(1))) return forward_gram(h, c);
   // T = 1: the displacement is eta d itself (no h + eta d - h round trip). The proximal term's
   // gradient is 0 at x = h, and step_norm and iterate keys start at the second step, so none of
@@ -348,7 +303,7 @@ torch::Tensor CemAttentionImpl::forward(const torch::Tensor& h, const MixerConte
   const torch::Tensor rms_h = options_.step().step_norm() ? cem_rms(h) : torch::Tensor();
   torch::Tensor x = h;                                // x^(0) = h
   // The energy traced after step t is the one step t descended (its keys: h, or x^(t) under iterate).
-  if (trace) trace_.add(0, energy(x, h, ctx).detach());
+  if (trace) report(0, energy(x, h, ctx));
   for (int64_t t = 0; t < options_.step().steps(); ++t) {
     if (t > 0 && rms_h.defined()) x = cem_rescale_to(x, rms_h);  // step_norm
     if (iterate && t > 0) {
@@ -356,10 +311,10 @@ torch::Tensor CemAttentionImpl::forward(const torch::Tensor& h, const MixerConte
       ct.anchor = h;
       const torch::Tensor keys = x;
       x = step(x, ct);
-      if (trace) trace_.add(t + 1, energy(x, keys, ctx, h).detach());
+      if (trace) report(t + 1, energy(x, keys, ctx, h));
     } else {
       x = step(x, c);
-      if (trace) trace_.add(t + 1, energy(x, h, ctx).detach());
+      if (trace) report(t + 1, energy(x, h, ctx));
     }
   }
   return x - h;                                       // the displacement the block adds to z
@@ -395,6 +350,26 @@ torch::Tensor CemAttentionImpl::energy(const torch::Tensor& x, const torch::Tens
   torch::Tensor e = -(torch::logsumexp(s, -1).sum(1)) / beta;  // (B, N)
   if (prox_.on) e = e + prox_.energy(x, anchor.defined() ? anchor : h);
   return e;
+}
+
+// Counted as the direct loop (the gram path is a cheaper way to the same function; its saving shows as
+// speed). Keys W_K h once: 2 D H d_h (again every step t >= 1 with recursion_keys = iterate). Per step:
+// queries and W_Q^T 2 D H d_h each, scores and read-out against tied K = V 2 H d_h context each, P.
+// D+LR over H_delta diagonals (H per head, 1 shared): delta * x and the read-out's delta 2 D H_delta
+// each, the logit term (delta x) h^T and the read-out P h 2 D H_delta context each; the distance form
+// adds its key bias 2 D H_delta with every key projection and 2 D per step for its query term.
+double CemAttentionImpl::forward_flops_per_token(int64_t context) const {
+  const double D = double(options_.d_model()), Hd = double(options_.n_heads() * head_dim_);
+  const double S = double(context), T = double(options_.step().steps());
+  const double Hdelta = options_.dlr() == CemDiagonal::kPerHead ? double(options_.n_heads())
+                        : options_.dlr() == CemDiagonal::kShared ? 1.0
+                                                                 : 0.0;
+  const bool distance = Hdelta > 0 && options_.dlr_distance();
+  const double key_projections = options_.recursion_keys() == CemRecursionKeys::kIterate ? T : 1.0;
+  const double keys = 2.0 * D * Hd + (distance ? 2.0 * D * Hdelta : 0.0);
+  double per_step = 4.0 * D * Hd + 4.0 * Hd * S + cem_precond_flops_per_token(options_.step(), options_.d_model());
+  per_step += Hdelta * (4.0 * D + 4.0 * D * S) + (distance ? 2.0 * D : 0.0);
+  return key_projections * keys + T * per_step;
 }
 
 }  // namespace cemfrac

@@ -14,6 +14,9 @@
 //   lambda_raw (1)    lambda = softplus(lambda_raw) of the proximal term (cem.prox = learned)
 //   delta (H, D)      D+LR diagonal per head (dlr = per_head); (D) when shared
 //   precond.p (D), precond.u (D, r), precond.v (D, r)   the preconditioner (precond.v absent when psd)
+// Reports to MixerContext::observer, for full sequences without a state (cemfrac eval --cem-energy):
+//   "energy.<t>"  (B, N) the energy E_i before step 1 (t = 0) and after step t; observing it costs one
+//                 energy per step and takes the direct loop.
 // Decode state: K (after RoPE) of every position seen, (B, H, T, d_h): half of MHA's K + V; plus the
 // inputs h (B, T, D) under D+LR and, only for the naive RoPE ablation, the unrotated keys.
 #pragma once
@@ -24,6 +27,7 @@
 #include <vector>
 
 #include "cemfrac/layers/cem/cem_common.h"
+#include "cemfrac/layers/kv_cache.h"
 #include "cemfrac/layers/mixer.h"
 
 namespace cemfrac {
@@ -32,7 +36,7 @@ enum class CemRopeMode { kExact, kNaive, kNone };
 // How forward runs T >= 2 steps (same function, different work; see forward_gram()):
 // direct = project x^(t) -> queries and read-out -> displacement every step; gram = move the queries
 // by a_t G, G = eta P(W_Q) W_Q^T, and project the summed read-outs once; auto = gram when it saves
-// work (no D+LR, no energy trace, (T - 1) * tokens >= 2 D).
+// work (no D+LR, no observer, (T - 1) * tokens >= 2 D).
 enum class CemRecursion { kAuto, kDirect, kGram };
 enum class CemDiagonal { kNone, kPerHead, kShared };
 // Where step t's keys (and tied values) come from: fixed = the input h at every step (the conditional
@@ -61,9 +65,9 @@ struct CemAttentionOptions {
 
 // The keys one step conditions on, for every position seen so far.
 struct CemKeyCache {
-  torch::Tensor k;  // (B, H, T, d_h) keys after RoPE (exact mode: also the values)
-  torch::Tensor v;  // (B, H, T, d_h) naive RoPE only: the unrotated keys, which are its values
-  torch::Tensor h;  // (B, T, D) D+LR only: the conditioning inputs
+  KvCache k;  // (B, H, T, d_h) keys after RoPE (exact mode: also the values)
+  KvCache v;  // (B, H, T, d_h) naive RoPE only: the unrotated keys, which are its values
+  KvCache h;  // (B, T, D) D+LR only: the conditioning inputs
 };
 
 // Fixed keys: one CemKeyCache (the base fields, from h). recursion_keys = iterate: step 0's keys are
@@ -94,6 +98,7 @@ class CemAttentionImpl : public MixerImpl {
   // h (B, N, D) normalised input -> x^(T) - h (B, N, D).
   torch::Tensor forward(const torch::Tensor& h, const MixerContext& ctx) override;
   std::unique_ptr<MixerState> new_state() const override;
+  double forward_flops_per_token(int64_t context) const override;
 
   // The pieces of forward, public for tests and diagnostics.
   // Keys (and values, h) from h at positions ctx.offset.., joined to and stored in ctx.state (in the
@@ -123,8 +128,6 @@ class CemAttentionImpl : public MixerImpl {
   void set_step_norm(bool on) { options_.step().step_norm(on); }
   int64_t key_projections() const { return key_projections_; }  // calls of h -> W_K h so far
   const CemPreconditionerImpl* preconditioner() const { return precond_.get(); }
-  // The energy diagnostic (cemfrac eval --cem-energy): off by default; costs one energy per step.
-  CemEnergyTrace& energy_trace() { return trace_; }
 
   torch::Tensor w_q, w_k, delta;
 
@@ -142,7 +145,6 @@ class CemAttentionImpl : public MixerImpl {
   std::shared_ptr<CemPreconditionerImpl> precond_;
   int64_t key_projections_ = 0;
   CemRecursion recursion_;
-  CemEnergyTrace trace_;
 };
 
 }  // namespace cemfrac

@@ -128,4 +128,10 @@ torch::Tensor cem_phi(const torch::Tensor& u_in) {
   return phi.to(u_in.scalar_type());
 }
 
+double cem_precond_flops_per_token(const CemStepOptions& step, int64_t d_model) {
+  if (!step.precond()) return 0.0;
+  const double D = double(d_model), r = double(step.precond_rank());
+  return 2.0 * D + (step.precond_psd() ? 4.0 : 8.0) * D * r;
+}
+
 }  // namespace cemfrac

@@ -33,6 +33,10 @@ struct CemStepOptions {
 // P as a module with parameters "p" (D), "u" (D, r) and, unless psd, "v" (D, r). At init P = I
 // exactly: softplus(p) = 1, U ~ N(0, 0.02^2), V = 0 (psd: P = I + U U^T, about I; U = 0 would never
 // receive a gradient).
+// Model FLOPs per token of applying P once (0 without a preconditioner): softplus(p) * g 2 D, then
+// U^T g and U (.) (psd) 4 D r, or U^T g, V^T g and both products back 8 D r.
+double cem_precond_flops_per_token(const CemStepOptions& step, int64_t d_model);
+
 class CemPreconditionerImpl : public TaggedModule {
  public:
   CemPreconditionerImpl(int64_t d_model, int64_t rank, bool psd, ParamKind kind, torch::Device device);

@@ -2,6 +2,8 @@
 
 #include <torch/types.h>
 
+#include <string>
+
 namespace cemfrac {
 
 CemMlpImpl::CemMlpImpl(const CemMlpOptions& o) : options_(o) {
@@ -52,14 +54,16 @@ torch::Tensor CemMlpImpl::forward(const torch::Tensor& h) {
   const torch::Tensor gate = condition(h);  // once
   // T = 1: the displacement is eta d itself (no h + eta d - h round trip). The proximal term's
   // gradient is 0 at x = h and step_norm starts at the second step, so neither changes T = 1.
-  if (options_.step().steps() == 1 && !trace_.enabled) return eta_.scale(direction(h, gate));
+  const bool trace = observer_ != nullptr;
+  if (options_.step().steps() == 1 && !trace) return eta_.scale(direction(h, gate));
+  auto report = [&](int64_t t, const torch::Tensor& e) { (*observer_)("energy." + std::to_string(t), e.detach()); };
   torch::Tensor x = h;
   const torch::Tensor rms_h = options_.step().step_norm() ? cem_rms(h) : torch::Tensor();
-  if (trace_.enabled) trace_.add(0, energy(x, h).detach());
+  if (trace) report(0, energy(x, h));
   for (int64_t t = 0; t < options_.step().steps(); ++t) {
     if (t > 0 && rms_h.defined()) x = cem_rescale_to(x, rms_h);
     x = step(x, gate, h);
-    if (trace_.enabled) trace_.add(t + 1, energy(x, h).detach());
+    if (trace) report(t + 1, energy(x, h));
   }
   return x - h;
 }
@@ -70,6 +74,13 @@ torch::Tensor CemMlpImpl::energy(const torch::Tensor& x, const torch::Tensor& h)
   torch::Tensor e = options_.form_b() ? -0.5 * (torch::silu(g) * u * u).sum(-1) : -(g * cem_phi(u)).sum(-1);
   if (prox_.on) e = e + prox_.energy(x, h);
   return e;
+}
+
+// The gate W_G h once (2 D M); per step W_U x and the read-out W_U^T (2 D M each) and P.
+double CemMlpImpl::forward_flops_per_token() const {
+  const double D = double(options_.d_model()), M = double(options_.d_ff());
+  const double T = double(options_.step().steps());
+  return 2.0 * D * M + T * (4.0 * D * M + cem_precond_flops_per_token(options_.step(), options_.d_model()));
 }
 
 }  // namespace cemfrac

@@ -13,6 +13,8 @@
 //   eta_raw (1)       eta = softplus(eta_raw), when learnable
 //   lambda_raw (1)    lambda = softplus(lambda_raw) of the proximal term (cem.prox = learned)
 //   precond.p (D), precond.u (D, r), precond.v (D, r)   the preconditioner (precond.v absent when psd)
+// Reports to its observer (FfnImpl::set_observer; cemfrac eval --cem-energy): "energy.<t>" (B, N), the
+// energy before step 1 (t = 0) and after step t; observing it costs one energy per step.
 #pragma once
 #include <torch/arg.h>
 #include <torch/types.h>
@@ -40,6 +42,7 @@ class CemMlpImpl : public FfnImpl {
 
   // h (B, N, D) normalised input -> x^(T) - h (B, N, D).
   torch::Tensor forward(const torch::Tensor& h) override;
+  double forward_flops_per_token() const override;
 
   // The pieces of forward, public for tests and diagnostics.
   // The gate from h, once: (B, N, M); W_G h (A) or SiLU(W_G h) (B).
@@ -62,8 +65,6 @@ class CemMlpImpl : public FfnImpl {
   void set_step_norm(bool on) { options_.step().step_norm(on); }
   int64_t gate_projections() const { return gate_projections_; }  // calls of h -> W_G h so far
   const CemPreconditionerImpl* preconditioner() const { return precond_.get(); }
-  // The energy diagnostic (cemfrac eval --cem-energy): off by default; costs one energy per step.
-  CemEnergyTrace& energy_trace() { return trace_; }
 
   torch::Tensor w_u, w_g;
 
@@ -73,7 +74,6 @@ class CemMlpImpl : public FfnImpl {
   CemProx prox_;
   std::shared_ptr<CemPreconditionerImpl> precond_;
   int64_t gate_projections_ = 0;
-  CemEnergyTrace trace_;
 };
 
 }  // namespace cemfrac

@@ -77,14 +77,7 @@ torch::Tensor CAttnMImpl::forward(const torch::Tensor& x, const MixerContext& ct
   torch::Tensor v = torch::linear(x, w_v).view({B, N, H, p / H}).transpose(1, 2);  // (B, H, N, p/H)
   if (ctx.state != nullptr) {
     auto* state = static_cast<CAttnMState*>(ctx.state);
-    if (state->v.defined()) {
-      CEMFRAC_CHECK(state->v.size(0) == B && state->v.size(2) == ctx.offset,
-                    "decode state holds batch {} and {} positions, but the input has batch {} at "
-                    "position {}; use one decode state per sequence batch",
-                    state->v.size(0), state->v.size(2), B, ctx.offset);
-      v = torch::cat({state->v, v}, 2);  // (B, H, T, p/H)
-    }
-    state->v = v;
+    v = state->v.append(v, ctx.offset, ctx.capacity, 2, "cattn_m");  // (B, H, T, p/H)
   }
   CEMFRAC_CHECK(v.size(2) == a.size(3), "cattn_m: input at position {} without a decode state; pass "
                 "the decode state or the whole sequence", ctx.offset);
@@ -92,6 +85,13 @@ torch::Tensor CAttnMImpl::forward(const torch::Tensor& x, const MixerContext& ct
   torch::Tensor o = torch::matmul(a, v).transpose(1, 2).reshape({B, N, p});  // (B, N, p)
   if (options_.out_proj()) o = torch::linear(o, w_o);
   return o;
+}
+
+// Ladder inputs 2 p d L; logits 2 H L context; values 2 p p; read-out 2 p context; w_o 2 p p (option).
+double CAttnMImpl::forward_flops_per_token(int64_t context) const {
+  const double p = double(options_.d_model()), L = double(options_.ladders()), S = double(context);
+  const double d = double(options_.depth()), H = double(options_.heads());
+  return 2.0 * p * d * L + 2.0 * H * L * S + 2.0 * p * p * (options_.out_proj() ? 2.0 : 1.0) + 2.0 * p * S;
 }
 
 }  // namespace cemfrac

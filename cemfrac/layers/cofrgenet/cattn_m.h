@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cemfrac/layers/cofrgenet/ladder_common.h"
+#include "cemfrac/layers/kv_cache.h"
 #include "cemfrac/layers/mixer.h"
 
 namespace cemfrac {
@@ -42,7 +43,7 @@ struct CAttnMOptions {
 };
 
 struct CAttnMState : MixerState {
-  torch::Tensor v;  // (B, H, T, p / H); undefined before the first forward
+  KvCache v;  // (B, H, T, p / H): the values of every position seen
 };
 
 class CAttnMImpl : public MixerImpl {
@@ -50,6 +51,7 @@ class CAttnMImpl : public MixerImpl {
   explicit CAttnMImpl(const CAttnMOptions& options);
   torch::Tensor forward(const torch::Tensor& x, const MixerContext& ctx) override;
   std::unique_ptr<MixerState> new_state() const override;
+  double forward_flops_per_token(int64_t context) const override;
   void on_train_step(const TrainProgress& progress) override;
 
   // Ladder partial denominators (B, N, d, L) and outputs z (B, N, L) of x (B, N, p).

@@ -100,7 +100,7 @@ torch::Tensor CAttnUImpl::ladder_outputs(const torch::Tensor& x, int64_t offset)
 }
 
 torch::Tensor CAttnUImpl::forward(const torch::Tensor& x, const MixerContext& ctx) {
-  const int64_t B = x.size(0), N = x.size(1), l = options_.length();
+  const int64_t N = x.size(1), l = options_.length();
   const int64_t T = ctx.offset + N;
   CEMFRAC_CHECK(T <= l,
                 "cattn_u: positions {}..{} exceed the layer's length l = {}; shorten the input or "
@@ -111,14 +111,7 @@ torch::Tensor CAttnUImpl::forward(const torch::Tensor& x, const MixerContext& ct
   // 2. With a decode state, mix over every earlier position's Y too.
   if (ctx.state != nullptr) {
     auto* state = static_cast<CAttnUState*>(ctx.state);
-    if (state->y.defined()) {
-      CEMFRAC_CHECK(state->y.size(0) == B && state->y.size(2) == ctx.offset,
-                    "decode state holds batch {} and {} positions, but the input has batch {} at "
-                    "position {}; use one decode state per sequence batch",
-                    state->y.size(0), state->y.size(2), B, ctx.offset);
-      y = torch::cat({state->y, y}, 2);  // (B, 2, T, p)
-    }
-    state->y = y;
+    y = state->y.append(y, ctx.offset, ctx.capacity, 2, "cattn_u");  // (B, 2, T, p)
   }
   // 3. Causal token mixing Z = T Y (rows offset..T-1 of the lower triangles), then Z1 * Z2.
   // Without a state the earlier positions are unknown: only a whole sequence (offset 0) works.
@@ -128,6 +121,13 @@ torch::Tensor CAttnUImpl::forward(const torch::Tensor& x, const MixerContext& ct
   if (ctx.offset > 0) t = t.narrow(1, ctx.offset, N);            // (2, N, T)
   const torch::Tensor z = torch::matmul(t, y);                   // (B, 2, N, p)
   return z.select(1, 0) * z.select(1, 1);                        // (B, N, p)
+}
+
+// Position weights w_0..w_(d-1) on every channel of both ensembles: 2 (2 d p); token mixing Z = T Y of
+// both ensembles: 2 (2 p context).
+double CAttnUImpl::forward_flops_per_token(int64_t context) const {
+  const double p = double(options_.d_model()), d = double(options_.depth());
+  return 4.0 * d * p + 4.0 * p * double(context);
 }
 
 }  // namespace cemfrac

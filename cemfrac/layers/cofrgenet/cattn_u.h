@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cemfrac/layers/cofrgenet/ladder_common.h"
+#include "cemfrac/layers/kv_cache.h"
 #include "cemfrac/layers/mixer.h"
 
 namespace cemfrac {
@@ -38,7 +39,7 @@ struct CAttnUOptions {
 };
 
 struct CAttnUState : MixerState {
-  torch::Tensor y;  // (B, 2, T, p); undefined before the first forward
+  KvCache y;  // (B, 2, T, p)
 };
 
 class CAttnUImpl : public MixerImpl {
@@ -46,6 +47,7 @@ class CAttnUImpl : public MixerImpl {
   explicit CAttnUImpl(const CAttnUOptions& options);
   torch::Tensor forward(const torch::Tensor& x, const MixerContext& ctx) override;
   std::unique_ptr<MixerState> new_state() const override;
+  double forward_flops_per_token(int64_t context) const override;
   void on_train_step(const TrainProgress& progress) override;
 
   // The effective token-mixing matrices (2, n, n) of the leading n positions: [e, j, i] is the

@@ -96,4 +96,11 @@ torch::Tensor CffnImpl::forward(const torch::Tensor& x) {
   return y;
 }
 
+// Gate G 2 p p (+ G2 2 p p with glu); U 2 p p (without glu); ladder inputs 2 d L p (a matrix per depth,
+// or L p weights per depth when univariate: the same count); read-out V 2 L p.
+double CffnImpl::forward_flops_per_token() const {
+  const double p = double(options_.d_model()), L = double(options_.ladders()), d = double(options_.depth());
+  return 4.0 * p * p + 2.0 * d * L * p + 2.0 * L * p;
+}
+
 }  // namespace cemfrac

@@ -47,6 +47,7 @@ class CffnImpl : public FfnImpl {
  public:
   explicit CffnImpl(const CffnOptions& options);
   torch::Tensor forward(const torch::Tensor& x) override;
+  double forward_flops_per_token() const override;
   void on_train_step(const TrainProgress& progress) override;
 
   // Pieces of the forward, for tests: the gated input x̂ (B, N, p) and the partial denominators a

@@ -67,16 +67,8 @@ torch::Tensor SparseAttentionImpl::forward(const torch::Tensor& x, const MixerCo
   // 2. Decode state: attend over every earlier position too.
   if (ctx.state != nullptr) {
     auto* state = static_cast<SparseAttentionState*>(ctx.state);
-    if (state->k.defined()) {
-      CEMFRAC_CHECK(state->k.size(0) == B && state->k.size(2) == ctx.offset,
-                    "decode state holds batch {} and {} positions, but the input has batch {} at "
-                    "position {}; use one decode state per sequence batch",
-                    state->k.size(0), state->k.size(2), B, ctx.offset);
-      k = torch::cat({state->k, k}, 2);
-      v = torch::cat({state->v, v}, 2);
-    }
-    state->k = k;
-    state->v = v;
+    k = state->k.append(k, ctx.offset, ctx.capacity, 2, "sparse_attention");
+    v = state->v.append(v, ctx.offset, ctx.capacity, 2, "sparse_attention");
   }
   CEMFRAC_CHECK(k.size(2) == T, "sparse_attention: input at position {} without a decode state; "
                 "pass the decode state or the whole sequence", ctx.offset);
@@ -85,6 +77,13 @@ torch::Tensor SparseAttentionImpl::forward(const torch::Tensor& x, const MixerCo
   s = s + mask_.narrow(0, ctx.offset, N).narrow(1, 0, T).to(s.options());  // (B, H, N, T)
   const torch::Tensor y = torch::matmul(torch::softmax(s, -1), v);          // (B, H, N, d_h)
   return torch::linear(y.transpose(1, 2).reshape({B, N, D}), w_o, b_o);
+}
+
+// As MHA's (the pattern's hidden entries are computed and masked, so counted like the causal half):
+// 2 D (3 D) + 2 D D projections, 4 D context for scores and read-out.
+double SparseAttentionImpl::forward_flops_per_token(int64_t context) const {
+  const double D = double(options_.d_model());
+  return 8.0 * D * D + 4.0 * D * double(context);
 }
 
 }  // namespace cemfrac

@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 
+#include "cemfrac/layers/kv_cache.h"
 #include "cemfrac/layers/mixer.h"
 
 namespace cemfrac {
@@ -36,7 +37,7 @@ struct SparseAttentionOptions {
 };
 
 struct SparseAttentionState : MixerState {
-  torch::Tensor k, v;  // (B, H, T, d_h)
+  KvCache k, v;  // (B, H, T, d_h)
 };
 
 // Whether query t may see key s under the pattern (s <= t required).
@@ -48,6 +49,7 @@ class SparseAttentionImpl : public MixerImpl {
   explicit SparseAttentionImpl(const SparseAttentionOptions& options);
   torch::Tensor forward(const torch::Tensor& x, const MixerContext& ctx) override;
   std::unique_ptr<MixerState> new_state() const override;
+  double forward_flops_per_token(int64_t context) const override;
 
   const torch::Tensor& mask() const { return mask_; }  // (l, l) additive: 0 allowed, -inf hidden
 

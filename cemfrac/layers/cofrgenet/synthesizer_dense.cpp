@@ -53,19 +53,20 @@ torch::Tensor SynthesizerDenseImpl::forward(const torch::Tensor& x, const MixerC
   torch::Tensor v = torch::linear(x, w_v, b_v).view({B, N, H, p / H}).transpose(1, 2);  // (B, H, N, p/H)
   if (ctx.state != nullptr) {
     auto* state = static_cast<SynthesizerDenseState*>(ctx.state);
-    if (state->v.defined()) {
-      CEMFRAC_CHECK(state->v.size(0) == B && state->v.size(2) == ctx.offset,
-                    "decode state holds batch {} and {} positions, but the input has batch {} at "
-                    "position {}; use one decode state per sequence batch",
-                    state->v.size(0), state->v.size(2), B, ctx.offset);
-      v = torch::cat({state->v, v}, 2);
-    }
-    state->v = v;
+    v = state->v.append(v, ctx.offset, ctx.capacity, 2, "synthesizer_dense");  // (B, H, T, p/H)
   }
   CEMFRAC_CHECK(v.size(2) == a.size(3), "synthesizer_dense: input at position {} without a decode "
                 "state; pass the decode state or the whole sequence", ctx.offset);
   const torch::Tensor o = torch::matmul(a, v).transpose(1, 2).reshape({B, N, p});
   return torch::linear(o, w_o, b_o);
+}
+
+// w_1 2 h p; logits 2 h context (head k: its h / H hidden units against context columns of w_2);
+// values 2 p p; read-out 2 p context; w_o 2 p p.
+double SynthesizerDenseImpl::forward_flops_per_token(int64_t context) const {
+  const double p = double(options_.d_model()), S = double(context);
+  const double h = double(options_.hidden() > 0 ? options_.hidden() : options_.d_model());
+  return 2.0 * h * p + 2.0 * h * S + 4.0 * p * p + 2.0 * p * S;
 }
 
 }  // namespace cemfrac

@@ -16,6 +16,7 @@
 
 #include <memory>
 
+#include "cemfrac/layers/kv_cache.h"
 #include "cemfrac/layers/mixer.h"
 
 namespace cemfrac {
@@ -34,7 +35,7 @@ struct SynthesizerDenseOptions {
 };
 
 struct SynthesizerDenseState : MixerState {
-  torch::Tensor v;  // (B, H, T, p / H)
+  KvCache v;  // (B, H, T, p / H): the values of every position seen
 };
 
 class SynthesizerDenseImpl : public MixerImpl {
@@ -42,6 +43,7 @@ class SynthesizerDenseImpl : public MixerImpl {
   explicit SynthesizerDenseImpl(const SynthesizerDenseOptions& options);
   torch::Tensor forward(const torch::Tensor& x, const MixerContext& ctx) override;
   std::unique_ptr<MixerState> new_state() const override;
+  double forward_flops_per_token(int64_t context) const override;
 
   // The attention matrix (B, H, N, offset + N).
   torch::Tensor attention(const torch::Tensor& x, int64_t offset) const;
