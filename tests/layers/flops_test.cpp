@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cemfrac/layers/registry.h"
+#include "cemfrac/model/layer_factory.h"
 #include "cemfrac/model/lm_model.h"
 #include "cemfrac/model/model_config.h"
 
