@@ -190,7 +190,9 @@ json trainer_state_to_json(const TrainerState& s) {
 
 TrainerState trainer_state_from_json(const json& j, const std::string& source) {
   CEMFRAC_CHECK(j.is_object(), "{}: not a JSON object", source);
-  CEMFRAC_CHECK(j.value("format", std::string()) == kCheckpointFormat,
+  // Not j.value("format", ...): that throws nlohmann's type_error when 'format' is not a string.
+  const auto format = j.find("format");
+  CEMFRAC_CHECK(format != j.end() && format->is_string() && *format == kCheckpointFormat,
                 "{}: 'format' is not \"{}\" (not a cemfrac checkpoint)", source, kCheckpointFormat);
   const int version = field<int>(j, "format_version", source);
   CEMFRAC_CHECK(version == kCheckpointFormatVersion,

@@ -488,7 +488,9 @@ TrainResult Trainer::run() {
         std::istringstream in(read_file(path));
         for (std::string line; std::getline(in, line);) {
           json j = json::parse(line, nullptr, false);
-          if (!j.is_discarded() && j.is_object() && j.value("step", int64_t{0}) <= state_.step)
+          // A line without an integer step (a damaged file) is dropped, like an unparsable one.
+          if (!j.is_discarded() && j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
+              j["step"].get<int64_t>() <= state_.step)
             kept += line + "\n";
         }
       }

@@ -95,6 +95,20 @@ TEST(Checkpoint, RoundTrip) {
   EXPECT_TRUE(load_checkpoint(dir, load_options(false, nullptr)).optimizer.tensors.empty());
 }
 
+// Fuzz finding (trainer_json): a 'format' that is a number made j.value("format", std::string())
+// throw nlohmann's type_error 302, an "internal error", instead of naming the file.
+TEST(Checkpoint, NonStringFormatIsAClearError) {
+  for (const char* text : {R"({"format": 10240, "data_seed": 5071, "best_val_loss": 4.75})",
+                           R"({"format": null})", R"({"format": ["cemfrac-checkpoint"]})", R"({})"}) {
+    try {
+      (void)trainer_state_from_json(nlohmann::json::parse(text), "trainer.json");
+      ADD_FAILURE() << "accepted " << text;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("trainer.json: 'format' is not"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Checkpoint, TorchRngStateRoundTrip) {
   torch::manual_seed(99);
   const std::string state = torch_rng_state();
