@@ -1,4 +1,4 @@
-// Continued-fraction ladders as one differentiable function (spec: papers/cofrgenet.md §2; our notes:
+// Continued-fraction ladders as one differentiable function (CoFrGeNet spec §2; our notes:
 // docs/layers/ladders.md).
 //
 //   f = 1 / (a_1 + 1 / (a_2 + ... + 1 / a_d)) = K_{d-1} / K̂_d

@@ -1,4 +1,4 @@
-// The data of the synthetic Gaussian-process task (spec papers/cem.md §5.3; docs/gp.md). Per
+// The data of the synthetic Gaussian-process task (CEM spec §5.3; docs/gp.md). Per
 // sequence:
 //     f ~ GP(0, k),  k(t, t') = exp(-(t - t')^2 / (2 l^2)),  l ~ LogUniform[l_min, l_max],
 //     t_n ~ U[-1, 1],  y_n = f(t_n) + e_n,  e_n ~ N(0, s^2),  n = 0..N-1,

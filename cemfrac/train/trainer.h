@@ -59,7 +59,7 @@ struct TrainModel {
 // The TrainModel of an LmModel (it shares the module): logits = forward, params = parameter_table(),
 // config = to_json(config()), context and vocab_size from the config, buffers = state_buffers().
 //
-// Dyadic schedule (train.dyadic, papers/cofrgenet.md §4): a parameter with ParamInfo::depth = i >= 1
+// Dyadic schedule (train.dyadic, CoFrGeNet spec §4): a parameter with ParamInfo::depth = i >= 1
 // starts in the optimizer's frozen group (no update, no decay, no state) and joins its own group
 // right before 0-based step dyadic_start(i, train.steps) runs. Before every step the trainer also
 // tells each TaggedModule where the run is (TaggedModule::on_train_step). Both depend only on the

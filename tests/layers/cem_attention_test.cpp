@@ -1,4 +1,4 @@
-// cem_attention against its own closed-form energy and against tied MHA (spec papers/cem.md §7),
+// cem_attention against its own closed-form energy and against tied MHA (CEM spec §7),
 // float64, N = 6, D = 8, H = 2, d_h = 4, r = 2. Property numbers are the spec's.
 #include <gtest/gtest.h>
 #include <torch/autograd.h>

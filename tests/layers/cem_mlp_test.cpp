@@ -1,4 +1,4 @@
-// cem_mlp against its closed-form energies and against SwiGLU (spec papers/cem.md §7), float64,
+// cem_mlp against its closed-form energies and against SwiGLU (CEM spec §7), float64,
 // N = 6, D = 8, M = 10, r = 2. Property numbers are the spec's.
 #include <gtest/gtest.h>
 #include <torch/autograd.h>

@@ -1,4 +1,4 @@
-// CEM kinds inside whole models: the presets' parameter counts (spec papers/cem.md §4.2 / §7 property
+// CEM kinds inside whole models: the presets' parameter counts (CEM spec §4.2 / §7 property
 // 12), the parameter table (one entry per tied tensor, kinds and optimizer groups), cached decoding of a
 // whole model at T = 1, 2, 4 (property 9), config checks, and the checkpoint overrides of test-time
 // scaling (--set model.cem.steps=4).

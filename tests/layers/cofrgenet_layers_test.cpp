@@ -1,5 +1,5 @@
 // The CoFrGeNet layers (cffn, cattn_u, cattn_m) and the paper's baselines (synthesizer_dense,
-// sparse_attention) against slow references written from the formulas of papers/cofrgenet.md §3
+// sparse_attention) against slow references written from the formulas of CoFrGeNet spec §3
 // (loops, literal nested fractions, float64), plus spec §8 properties 11-17: parameter counts, shapes,
 // causality (bitwise), CAttnM attention rows, the CAttnU mask after optimizer steps, Cffn
 // degenerations, pole hits at initialisation, and decoding through the state.

@@ -1,4 +1,4 @@
-// CoFrGeNet inside the whole language model (papers/cofrgenet.md §5, §8): causality of every variant
+// CoFrGeNet inside the whole language model (CoFrGeNet spec §5, §8): causality of every variant
 // bitwise, the presets' parameter counts against the formulas of §3.5 (GPT2-xl shape), and property
 // 19: the literal ladders (CoFrGeNet-B) and the continuant ladders train to equal losses over the
 // first 100 steps of a tiny model when no guard is active.

@@ -53,7 +53,7 @@ TEST(ParamsCli, Llama162mIs162220800) {
   expect_consistent(j);
 }
 
-// CEM (papers/cem.md §4.2): tied attention 2D^2 and tied MLP 2DM per layer instead of 4D^2 and 3DM.
+// CEM (CEM spec §4.2): tied attention 2D^2 and tied MLP 2DM per layer instead of 4D^2 and 3DM.
 TEST(ParamsCli, CemBoth162mIs129190656) {
   const nlohmann::json j = params_json("cem-both-162m");
   EXPECT_EQ(j["total"].get<int64_t>(), 129190656);

@@ -1,4 +1,4 @@
-// Ladder gradient tests (spec papers/cofrgenet.md §8, properties 3 and 4, and the exact-mode
+// Ladder gradient tests (CoFrGeNet spec §8, properties 3 and 4, and the exact-mode
 // derivative of the clamped map): custom backward vs central differences in float64, vs autograd
 // through the literal ladder, and vs autograd through the reference; the sign pattern.
 #include <ATen/ATen.h>

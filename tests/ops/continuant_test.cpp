@@ -1,4 +1,4 @@
-// Ladder forward and kernel-vs-reference tests (spec papers/cofrgenet.md §8, properties 1, 2, 5, 6, 7,
+// Ladder forward and kernel-vs-reference tests (CoFrGeNet spec §8, properties 1, 2, 5, 6, 7,
 // 9, 10). Gradients against finite differences and the literal ladder: continuant_grad_test.cpp.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>

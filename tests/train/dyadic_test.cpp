@@ -1,4 +1,4 @@
-// The dyadic depth schedule of CoFrGeNet ladders in the trainer (papers/cofrgenet.md §4, spec §8
+// The dyadic depth schedule of CoFrGeNet ladders in the trainer (CoFrGeNet spec §4, spec §8
 // property 18) and eval-time clipping of ladder outputs with its checkpoint round trip (property 20):
 // depth-i tensors are bitwise unchanged (no update, no decay, no optimizer state) until step
 // ceil(t (1 - 2^-i)) and change after it; depth 0 changes from the first step; resuming gives the same

@@ -1,5 +1,5 @@
 // Mixer "cem_attention": causal energy minimisation with the conditional log-sum-exp energy
-// (docs/layers/cem.md, spec papers/cem.md §2.3, §2.5, §3):
+// (docs/layers/cem.md, CEM spec §2.3, §2.5, §3):
 //     E_i(x_i; h_1..i) = -1/beta sum_k log sum_{j<=i} exp(beta s_kij),
 //     s_kij = (R_i W_Qk x_i)^T (R_j W_Kk h_j)  [+ x_i^T diag(delta_k) h_j]  [- 1/2 |x_i - h_j|^2_delta_k].
 // The input is the normalised residual h; the iterate starts at x = h and takes T steps

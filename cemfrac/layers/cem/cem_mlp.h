@@ -1,5 +1,5 @@
 // FFN "cem_mlp": causal energy minimisation with an element-wise energy and tied projections
-// (docs/layers/cem.md, spec papers/cem.md §2.4). With the fixed input h and the iterate x (x^(0) = h):
+// (docs/layers/cem.md, CEM spec §2.4). With the fixed input h and the iterate x (x^(0) = h):
 //   option A (default):  E_i = -sum_m (W_G h_i)_m Phi((W_U x_i)_m),  Phi' = SiLU
 //                         x <- x + eta P W_U^T [SiLU(W_U x) * (W_G h)]
 //   option B:            E_i = -1/2 sum_m SiLU((W_G h_i)_m) (W_U x_i)_m^2

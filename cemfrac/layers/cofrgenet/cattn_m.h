@@ -1,4 +1,4 @@
-// Mixer "cattn_m" (CoFrGeNet, papers/cofrgenet.md §3.4; docs/layers/cofrgenet.md): attention replaced
+// Mixer "cattn_m" (CoFrGeNet spec §3.4; docs/layers/cofrgenet.md): attention replaced
 // by an ensemble of L p-variate ladders whose outputs are mapped to logits over the positions,
 //     z(b,t) = (f̃(W⁽ʲ⁾ X[b,t] + b⁽ʲ⁾))_{j=1..L},   s_h(b,t,·) = F_hᵀ z(b,t) ∈ R^l,
 //     A_h = causal softmax(s_h) (diagonal included),  O = concat_h(A_h X W^v_h) (then W^o, optional).

@@ -1,4 +1,4 @@
-// Mixer "cattn_u" (CoFrGeNet, papers/cofrgenet.md §3.3; docs/layers/cofrgenet.md): attention replaced
+// Mixer "cattn_u" (CoFrGeNet spec §3.3; docs/layers/cofrgenet.md): attention replaced
 // by two ensembles e = 1, 2 of univariate ladders along the token axis and causal token mixing,
 //     Y⁽ᵉ⁾[b,i,c] = w⁽ᵉ⁾_0[i] X[b,i,c] + f̃(w⁽ᵉ⁾_1[i] X[b,i,c] (+ b⁽ᵉ⁾_1[i]), .., w⁽ᵉ⁾_{d-1}[i] X[b,i,c] (+ ..)),
 //     Z⁽ᵉ⁾[b,j,c] = Σ_{i<=j} T⁽ᵉ⁾[j,i] Y⁽ᵉ⁾[b,i,c],        O = Z⁽¹⁾ ⊙ Z⁽²⁾.

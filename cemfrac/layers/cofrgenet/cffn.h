@@ -1,4 +1,4 @@
-// FFN "cffn" (CoFrGeNet, papers/cofrgenet.md §3.2; docs/layers/cofrgenet.md): the GPT-2 MLP replaced
+// FFN "cffn" (CoFrGeNet spec §3.2; docs/layers/cofrgenet.md): the GPT-2 MLP replaced
 // by L continued-fraction ladders on a gated, non-expanded input,
 //     x̂ = x ⊙ σ(G x),   a⁽ʲ⁾ = W⁽ʲ⁾ x̂ + b⁽ʲ⁾,   z_j = f̃(a⁽ʲ⁾_1..a⁽ʲ⁾_d),   y = U x̂ + Σ_j v_j z_j.
 // Options: SiLU gate; U on the raw input x; GLU-style gate x̂ = act(G₁x) ⊙ G₂x with no U (y = V z);
