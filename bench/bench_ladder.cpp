@@ -1,8 +1,8 @@
-// Google Benchmark for the continued-fraction ladder (issue 4): the fused op against the ATen reference
-// and the literal ladder, forward and forward+backward, args = rows x ladder_depth x n_ladders.
-// Bytes reported are the bytes that must move (forward: a in, f out; forward+backward: a in twice,
-// f out, upstream gradient in, grad a out), so bytes_per_second compares directly with a copy.
-// The same measurements, with the copy bandwidth, the floor and the Python peer in one table:
+// Google Benchmark for the continued-fraction ladder (issue 4): the fused op against the ATen
+// reference and the literal ladder, forward and forward+backward, args = rows x ladder_depth x
+// n_ladders. Bytes reported are the bytes that must move (forward: a in, f out; forward+backward: a
+// in twice, f out, upstream gradient in, grad a out), so bytes_per_second compares directly with a
+// copy. The same measurements, with the copy bandwidth, the floor and the Python peer in one table:
 // `cemfrac bench ladder`.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -85,7 +85,8 @@ BENCHMARK_CAPTURE(BM_Continuant_ForwardBackward, Cpu, ContinuantImpl::kFused)->A
 BENCHMARK(BM_Continuant_ForwardBackward_Kernel)->Apply(ladder_args);
 BENCHMARK_CAPTURE(BM_Continuant_ForwardBackward, Reference, ContinuantImpl::kReference)
     ->Apply(ladder_args);
-BENCHMARK_CAPTURE(BM_Continuant_ForwardBackward, Literal, ContinuantImpl::kLiteral)->Apply(ladder_args);
+BENCHMARK_CAPTURE(BM_Continuant_ForwardBackward, Literal, ContinuantImpl::kLiteral)
+    ->Apply(ladder_args);
 
 // Check before timing: fused forward and gradient against the reference on one input.
 bool validate() {
@@ -99,14 +100,15 @@ bool validate() {
   };
   const auto fused = run(ContinuantImpl::kFused);
   const auto ref = run(ContinuantImpl::kReference);
-  return at::allclose(fused.first, ref.first, 1e-6, 0) && at::allclose(fused.second, ref.second, 1e-6, 1e-12);
+  return at::allclose(fused.first, ref.first, 1e-6, 0) &&
+         at::allclose(fused.second, ref.second, 1e-6, 1e-12);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Keep freed blocks in the heap (see cli/bench.cpp): otherwise every 32 MiB tensor is a fresh mmap
-  // and the page faults dominate.
+  // Keep freed blocks in the heap (see cli/bench.cpp): otherwise every 32 MiB tensor is a fresh
+  // mmap and the page faults dominate.
   mallopt(M_MMAP_MAX, 0);
   mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
   std::printf("bench_ladder: %d threads, ladder ISA %s, float32, ATen CPU_CAPABILITY_AVX2 %s\n",

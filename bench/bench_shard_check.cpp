@@ -1,7 +1,7 @@
 // What the shard check of `train` and `eval` costs (open_token_shard, docs/formats.md): the header
 // checks plus the full scan (every id below the vocabulary, then the token CRC-32), per shard, with
-// the file in the page cache (a cold first read is bounded by the disk instead). Also the two passes
-// alone, so either can be attributed.
+// the file in the page cache (a cold first read is bounded by the disk instead). Also the two
+// passes alone, so either can be attributed.
 //   ./build/bench/bench_shard_check                       data/brown/{train,val,test}.bin
 //   CEMFRAC_SHARDS=a.bin:b.bin ./build/bench/bench_shard_check
 //   CEMFRAC_SYNTHETIC_MB=1024 ./build/bench/bench_shard_check   also a synthetic 1 GB uint16 shard
@@ -26,9 +26,11 @@ void open_and_check(benchmark::State& state, const std::string& path) {
   cemfrac::ShardCheck check;  // header + full scan (no tokenizer: its identity check is O(1))
   for (auto _ : state) benchmark::DoNotOptimize(cemfrac::open_token_shard(path, check));
   const ShardReader reader(path);
-  state.SetBytesProcessed(state.iterations() *
-                          static_cast<int64_t>(reader.size() * static_cast<uint64_t>(reader.dtype())));
-  state.counters["MB"] = static_cast<double>(reader.size() * static_cast<uint64_t>(reader.dtype())) / 1e6;
+  state.SetBytesProcessed(
+      state.iterations() *
+      static_cast<int64_t>(reader.size() * static_cast<uint64_t>(reader.dtype())));
+  state.counters["MB"] =
+      static_cast<double>(reader.size() * static_cast<uint64_t>(reader.dtype())) / 1e6;
 }
 
 void crc_only(benchmark::State& state, const std::string& path) {
@@ -49,7 +51,8 @@ std::string make_synthetic(int64_t mb) {
     std::vector<cemfrac::TokenId> doc(999);
     uint32_t x = 1;
     for (int64_t written = 0; written + 1000 <= tokens; written += 1000) {
-      for (auto& id : doc) id = static_cast<cemfrac::TokenId>((x = x * 1664525u + 1013904223u) % 49999u);
+      for (auto& id : doc)
+        id = static_cast<cemfrac::TokenId>((x = x * 1664525u + 1013904223u) % 49999u);
       sink.append_document(doc);
     }
   });
@@ -70,10 +73,12 @@ int main(int argc, char** argv) {
       if (fs::exists(p)) paths.push_back(p);
     }
   }
-  if (const char* mb = std::getenv("CEMFRAC_SYNTHETIC_MB")) paths.push_back(make_synthetic(std::atoll(mb)));
+  if (const char* mb = std::getenv("CEMFRAC_SYNTHETIC_MB"))
+    paths.push_back(make_synthetic(std::atoll(mb)));
   if (paths.empty()) {
-    fmt::print(stderr, "bench_shard_check: no shards (run cemfrac prepare --out data/brown, or set "
-                       "CEMFRAC_SHARDS / CEMFRAC_SYNTHETIC_MB)\n");
+    fmt::print(stderr,
+               "bench_shard_check: no shards (run cemfrac prepare --out data/brown, or set "
+               "CEMFRAC_SHARDS / CEMFRAC_SYNTHETIC_MB)\n");
     return 1;
   }
   for (const std::string& path : paths) {

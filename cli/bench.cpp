@@ -1,25 +1,28 @@
 // cemfrac bench: speed measured against references in the same run (DESIGN.md §6).
 //
-//   cemfrac bench ladder [--json] [--depths 1,2,4,6,8] [--ladders 1048576] [--width 1024] [--reps N]
+//   cemfrac bench ladder [--json] [--depths 1,2,4,6,8] [--ladders 1048576] [--width 1024] [--reps
+//   N]
 //                        [--peer | --no-peer] [--isa auto|baseline|avx2]
 //
-// Each area is one sub-subcommand registered in add_bench() (`ladder` here; `train` in bench_train.cpp,
-// `layers` in bench_layers.cpp), so a new one is one add_bench_* function.
+// Each area is one sub-subcommand registered in add_bench() (`ladder` here; `train` in
+// bench_train.cpp, `layers` in bench_layers.cpp), so a new one is one add_bench_* function.
 //
-// `ladder` times the continued-fraction ladder function f = K_{d-1}/K̂_d (cemfrac/ops/continuant.h) over
+// `ladder` times the continued-fraction ladder function f = K_{d-1}/K̂_d (cemfrac/ops/continuant.h)
+// over
 // --ladders ladders laid out (rows, d, width), forward (inference: no reciprocal cached) and
 // forward+backward (autograd::grad with a random upstream gradient), for
 //   fused      the fused CPU kernel behind the custom autograd Function (the product);
 //   kernel     the same kernels writing into preallocated tensors (no allocation, no autograd);
 //   reference  the pure-ATen twin differentiated by autograd;
 //   literal    the nested fraction with d guarded reciprocals ("CoFrGeNet-B"), autograd;
-//   peer       bench/peers/ladder_peer.py under /usr/bin/python3 (Debian's python3-torch), same shapes
-//              and threads: a PyTorch custom autograd Function of the same math, autograd through the
-//              continuant recurrence, and the literal ladder.
+//   peer       bench/peers/ladder_peer.py under /usr/bin/python3 (Debian's python3-torch), same
+//   shapes
+//              and threads: a PyTorch custom autograd Function of the same math, autograd through
+//              the continuant recurrence, and the literal ladder.
 // The floor is the bytes that must move (forward: a in, f out; forward+backward: a in twice, f out,
-// upstream gradient in, grad a out) over the copy bandwidth measured in the same run (a tensor copy of
-// 2x the largest a; bytes counted once read + once written, as STREAM does). Every implementation is
-// checked against the reference once before it is timed.
+// upstream gradient in, grad a out) over the copy bandwidth measured in the same run (a tensor copy
+// of 2x the largest a; bytes counted once read + once written, as STREAM does). Every
+// implementation is checked against the reference once before it is timed.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
@@ -67,8 +70,8 @@ std::vector<int64_t> parse_int_list(const std::string& text, const char* flag) {
     } catch (const std::exception&) {
       used = 0;
     }
-    CEMFRAC_CHECK(used == item.size() && v >= 1, "{}: '{}' is not a positive integer (e.g. {} 1,2,4,6,8)",
-                  flag, item, flag);
+    CEMFRAC_CHECK(used == item.size() && v >= 1,
+                  "{}: '{}' is not a positive integer (e.g. {} 1,2,4,6,8)", flag, item, flag);
     out.push_back(v);
   }
   CEMFRAC_CHECK(!out.empty(), "{} needs at least one value", flag);
@@ -144,11 +147,12 @@ struct LadderFlags {
   bool malloc_default = false;
 };
 
-// glibc serves every allocation above 32 MiB (and, before its threshold adapts, above 128 KiB) with a
-// fresh mmap, so each call that allocates such a tensor pays a page fault per 4 KiB page (the kernel
-// zeroes it): at 2^20 ladders, d = 8, the 32 MiB gradient alone costs tens of ms on a VM, more than the
-// kernel. A training process keeps its heap; we do the same here for every implementation, the peer
-// included (through glibc's environment variables): no mmap for large blocks, no trimming of the heap.
+// glibc serves every allocation above 32 MiB (and, before its threshold adapts, above 128 KiB) with
+// a fresh mmap, so each call that allocates such a tensor pays a page fault per 4 KiB page (the
+// kernel zeroes it): at 2^20 ladders, d = 8, the 32 MiB gradient alone costs tens of ms on a VM,
+// more than the kernel. A training process keeps its heap; we do the same here for every
+// implementation, the peer included (through glibc's environment variables): no mmap for large
+// blocks, no trimming of the heap.
 constexpr const char* kPeerMallocEnv = "MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4294967295 ";
 
 int run_ladder(const LadderFlags& flags) {
@@ -179,7 +183,8 @@ int run_ladder(const LadderFlags& flags) {
   std::string peer_note;
   if (!flags.peer && !flags.no_peer) {
     want_peer = python_torch_available() && find_peer_script(flags.peer_script).has_value();
-    if (!want_peer) peer_note = "peer skipped: no /usr/bin/python3 with torch or no bench/peers/ladder_peer.py";
+    if (!want_peer)
+      peer_note = "peer skipped: no /usr/bin/python3 with torch or no bench/peers/ladder_peer.py";
   }
   if (want_peer) {
     CEMFRAC_CHECK(python_torch_available(), "--peer needs {} with torch (Debian: python3-torch)",
@@ -188,10 +193,10 @@ int run_ladder(const LadderFlags& flags) {
     CEMFRAC_CHECK(script.has_value(),
                   "--peer: bench/peers/ladder_peer.py not found; run from the source tree, set "
                   "CEMFRAC_SOURCE_DIR or pass --peer-script");
-    const std::string cmd = fmt::format("{}{} {} --depths {} --ladders {} --width {} --reps {} --threads {}",
-                                        flags.malloc_default ? "" : kPeerMallocEnv, kPeerPython,
-                                        shell_quote(script->string()), flags.depths,
-                                        n, flags.width, flags.reps, threads);
+    const std::string cmd = fmt::format(
+        "{}{} {} --depths {} --ladders {} --width {} --reps {} --threads {}",
+        flags.malloc_default ? "" : kPeerMallocEnv, kPeerPython, shell_quote(script->string()),
+        flags.depths, n, flags.width, flags.reps, threads);
     if (!flags.json) fmt::print(stderr, "running the peer: {}\n", cmd);
     peer = nlohmann::json::parse(run_capture(cmd));
   }
@@ -222,7 +227,9 @@ int run_ladder(const LadderFlags& flags) {
     at::Tensor kf = at::empty({rows, flags.width});
     at::Tensor kr = at::empty_like(kf);
     at::Tensor kga = at::empty_like(a);
-    auto kernel_forward = [&] { kernels::continuant_forward_cpu(a, 0.01, kf, at::Tensor(), at::Tensor()); };
+    auto kernel_forward = [&] {
+      kernels::continuant_forward_cpu(a, 0.01, kf, at::Tensor(), at::Tensor());
+    };
     auto kernel_forward_backward = [&] {
       kernels::continuant_forward_cpu(a, 0.01, kf, kr, at::Tensor());
       kernels::continuant_backward_cpu(a, kr, at::Tensor(), g, 0.01, false, kga);
@@ -242,20 +249,24 @@ int run_ladder(const LadderFlags& flags) {
                     d, e_f, e_g, e_k);
     }
 
-    const double bytes_fwd = 4.0 * (d + 1) * n;        // a in, f out
-    const double bytes_fb = 4.0 * (3 * d + 2) * n;     // + a in again, g in, grad a out
+    const double bytes_fwd = 4.0 * (d + 1) * n;     // a in, f out
+    const double bytes_fb = 4.0 * (3 * d + 2) * n;  // + a in again, g in, grad a out
     const double floor_fwd_ms = bytes_fwd / (copy_gbs * 1e9) * 1e3;
     const double floor_fb_ms = bytes_fb / (copy_gbs * 1e9) * 1e3;
 
-    nlohmann::json row = {{"depth", d}, {"floor_forward_ms", floor_fwd_ms},
-                          {"floor_forward_backward_ms", floor_fb_ms}, {"bytes_forward", bytes_fwd},
+    nlohmann::json row = {{"depth", d},
+                          {"floor_forward_ms", floor_fwd_ms},
+                          {"floor_forward_backward_ms", floor_fb_ms},
+                          {"bytes_forward", bytes_fwd},
                           {"bytes_forward_backward", bytes_fb}};
     auto record = [&](const std::string& name, const Timing& fwd, const Timing& fb) {
       row[name] = {{"forward", {{"best_ms", fwd.best_ms}, {"median_ms", fwd.median_ms}}},
                    {"forward_backward", {{"best_ms", fb.best_ms}, {"median_ms", fb.median_ms}}}};
     };
-    record("fused", time_it(forward(fused), flags.reps), time_it(forward_backward(fused), flags.reps));
-    record("kernel", time_it(kernel_forward, flags.reps), time_it(kernel_forward_backward, flags.reps));
+    record("fused", time_it(forward(fused), flags.reps),
+           time_it(forward_backward(fused), flags.reps));
+    record("kernel", time_it(kernel_forward, flags.reps),
+           time_it(kernel_forward_backward, flags.reps));
     record("reference", time_it(forward(reference), flags.reps),
            time_it(forward_backward(reference), flags.reps));
     record("literal", time_it(forward(literal), flags.reps),
@@ -290,16 +301,18 @@ int run_ladder(const LadderFlags& flags) {
       {"results", results},
   };
   if (!peer.is_null()) {
-    report["peer"] = {{"python", peer["python"]}, {"torch", peer["torch"]}, {"threads", peer["threads"]}};
+    report["peer"] = {
+        {"python", peer["python"]}, {"torch", peer["torch"]}, {"threads", peer["threads"]}};
   }
   if (flags.json) {
     fmt::print("{}\n", report.dump(2));
     return 0;
   }
 
-  fmt::print("ladder bench: {} ladders = {} rows x {} (float32), {} threads, ISA {}, best of {} "
-             "(medians in --json)\n",
-             n, rows, flags.width, threads, kernels::continuant_cpu_isa(), flags.reps);
+  fmt::print(
+      "ladder bench: {} ladders = {} rows x {} (float32), {} threads, ISA {}, best of {} "
+      "(medians in --json)\n",
+      n, rows, flags.width, threads, kernels::continuant_cpu_isa(), flags.reps);
   fmt::print("CPU {}; copy bandwidth {:.1f} GB/s (measured now); malloc: {}\n",
              read_cpu_features().model_name, copy_gbs,
              flags.malloc_default ? "glibc default" : "heap kept (no mmap, no trim)");
@@ -310,8 +323,8 @@ int run_ladder(const LadderFlags& flags) {
     fmt::print("{}\n", peer_note);
   }
   fmt::print("\nforward (inference)\n");
-  fmt::print("{:>3} {:>9} {:>7} {:>7} {:>9} {:>10} {:>9} {:>9}\n", "d", "fused ms", "GB/s", "xfloor",
-             "kernel ms", "ref ms (x)", "lit (x)", "peer (x)");
+  fmt::print("{:>3} {:>9} {:>7} {:>7} {:>9} {:>10} {:>9} {:>9}\n", "d", "fused ms", "GB/s",
+             "xfloor", "kernel ms", "ref ms (x)", "lit (x)", "peer (x)");
   for (const auto& row : results) {
     const double t = best(row, "fused", "forward");
     const double floor = row["floor_forward_ms"].get<double>();
@@ -339,34 +352,42 @@ int run_ladder(const LadderFlags& flags) {
                best(row, "kernel", "forward_backward"), ratio("reference"), ratio("literal"),
                ratio("peer_custom_function"), ratio("peer_autograd"), ratio("peer_literal"));
   }
-  fmt::print("\n(x) = that implementation's time / fused time; xfloor = fused time / (bytes that must "
-             "move / copy bandwidth);\npeerF/peerA/peerL = Python custom autograd Function / autograd "
-             "through the continuant ops / literal ladder\n");
+  fmt::print(
+      "\n(x) = that implementation's time / fused time; xfloor = fused time / (bytes that must "
+      "move / copy bandwidth);\npeerF/peerA/peerL = Python custom autograd Function / autograd "
+      "through the continuant ops / literal ladder\n");
   return 0;
 }
 
 Command add_bench_ladder(CLI::App& bench) {
   auto flags = std::make_shared<LadderFlags>();
   CLI::App* app = bench.add_subcommand(
-      "ladder", "Continued-fraction ladder kernels: fused vs ATen reference, literal ladder, floor, peer");
+      "ladder",
+      "Continued-fraction ladder kernels: fused vs ATen reference, literal ladder, floor, peer");
   app->add_flag("--json", flags->json, "Print one JSON object (best and median times)");
-  app->add_option("--depths", flags->depths, "Ladder depths, comma-separated")->capture_default_str();
+  app->add_option("--depths", flags->depths, "Ladder depths, comma-separated")
+      ->capture_default_str();
   app->add_option("--ladders", flags->ladders, "Ladders in total (rows x width)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app->add_option("--width", flags->width, "Ladders per row")->capture_default_str()->check(CLI::PositiveNumber);
+  app->add_option("--width", flags->width, "Ladders per row")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app->add_option("--reps", flags->reps, "Timed repetitions after one warm-up")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
-  app->add_flag("--peer", flags->peer,
-                "Run the Python peer (bench/peers/ladder_peer.py under /usr/bin/python3); default: on "
-                "when python3-torch is installed");
+  app->add_flag(
+      "--peer", flags->peer,
+      "Run the Python peer (bench/peers/ladder_peer.py under /usr/bin/python3); default: on "
+      "when python3-torch is installed");
   app->add_flag("--no-peer", flags->no_peer, "Do not run the Python peer");
-  app->add_option("--peer-script", flags->peer_script, "Path of ladder_peer.py (default: found in the source tree)");
+  app->add_option("--peer-script", flags->peer_script,
+                  "Path of ladder_peer.py (default: found in the source tree)");
   app->add_flag("--malloc-default", flags->malloc_default,
                 "Leave glibc malloc as configured (large tensors then come from fresh mmaps: page "
                 "faults inside every timed call)");
-  app->add_option("--isa", flags->isa, "Ladder kernel instruction set: auto, baseline (SSE2) or avx2")
+  app->add_option("--isa", flags->isa,
+                  "Ladder kernel instruction set: auto, baseline (SSE2) or avx2")
       ->capture_default_str();
   return {app, [flags] { return run_ladder(*flags); }};
 }

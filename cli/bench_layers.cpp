@@ -1,22 +1,23 @@
-// cemfrac bench layers: forward and forward+backward time of every mixer and FFN kind on its own, at one
-// width and context, against MHA (mixers) and the GELU MLP (FFNs) timed in the same run.
+// cemfrac bench layers: forward and forward+backward time of every mixer and FFN kind on its own,
+// at one width and context, against MHA (mixers) and the GELU MLP (FFNs) timed in the same run.
 //
 //   cemfrac bench layers [--json] [--width 512] [--context 256] [--batch 4] [--reps 5]
 //                        [--kinds k1,k2] [--set model.key=value]...
 //
 // Every kind the registry knows is timed with the model-config defaults at the given shape (heads =
-// width / 64, d_ff = 4 width, RoPE), plus the variants listed in kVariants (CEM at T = 2, 4, the direct
-// T = 2 loop, D+LR, keys from the iterates, prox + step_norm). One sub-layer = the module make_mixer /
-// make_ffn builds for layer 0, fed x (B, N, D) in float32; forward runs without autograd, forward+backward takes the gradient of <y, g> for a fixed
-// random g with respect to x and every parameter. All rows are timed round-robin (each round runs
-// every row once), so a slow spell of a shared machine lands on all rows alike; times are best and
-// median of --reps rounds after one warm-up; the ratio column is best / the baseline's best. --json
-// also lists every round's forward+backward time in round order, so a ratio of two rows can be taken
-// round by round (its median resists a noisy machine better than a ratio of two bests).
-// Each row also has its kind's forward FLOPs per token (forward_flops_per_token at the context,
-// docs/flops.md), the forward+backward rate 3 x that x tokens / best time, and MFU = that rate / the
-// sgemm rate measured in the run (at::mm n x n x n float32, best of 3, n the geometric mean of tokens,
-// width and d_ff rounded to a multiple of 64).
+// width / 64, d_ff = 4 width, RoPE), plus the variants listed in kVariants (CEM at T = 2, 4, the
+// direct T = 2 loop, D+LR, keys from the iterates, prox + step_norm). One sub-layer = the module
+// make_mixer / make_ffn builds for layer 0, fed x (B, N, D) in float32; forward runs without
+// autograd, forward+backward takes the gradient of <y, g> for a fixed random g with respect to x
+// and every parameter. All rows are timed round-robin (each round runs every row once), so a slow
+// spell of a shared machine lands on all rows alike; times are best and median of --reps rounds
+// after one warm-up; the ratio column is best / the baseline's best. --json also lists every
+// round's forward+backward time in round order, so a ratio of two rows can be taken round by round
+// (its median resists a noisy machine better than a ratio of two bests). Each row also has its
+// kind's forward FLOPs per token (forward_flops_per_token at the context, docs/flops.md), the
+// forward+backward rate 3 x that x tokens / best time, and MFU = that rate / the sgemm rate
+// measured in the run (at::mm n x n x n float32, best of 3, n the geometric mean of tokens, width
+// and d_ff rounded to a multiple of 64).
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -68,12 +69,18 @@ const std::vector<Variant> kVariants = {
     {"cem_attention", "T=2", {"model.cem.steps=2"}},
     {"cem_attention", "T=2 direct", {"model.cem.steps=2", "model.cem.recursion=direct"}},
     {"cem_attention", "T=4", {"model.cem.steps=4"}},
-    {"cem_attention", "T=2 iterate keys", {"model.cem.steps=2", "model.cem.recursion_keys=iterate"}},
-    {"cem_attention", "T=2 prox+step_norm", {"model.cem.steps=2", "model.cem.prox=learned", "model.cem.step_norm=rms"}},
+    {"cem_attention",
+     "T=2 iterate keys",
+     {"model.cem.steps=2", "model.cem.recursion_keys=iterate"}},
+    {"cem_attention",
+     "T=2 prox+step_norm",
+     {"model.cem.steps=2", "model.cem.prox=learned", "model.cem.step_norm=rms"}},
     {"cem_attention", "D+LR", {"model.cem.dlr=per_head"}},
     {"cem_mlp", "T=2", {"model.cem.steps=2"}},
     {"cem_mlp", "T=4", {"model.cem.steps=4"}},
-    {"cem_mlp", "T=2 prox+step_norm", {"model.cem.steps=2", "model.cem.prox=learned", "model.cem.step_norm=rms"}},
+    {"cem_mlp",
+     "T=2 prox+step_norm",
+     {"model.cem.steps=2", "model.cem.prox=learned", "model.cem.step_norm=rms"}},
 };
 
 constexpr const char* kMixerBaseline = "mha";
@@ -87,7 +94,8 @@ struct Row {
   double forward_flops_per_token = 0;
   Timing forward;
   Timing forward_backward;
-  std::vector<double> forward_backward_rounds;  // ms, round by round (round r of every row ran together)
+  std::vector<double>
+      forward_backward_rounds;  // ms, round by round (round r of every row ran together)
 };
 
 std::vector<std::string> split_names(const std::string& text) {
@@ -95,7 +103,8 @@ std::vector<std::string> split_names(const std::string& text) {
   size_t start = 0;
   while (start <= text.size()) {
     const size_t comma = text.find(',', start);
-    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const std::string item =
+        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     if (!item.empty()) out.push_back(item);
     if (comma == std::string::npos) break;
     start = comma + 1;
@@ -127,7 +136,8 @@ double time_once(Fn&& fn) {
 
 // Times every subject round-robin: one warm-up call each, then `reps` rounds in which every subject
 // runs once, so that a slow spell of a shared machine hits all rows alike instead of a few of them.
-void time_round_robin(std::vector<Subject>& subjects, const torch::Tensor& x, const torch::Tensor& g, int reps) {
+void time_round_robin(std::vector<Subject>& subjects, const torch::Tensor& x,
+                      const torch::Tensor& g, int reps) {
   const torch::Tensor xg = x.clone().requires_grad_();
   auto forward = [&](Subject& s) {
     torch::NoGradGuard no_grad;
@@ -147,7 +157,8 @@ void time_round_robin(std::vector<Subject>& subjects, const torch::Tensor& x, co
   }
   for (int r = 0; r < reps; ++r) {
     for (Subject& s : subjects) s.forward_ms.push_back(time_once([&] { forward(s); }));
-    for (Subject& s : subjects) s.forward_backward_ms.push_back(time_once([&] { forward_backward(s); }));
+    for (Subject& s : subjects)
+      s.forward_backward_ms.push_back(time_once([&] { forward_backward(s); }));
   }
 }
 
@@ -167,9 +178,10 @@ int run_layers(const LayersFlags& flags) {
   for (const std::string& k : only) {
     const auto& m = mixer_kind_names();
     const auto& f = ffn_kind_names();
-    CEMFRAC_CHECK(std::find(m.begin(), m.end(), k) != m.end() || std::find(f.begin(), f.end(), k) != f.end(),
-                  "--kinds: '{}' is not a mixer or FFN kind (mixers: {}; FFNs: {})", k,
-                  fmt::join(m, ", "), fmt::join(f, ", "));
+    CEMFRAC_CHECK(
+        std::find(m.begin(), m.end(), k) != m.end() || std::find(f.begin(), f.end(), k) != f.end(),
+        "--kinds: '{}' is not a mixer or FFN kind (mixers: {}; FFNs: {})", k, fmt::join(m, ", "),
+        fmt::join(f, ", "));
   }
 
   // The rows: every mixer kind (defaults, then its variants), then every FFN kind likewise; the
@@ -181,7 +193,8 @@ int run_layers(const LayersFlags& flags) {
   std::vector<Job> jobs;
   auto add_kind = [&](const char* sublayer, const std::string& kind, const char* baseline) {
     if (kind != baseline && !wanted(kind)) return;
-    const std::string field = std::string("model.") + (sublayer == std::string("mixer") ? "mixer=" : "ffn=");
+    const std::string field =
+        std::string("model.") + (sublayer == std::string("mixer") ? "mixer=" : "ffn=");
     jobs.push_back({sublayer, kind, "default", {field + kind}});
     for (const Variant& v : kVariants) {
       if (v.kind != kind) continue;
@@ -205,8 +218,8 @@ int run_layers(const LayersFlags& flags) {
       auto mixer = make_mixer(c, 0, torch::kCPU);
       auto ctx = std::make_unique<MixerContext>();
       if (c.positions == "rope") {
-        rotaries.push_back(
-            std::make_unique<RotaryEmbedding>(c.head_dim(), c.context, c.rope_theta, c.rope_scaling));
+        rotaries.push_back(std::make_unique<RotaryEmbedding>(c.head_dim(), c.context, c.rope_theta,
+                                                             c.rope_scaling));
         std::tie(ctx->rope_cos, ctx->rope_sin) =
             rotaries.back()->tables(0, c.context, torch::TensorOptions().dtype(torch::kFloat32));
       }
@@ -225,7 +238,8 @@ int run_layers(const LayersFlags& flags) {
     subjects.push_back(std::move(s));
   }
   if (!flags.json) {
-    fmt::print(stderr, "  timing {} rows round-robin, {} rounds after a warm-up...\n", subjects.size(), flags.reps);
+    fmt::print(stderr, "  timing {} rows round-robin, {} rounds after a warm-up...\n",
+               subjects.size(), flags.reps);
   }
   torch::manual_seed(2);
   const torch::Tensor x = torch::randn({flags.batch, base.model.context, base.model.d_model});
@@ -249,12 +263,14 @@ int run_layers(const LayersFlags& flags) {
   auto baseline_ms = [&](const std::string& sublayer) {
     const std::string kind = sublayer == "mixer" ? kMixerBaseline : kFfnBaseline;
     for (const Row& r : rows)
-      if (r.sublayer == sublayer && r.kind == kind && r.variant == "default") return r.forward_backward.best_ms;
+      if (r.sublayer == sublayer && r.kind == kind && r.variant == "default")
+        return r.forward_backward.best_ms;
     return 0.0;
   };
   const double tokens = static_cast<double>(flags.batch * base.model.context);
   const double geo = std::cbrt(tokens * double(base.model.d_model) * double(base.model.d_ff));
-  const int n_sgemm = static_cast<int>(std::clamp<double>(std::round(geo / 64.0) * 64.0, 64.0, 2048.0));
+  const int n_sgemm =
+      static_cast<int>(std::clamp<double>(std::round(geo / 64.0) * 64.0, 64.0, 2048.0));
   const double sgemm_gflops = measure_sgemm_gflops(n_sgemm, 3);
   json report = {{"bench", "layers"},
                  {"cpu", read_cpu_features().model_name},
@@ -271,43 +287,50 @@ int run_layers(const LayersFlags& flags) {
   for (const Row& r : rows) {
     const double base_ms = baseline_ms(r.sublayer);
     // forward + backward = 3 forwards (docs/flops.md)
-    const double gflops = 3.0 * r.forward_flops_per_token * tokens / (r.forward_backward.best_ms * 1e6);
-    report["rows"].push_back({{"sublayer", r.sublayer},
-                              {"kind", r.kind},
-                              {"variant", r.variant},
-                              {"parameters", r.params},
-                              {"forward_ms", {{"best", r.forward.best_ms}, {"median", r.forward.median_ms}}},
-                              {"forward_backward_ms",
-                               {{"best", r.forward_backward.best_ms}, {"median", r.forward_backward.median_ms}}},
-                              {"forward_backward_rounds_ms", r.forward_backward_rounds},
-                              {"forward_backward_us_per_token", 1e3 * r.forward_backward.best_ms / tokens},
-                              {"forward_flops_per_token", r.forward_flops_per_token},
-                              {"forward_backward_gflops", gflops},
-                              {"mfu", gflops / sgemm_gflops},
-                              {"ratio_vs_baseline", base_ms > 0 ? r.forward_backward.best_ms / base_ms : 0.0}});
+    const double gflops =
+        3.0 * r.forward_flops_per_token * tokens / (r.forward_backward.best_ms * 1e6);
+    report["rows"].push_back(
+        {{"sublayer", r.sublayer},
+         {"kind", r.kind},
+         {"variant", r.variant},
+         {"parameters", r.params},
+         {"forward_ms", {{"best", r.forward.best_ms}, {"median", r.forward.median_ms}}},
+         {"forward_backward_ms",
+          {{"best", r.forward_backward.best_ms}, {"median", r.forward_backward.median_ms}}},
+         {"forward_backward_rounds_ms", r.forward_backward_rounds},
+         {"forward_backward_us_per_token", 1e3 * r.forward_backward.best_ms / tokens},
+         {"forward_flops_per_token", r.forward_flops_per_token},
+         {"forward_backward_gflops", gflops},
+         {"mfu", gflops / sgemm_gflops},
+         {"ratio_vs_baseline", base_ms > 0 ? r.forward_backward.best_ms / base_ms : 0.0}});
   }
   if (flags.json) {
     fmt::print("{}\n", report.dump(2));
     return 0;
   }
-  fmt::print("cemfrac bench layers: width {}, heads {}, d_ff {}, context {}, batch {}, {} threads, best of "
-             "{} after a warm-up\nCPU {}; BLAS core {}\n\n",
-             base.model.d_model, base.model.n_heads, base.model.d_ff, base.model.context, flags.batch,
-             at::get_num_threads(), flags.reps, read_cpu_features().model_name, blas_status().core);
-  fmt::print("{:<6} {:<18} {:<10} {:>10} {:>9} {:>10} {:>9} {:>8} {:>7}\n", "", "kind", "variant", "params",
-             "fwd ms", "f+b ms", "f+b us/t", "x base", "MFU");
+  fmt::print(
+      "cemfrac bench layers: width {}, heads {}, d_ff {}, context {}, batch {}, {} threads, best "
+      "of "
+      "{} after a warm-up\nCPU {}; BLAS core {}\n\n",
+      base.model.d_model, base.model.n_heads, base.model.d_ff, base.model.context, flags.batch,
+      at::get_num_threads(), flags.reps, read_cpu_features().model_name, blas_status().core);
+  fmt::print("{:<6} {:<18} {:<10} {:>10} {:>9} {:>10} {:>9} {:>8} {:>7}\n", "", "kind", "variant",
+             "params", "fwd ms", "f+b ms", "f+b us/t", "x base", "MFU");
   for (const json& r : report["rows"]) {
     fmt::print("{:<6} {:<18} {:<10} {:>10} {:>9.2f} {:>10.2f} {:>9.2f} {:>8.2f} {:>6.1f}%\n",
                r["sublayer"].get<std::string>(), r["kind"].get<std::string>(),
                r["variant"].get<std::string>(), r["parameters"].get<int64_t>(),
-               r["forward_ms"]["best"].get<double>(), r["forward_backward_ms"]["best"].get<double>(),
-               r["forward_backward_us_per_token"].get<double>(), r["ratio_vs_baseline"].get<double>(),
-               100.0 * r["mfu"].get<double>());
+               r["forward_ms"]["best"].get<double>(),
+               r["forward_backward_ms"]["best"].get<double>(),
+               r["forward_backward_us_per_token"].get<double>(),
+               r["ratio_vs_baseline"].get<double>(), 100.0 * r["mfu"].get<double>());
   }
-  fmt::print("\nf+b = forward + backward (gradients of x and every parameter); us/t = microseconds per "
-             "token;\nx base = f+b time / that of {} (mixers) or {} (FFNs) in this run; MFU = 3 x forward FLOPs "
-             "(docs/flops.md) / f+b time / sgemm {:.1f} GFLOP/s at {}^3\n",
-             kMixerBaseline, kFfnBaseline, sgemm_gflops, n_sgemm);
+  fmt::print(
+      "\nf+b = forward + backward (gradients of x and every parameter); us/t = microseconds per "
+      "token;\nx base = f+b time / that of {} (mixers) or {} (FFNs) in this run; MFU = 3 x forward "
+      "FLOPs "
+      "(docs/flops.md) / f+b time / sgemm {:.1f} GFLOP/s at {}^3\n",
+      kMixerBaseline, kFfnBaseline, sgemm_gflops, n_sgemm);
   return 0;
 }
 
@@ -316,8 +339,9 @@ int run_layers(const LayersFlags& flags) {
 Command add_bench_layers(CLI::App& bench, const GlobalOptions& global) {
   (void)global;  // --threads and --blas-core are applied in main() before any command runs
   auto flags = std::make_shared<LayersFlags>();
-  CLI::App* app = bench.add_subcommand(
-      "layers", "Forward and forward+backward time of every mixer and FFN kind, against MHA and the GELU MLP");
+  CLI::App* app = bench.add_subcommand("layers",
+                                       "Forward and forward+backward time of every mixer and FFN "
+                                       "kind, against MHA and the GELU MLP");
   app->add_flag("--json", flags->json, "Print one JSON object");
   app->add_option("--width", flags->width, "Model width D (heads = D / 64, d_ff = 4 D)")
       ->capture_default_str()
@@ -328,10 +352,12 @@ Command add_bench_layers(CLI::App& bench, const GlobalOptions& global) {
   app->add_option("--batch", flags->batch, "Sequences per call")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  app->add_option("--reps", flags->reps, "Timed rounds after one warm-up (each round runs every row once)")
+  app->add_option("--reps", flags->reps,
+                  "Timed rounds after one warm-up (each round runs every row once)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
-  app->add_option("--kinds", flags->kinds, "Only these kinds (comma-separated; the baselines always run)");
+  app->add_option("--kinds", flags->kinds,
+                  "Only these kinds (comma-separated; the baselines always run)");
   app->add_option("--set", flags->sets,
                   "Override a model field for every row: model.key=value (repeatable), e.g. "
                   "--set model.n_heads=4");

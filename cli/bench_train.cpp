@@ -1,28 +1,29 @@
 // cemfrac bench train: the speed of one optimizer step of a run config's model (issue 3).
 //
-//   cemfrac bench train --config C [--set k=v]... [--steps N] [--warmup N] [--json] [--peer | --no-peer]
+//   cemfrac bench train --config C [--set k=v]... [--steps N] [--warmup N] [--json] [--peer |
+//   --no-peer]
 //
-// The step is the trainer's (cemfrac/train/trainer.cpp): zero_grad, forward, cross-entropy, backward,
-// gradient clipping, AdamW (cemfrac::Optimizer: the run config's betas, eps and weight decay on the
-// decay group). Its input is one batch of random token ids (seeded by train.seed) of shape
-// (train.micro_batch, seq_len + 1), reused every step; `warmup` untimed steps come first, then `steps`
-// timed ones, each timed whole (and split into forward, backward, clip + optimizer).
+// The step is the trainer's (cemfrac/train/trainer.cpp): zero_grad, forward, cross-entropy,
+// backward, gradient clipping, AdamW (cemfrac::Optimizer: the run config's betas, eps and weight
+// decay on the decay group). Its input is one batch of random token ids (seeded by train.seed) of
+// shape (train.micro_batch, seq_len + 1), reused every step; `warmup` untimed steps come first,
+// then `steps` timed ones, each timed whole (and split into forward, backward, clip + optimizer).
 //
 // Model FLOPs per step (docs/flops.md; the PaLM convention, attention counted as if not causal):
 //   F = 3 B S (sum over layers of mixer + FFN forward FLOPs per token at context S + 2 V D)
 // with B the micro-batch and S the sequence length; each mixer and FFN kind reports its own forward
-// FLOPs per token (MixerImpl / FfnImpl::forward_flops_per_token), 2 V D is the head (counted even when
-// tied to the embedding), and backward is counted as twice the forward. For mha + gelu_mlp/swiglu this
-// is the older B S (6 P_mm + 12 L H d_h S). MFU = F / step time / the sgemm rate measured in
-// this run (at::mm, n x n x n float32, best of 5) at n = 2048 and at a size near the model's matmuls
-// (the geometric mean of B S, D and M, rounded to a multiple of 64); the higher of the two is the
-// denominator.
+// FLOPs per token (MixerImpl / FfnImpl::forward_flops_per_token), 2 V D is the head (counted even
+// when tied to the embedding), and backward is counted as twice the forward. For mha +
+// gelu_mlp/swiglu this is the older B S (6 P_mm + 12 L H d_h S). MFU = F / step time / the sgemm
+// rate measured in this run (at::mm, n x n x n float32, best of 5) at n = 2048 and at a size near
+// the model's matmuls (the geometric mean of B S, D and M, rounded to a multiple of 64); the higher
+// of the two is the denominator.
 //
 // The peer is bench/peers/train_step_peer.py under /usr/bin/python3 (Debian's python3-torch): the
-// same model, batch, AdamW, steps and threads in PyTorch eager, started with OPENBLAS_CORETYPE set to
-// the core this process runs. It runs right after the C++ steps; the ratio is C++ / PyTorch step time.
-// Both sides start from the same model: before its steps cemfrac writes its initial weights (by
-// checkpoint name), the batch ("__batch__") and the decay group's names (metadata "decay") to a
+// same model, batch, AdamW, steps and threads in PyTorch eager, started with OPENBLAS_CORETYPE set
+// to the core this process runs. It runs right after the C++ steps; the ratio is C++ / PyTorch step
+// time. Both sides start from the same model: before its steps cemfrac writes its initial weights
+// (by checkpoint name), the batch ("__batch__") and the decay group's names (metadata "decay") to a
 // temporary safetensors file, and the peer loads them (--weights). The peer's step-0 loss and
 // gradient norm must then equal cemfrac's to float32 rounding (kPeerLossRtol, kPeerGradNormRtol);
 // otherwise no ratio is reported and the command fails with one line.
@@ -102,18 +103,21 @@ struct TrainBenchFlags {
 };
 
 // Every large tensor of a step (attention probabilities, logits and their gradients: tens of MB)
-// would otherwise come from a fresh mmap that the kernel zeroes page by page, every step. A training
-// process keeps its heap: no mmap for large blocks, no trimming.
+// would otherwise come from a fresh mmap that the kernel zeroes page by page, every step. A
+// training process keeps its heap: no mmap for large blocks, no trimming.
 constexpr const char* kKeepHeapEnv = "MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4294967295 ";
 
 // User + system CPU seconds of this process so far (all threads).
 double cpu_seconds() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
-  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
-double median_of(std::vector<double> v) { return summarize_times(std::move(v)).median_ms; }
+double median_of(std::vector<double> v) {
+  return summarize_times(std::move(v)).median_ms;
+}
 
 std::string quote_for_shell(const std::string& s) {
   std::string q = "'";
@@ -162,7 +166,8 @@ std::optional<fs::path> locate_peer(const std::string& given) {
 }
 
 // Why the peer cannot model this config ("" when it can): the layer kinds it writes. The options of
-// those kinds it does not write (cem.dlr_distance, cofrgenet.glu, ...) it refuses itself, with one line.
+// those kinds it does not write (cem.dlr_distance, cofrgenet.glu, ...) it refuses itself, with one
+// line.
 std::string peer_unsupported(const ModelConfig& m) {
   for (int64_t l = 0; l < m.n_layers; ++l) {
     const std::string mixer = m.mixer_of(l), ffn = m.ffn_of(l);
@@ -185,7 +190,8 @@ torch::Tensor bench_batch(const RunConfig& rc, int64_t S) {
 // the decay group's names as metadata "decay" (comma-separated).
 void write_peer_inputs(const std::string& path, LmModelImpl& model, const torch::Tensor& data) {
   TensorMap tensors;
-  for (const auto& item : model.named_parameters(/*recurse=*/true)) tensors[item.key()] = item.value().detach();
+  for (const auto& item : model.named_parameters(/*recurse=*/true))
+    tensors[item.key()] = item.value().detach();
   tensors["__batch__"] = data;
   std::string decay;
   for (const ParamInfo& p : model.parameter_table()) {
@@ -195,13 +201,13 @@ void write_peer_inputs(const std::string& path, LmModelImpl& model, const torch:
 }
 
 struct Flops {
-  int64_t matmul_params = 0;   // P_mm: every 2-D parameter but the embeddings, plus the head's V x D
-  double mixers = 0;           // sum of the mixers' forward FLOPs per token at context S
-  double ffns = 0;             // sum of the FFNs' forward FLOPs per token
-  double head = 0;             // 2 V D
-  double per_token = 0;        // 3 (mixers + ffns + head): forward + backward
-  double per_step = 0;         // B S per_token
-  std::string formula;         // with the numbers
+  int64_t matmul_params = 0;  // P_mm: every 2-D parameter but the embeddings, plus the head's V x D
+  double mixers = 0;          // sum of the mixers' forward FLOPs per token at context S
+  double ffns = 0;            // sum of the FFNs' forward FLOPs per token
+  double head = 0;            // 2 V D
+  double per_token = 0;       // 3 (mixers + ffns + head): forward + backward
+  double per_step = 0;        // B S per_token
+  std::string formula;        // with the numbers
 };
 
 Flops model_flops(LmModelImpl& model, int64_t B, int64_t S) {
@@ -218,19 +224,21 @@ Flops model_flops(LmModelImpl& model, int64_t B, int64_t S) {
   f.head = 2.0 * double(c.vocab_size) * double(c.d_model);
   f.per_token = 3.0 * (f.mixers + f.ffns + f.head);
   f.per_step = double(B) * S * f.per_token;
-  f.formula = fmt::format("B*S*3*(mixers + FFNs + head 2*V*D) = {}*{}*3*({:.4e} + {:.4e} + {:.4e}) = {:.4e}", B,
-                          S, f.mixers, f.ffns, f.head, f.per_step);
+  f.formula = fmt::format(
+      "B*S*3*(mixers + FFNs + head 2*V*D) = {}*{}*3*({:.4e} + {:.4e} + {:.4e}) = {:.4e}", B, S,
+      f.mixers, f.ffns, f.head, f.per_step);
   return f;
 }
 
 struct StepTimes {
   std::vector<double> step_s, cpu_s, forward_s, backward_s, optimizer_s;
   double first_loss = 0, last_loss = 0;
-  double first_grad_norm = 0;  // step 0's gradient norm before clipping (checked against the peer's)
+  double first_grad_norm =
+      0;  // step 0's gradient norm before clipping (checked against the peer's)
 };
 
-StepTimes run_cpp_steps(const RunConfig& rc, int64_t S, const TrainBenchFlags& flags, LmModel& model,
-                        const torch::Tensor& data) {
+StepTimes run_cpp_steps(const RunConfig& rc, int64_t S, const TrainBenchFlags& flags,
+                        LmModel& model, const torch::Tensor& data) {
   const TrainConfig& t = rc.train;
   const int64_t V = rc.model.vocab_size;
   AdamWConfig adam;
@@ -291,7 +299,8 @@ int run_train_bench(const TrainBenchFlags& flags) {
   const TrainConfig& t = rc.train;
   const int64_t B = t.micro_batch;
   const int64_t S = t.seq_len > 0 ? t.seq_len : rc.model.context;
-  CEMFRAC_CHECK(S <= rc.model.context, "train.seq_len {} exceeds model.context {}", S, rc.model.context);
+  CEMFRAC_CHECK(S <= rc.model.context, "train.seq_len {} exceeds model.context {}", S,
+                rc.model.context);
   const int threads = at::get_num_threads();
   const std::string core = blas_status().core;
 
@@ -304,12 +313,14 @@ int run_train_bench(const TrainBenchFlags& flags) {
     peer_script = locate_peer(flags.peer_script);
     if (flags.peer) {
       CEMFRAC_CHECK(have_python, "--peer needs {} with torch (Debian: python3-torch)", kPython);
-      CEMFRAC_CHECK(peer_script.has_value(),
-                    "--peer: {} not found; run from the source tree, set CEMFRAC_SOURCE_DIR or pass "
-                    "--peer-script", kPeerRelPath);
+      CEMFRAC_CHECK(
+          peer_script.has_value(),
+          "--peer: {} not found; run from the source tree, set CEMFRAC_SOURCE_DIR or pass "
+          "--peer-script",
+          kPeerRelPath);
       CEMFRAC_CHECK(why_not.empty(), "--peer: the PyTorch peer does not model {}", why_not);
     } else if (!have_python || !peer_script || !why_not.empty()) {
-      peer_note = !have_python     ? fmt::format("peer skipped: no {} with torch", kPython)
+      peer_note = !have_python   ? fmt::format("peer skipped: no {} with torch", kPython)
                   : !peer_script ? fmt::format("peer skipped: {} not found", kPeerRelPath)
                                  : fmt::format("peer skipped: it does not model {}", why_not);
       peer_script.reset();
@@ -323,7 +334,8 @@ int run_train_bench(const TrainBenchFlags& flags) {
 
   // The sgemm rate now, at the model's size and at 2048.
   const auto geo = std::cbrt(double(B * S) * double(rc.model.d_model) * double(rc.model.d_ff));
-  const int n_model = static_cast<int>(std::clamp<double>(std::round(geo / 64.0) * 64.0, 64.0, 2048.0));
+  const int n_model =
+      static_cast<int>(std::clamp<double>(std::round(geo / 64.0) * 64.0, 64.0, 2048.0));
   const double gflops_model = measure_sgemm_gflops(n_model, 5);
   const double gflops_2048 = measure_sgemm_gflops(2048, 5);
   const double peak_gflops = std::max(gflops_model, gflops_2048);
@@ -336,7 +348,9 @@ int run_train_bench(const TrainBenchFlags& flags) {
   // The peer starts from these very weights and batch (see kPeerLossRtol).
   std::string peer_weights;
   if (peer_script) {
-    peer_weights = (fs::temp_directory_path() / fmt::format("cemfrac-bench-peer-{}.safetensors", getpid())).string();
+    peer_weights =
+        (fs::temp_directory_path() / fmt::format("cemfrac-bench-peer-{}.safetensors", getpid()))
+            .string();
     write_peer_inputs(peer_weights, *model, data);
   }
   const StepTimes cpp = run_cpp_steps(rc, S, flags, model, data);
@@ -346,13 +360,21 @@ int run_train_bench(const TrainBenchFlags& flags) {
   if (peer_script) {
     json cfg = {{"model", to_json(rc.model)},
                 {"train",
-                 {{"micro_batch", B}, {"seq_len", S}, {"lr", t.lr_max}, {"beta1", t.beta1},
-                  {"beta2", t.beta2}, {"adam_eps", t.adam_eps}, {"weight_decay", t.weight_decay},
-                  {"grad_clip", t.grad_clip}, {"seed", t.seed}}}};
+                 {{"micro_batch", B},
+                  {"seq_len", S},
+                  {"lr", t.lr_max},
+                  {"beta1", t.beta1},
+                  {"beta2", t.beta2},
+                  {"adam_eps", t.adam_eps},
+                  {"weight_decay", t.weight_decay},
+                  {"grad_clip", t.grad_clip},
+                  {"seed", t.seed}}}};
     const std::string cmd = fmt::format(
-        "{}OPENBLAS_CORETYPE={} {} {} --config-json {} --steps {} --warmup {} --threads {} --weights {}",
-        flags.peer_keep_heap ? kKeepHeapEnv : "", quote_for_shell(core), kPython, quote_for_shell(peer_script->string()),
-        quote_for_shell(cfg.dump()), flags.steps, flags.warmup, threads, quote_for_shell(peer_weights));
+        "{}OPENBLAS_CORETYPE={} {} {} --config-json {} --steps {} --warmup {} --threads {} "
+        "--weights {}",
+        flags.peer_keep_heap ? kKeepHeapEnv : "", quote_for_shell(core), kPython,
+        quote_for_shell(peer_script->string()), quote_for_shell(cfg.dump()), flags.steps,
+        flags.warmup, threads, quote_for_shell(peer_weights));
     if (!flags.json) fmt::print(stderr, "running the PyTorch peer: {}\n", cmd);
     std::string peer_out;
     try {
@@ -410,11 +432,15 @@ int run_train_bench(const TrainBenchFlags& flags) {
       {"seq_len", S},
       {"tokens_per_step", tokens},
       {"flops_per_token", flops.per_token},
-      {"forward_flops_per_token", {{"mixers", flops.mixers}, {"ffns", flops.ffns}, {"head", flops.head}}},
+      {"forward_flops_per_token",
+       {{"mixers", flops.mixers}, {"ffns", flops.ffns}, {"head", flops.head}}},
       {"flops_per_step", flops.per_step},
       {"flops_formula", flops.formula},
-      {"sgemm_gflops", {{"n_model", n_model}, {"at_n_model", gflops_model}, {"at_2048", gflops_2048},
-                        {"peak", peak_gflops}}},
+      {"sgemm_gflops",
+       {{"n_model", n_model},
+        {"at_n_model", gflops_model},
+        {"at_2048", gflops_2048},
+        {"peak", peak_gflops}}},
       {"steps", flags.steps},
       {"warmup", flags.warmup},
       {"cpp", cpp_j},
@@ -425,15 +451,21 @@ int run_train_bench(const TrainBenchFlags& flags) {
     const double a = cpp.first_loss, b = peer["first_loss"].get<double>();
     const double ga = cpp.first_grad_norm, gb = peer["first_grad_norm"].get<double>();
     const double tol = kPeerLossRtol * std::abs(a), gtol = kPeerGradNormRtol * std::abs(ga);
-    const bool loss_ok = std::abs(a - b) <= tol;      // false for NaN too
+    const bool loss_ok = std::abs(a - b) <= tol;  // false for NaN too
     const bool grad_ok = std::abs(ga - gb) <= gtol;
-    report["peer_loss_check"] = {{"cpp_step0_loss", a}, {"peer_step0_loss", b}, {"abs_diff", std::abs(a - b)},
-                                 {"tolerance", tol}, {"cpp_step0_grad_norm", ga},
-                                 {"peer_step0_grad_norm", gb}, {"grad_norm_abs_diff", std::abs(ga - gb)},
-                                 {"grad_norm_tolerance", gtol}, {"agree", loss_ok && grad_ok}};
+    report["peer_loss_check"] = {{"cpp_step0_loss", a},
+                                 {"peer_step0_loss", b},
+                                 {"abs_diff", std::abs(a - b)},
+                                 {"tolerance", tol},
+                                 {"cpp_step0_grad_norm", ga},
+                                 {"peer_step0_grad_norm", gb},
+                                 {"grad_norm_abs_diff", std::abs(ga - gb)},
+                                 {"grad_norm_tolerance", gtol},
+                                 {"agree", loss_ok && grad_ok}};
     if (!loss_ok || !grad_ok) {
       loss_refusal = fmt::format(
-          "no ratio: from the same weights and batch the peer's step 0 differs from cemfrac's (loss "
+          "no ratio: from the same weights and batch the peer's step 0 differs from cemfrac's "
+          "(loss "
           "{:.9g} vs {:.9g}, tolerance {:.2g}; gradient norm {:.9g} vs {:.9g}, tolerance {:.2g}): "
           "the peer does not compute the same model",
           b, a, tol, gb, ga, gtol);
@@ -441,14 +473,16 @@ int run_train_bench(const TrainBenchFlags& flags) {
   }
   if (!peer.is_null() && loss_refusal.empty()) {
     json peer_j = side(peer["median_s"].get<double>(), peer["min_s"].get<double>());
-    for (const char* key : {"step_s", "cpu_s", "cpu_median_s", "phases_median_s", "first_loss", "last_loss", "blas_core",
-                            "threads", "python", "torch", "adamw_foreach"})
+    for (const char* key :
+         {"step_s", "cpu_s", "cpu_median_s", "phases_median_s", "first_loss", "last_loss",
+          "blas_core", "threads", "python", "torch", "adamw_foreach"})
       peer_j[key] = peer[key];
     report["peer"] = peer_j;
     report["ratio_median"] = med / peer["median_s"].get<double>();
     report["ratio_min"] = best / peer["min_s"].get<double>();
     report["ratio_cpu_median"] = median_of(cpp.cpu_s) / peer["cpu_median_s"].get<double>();
-    report["peer"]["malloc"] = flags.peer_keep_heap ? "heap kept (no mmap, no trim)" : "glibc default";
+    report["peer"]["malloc"] =
+        flags.peer_keep_heap ? "heap kept (no mmap, no trim)" : "glibc default";
     met = met && report["ratio_median"].get<double>() <= kTargetRatio;
   } else if (!loss_refusal.empty()) {
     report["peer_note"] = loss_refusal;
@@ -467,34 +501,39 @@ int run_train_bench(const TrainBenchFlags& flags) {
   }
   fmt::print("train-step bench: {} ({} parameters), micro-batch {} x {} = {} tokens, {} threads\n",
              flags.config, n_params, B, S, tokens, threads);
-  fmt::print("CPU {}; BLAS {} core {}\n", read_cpu_features().model_name, blas_status().library, core);
+  fmt::print("CPU {}; BLAS {} core {}\n", read_cpu_features().model_name, blas_status().library,
+             core);
   fmt::print("model FLOPs/step = {}\n", flops.formula);
   fmt::print("sgemm now: {:.1f} GFLOP/s at {}^3, {:.1f} at 2048^3 (MFU denominator: {:.1f})\n",
              gflops_model, n_model, gflops_2048, peak_gflops);
-  fmt::print("{} warm-up + {} timed steps each side; CPU s = user + system seconds of the process per "
-             "step (median; all threads)\n\n", flags.warmup, flags.steps);
-  fmt::print("{:<9} {:>9} {:>9} {:>9} {:>6} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7}  {}\n", "", "median s",
-             "min s", "tokens/s", "MFU", "CPU s", "fwd s", "bwd s", "opt s", "loss0", "lossN",
-             "BLAS core, malloc");
+  fmt::print(
+      "{} warm-up + {} timed steps each side; CPU s = user + system seconds of the process per "
+      "step (median; all threads)\n\n",
+      flags.warmup, flags.steps);
+  fmt::print("{:<9} {:>9} {:>9} {:>9} {:>6} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7}  {}\n", "",
+             "median s", "min s", "tokens/s", "MFU", "CPU s", "fwd s", "bwd s", "opt s", "loss0",
+             "lossN", "BLAS core, malloc");
   auto row = [&](const char* name, const json& j) {
     const json& ph = j["phases_median_s"];
-    fmt::print("{:<9} {:>9.3f} {:>9.3f} {:>9.0f} {:>5.1f}% {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>7.3f} {:>7.3f}  {}, {}\n",
-               name, j["median_s"].get<double>(), j["min_s"].get<double>(),
-               j["tokens_per_s"].get<double>(), 100 * j["mfu"].get<double>(),
-               j["cpu_median_s"].get<double>(),
-               ph["forward"].get<double>(), ph["backward"].get<double>(),
-               ph["clip_and_optimizer"].get<double>(), j["first_loss"].get<double>(),
-               j["last_loss"].get<double>(), j["blas_core"].get<std::string>(),
-               j["malloc"].get<std::string>());
+    fmt::print(
+        "{:<9} {:>9.3f} {:>9.3f} {:>9.0f} {:>5.1f}% {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>7.3f} "
+        "{:>7.3f}  {}, {}\n",
+        name, j["median_s"].get<double>(), j["min_s"].get<double>(),
+        j["tokens_per_s"].get<double>(), 100 * j["mfu"].get<double>(),
+        j["cpu_median_s"].get<double>(), ph["forward"].get<double>(), ph["backward"].get<double>(),
+        ph["clip_and_optimizer"].get<double>(), j["first_loss"].get<double>(),
+        j["last_loss"].get<double>(), j["blas_core"].get<std::string>(),
+        j["malloc"].get<std::string>());
   };
   row("cemfrac", report["cpp"]);
   if (report.contains("peer")) {
     row("pytorch", report["peer"]);
-    fmt::print("\nC++ / PyTorch step time: {:.3f} (median), {:.3f} (min), CPU time {:.3f}; PyTorch {} "
-               "under Python {}\n",
-               report["ratio_median"].get<double>(), report["ratio_min"].get<double>(),
-               report["ratio_cpu_median"].get<double>(),
-               peer["torch"].get<std::string>(), peer["python"].get<std::string>());
+    fmt::print(
+        "\nC++ / PyTorch step time: {:.3f} (median), {:.3f} (min), CPU time {:.3f}; PyTorch {} "
+        "under Python {}\n",
+        report["ratio_median"].get<double>(), report["ratio_min"].get<double>(),
+        report["ratio_cpu_median"].get<double>(), peer["torch"].get<std::string>(),
+        peer["python"].get<std::string>());
   } else if (!loss_refusal.empty()) {
     fmt::print("\n{}\n", loss_refusal);
   } else if (!peer_note.empty()) {
@@ -512,14 +551,17 @@ Command add_bench_train(CLI::App& bench, const GlobalOptions& global) {
   (void)global;  // --threads and --blas-core are applied in main() before any command runs
   auto flags = std::make_shared<TrainBenchFlags>();
   CLI::App* app = bench.add_subcommand(
-      "train", "Time per optimizer step, tokens/s and MFU of a run config's model, against PyTorch eager");
+      "train",
+      "Time per optimizer step, tokens/s and MFU of a run config's model, against PyTorch eager");
   app->add_option("--config", flags->config, "Run config (TOML), e.g. configs/small-llama.toml")
       ->required();
   app->add_option("--set", flags->sets, "Override a config field: section.key=value (repeatable)");
-  app->add_option("--steps", flags->steps, "Timed optimizer steps")->capture_default_str()->check(
-      CLI::Range(1, 100000));
-  app->add_option("--warmup", flags->warmup, "Untimed steps first")->capture_default_str()->check(
-      CLI::Range(0, 100000));
+  app->add_option("--steps", flags->steps, "Timed optimizer steps")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  app->add_option("--warmup", flags->warmup, "Untimed steps first")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100000));
   app->add_flag("--json", flags->json, "Print one JSON object");
   app->add_flag("--peer", flags->peer,
                 "Run the PyTorch peer (bench/peers/train_step_peer.py under /usr/bin/python3); "
@@ -533,9 +575,10 @@ Command add_bench_train(CLI::App& bench, const GlobalOptions& global) {
   app->add_flag("--peer-keep-heap", flags->peer_keep_heap,
                 "Run the peer with the same heap policy as cemfrac (MALLOC_MMAP_MAX_=0, "
                 "MALLOC_TRIM_THRESHOLD_ max); default: Python's glibc defaults");
-  app->add_option("--nproc", flags->nproc,
-                  "Data-parallel scaling instead: N ranks x 1 thread vs 1 rank x 1 thread and 1 rank "
-                  "x N threads, real training steps on the config's data (docs/distributed.md)")
+  app->add_option(
+         "--nproc", flags->nproc,
+         "Data-parallel scaling instead: N ranks x 1 thread vs 1 rank x 1 thread and 1 rank "
+         "x N threads, real training steps on the config's data (docs/distributed.md)")
       ->check(CLI::Range(2, 64));
   return {app, [flags] { return run_train_bench(*flags); }};
 }

@@ -1,14 +1,16 @@
-// cemfrac bench train --nproc N: data-parallel scaling on this machine (issue 15). Three real training
-// runs of the same config and the same global batch (N x micro_batch x seq_len tokens per step):
+// cemfrac bench train --nproc N: data-parallel scaling on this machine (issue 15). Three real
+// training runs of the same config and the same global batch (N x micro_batch x seq_len tokens per
+// step):
 //   dp      N ranks x 1 thread   (cemfrac launch --nproc N -- --threads 1 train ...)
 //   1x1     1 rank  x 1 thread   (N accumulation micro-batches per step)
 //   1xN     1 rank  x N threads  (likewise)
 // each for warmup + steps optimizer steps on the config's prepared data. The rate of a run is the
-// median over the timed steps of metrics.jsonl's tokens_per_s (global tokens over the step's wall time,
-// evaluation and checkpoints excluded). The dp run also reports its all-reduce time per step (the
-// gradient and loss reductions, including any wait for the slower rank) and the part of it that was
-// exposed (the training thread waiting after backward); with train.dist_overlap (the default) the
-// rest overlapped the backward pass. --set train.dist_overlap=false measures the after-backward path.
+// median over the timed steps of metrics.jsonl's tokens_per_s (global tokens over the step's wall
+// time, evaluation and checkpoints excluded). The dp run also reports its all-reduce time per step
+// (the gradient and loss reductions, including any wait for the slower rank) and the part of it
+// that was exposed (the training thread waiting after backward); with train.dist_overlap (the
+// default) the rest overlapped the backward pass. --set train.dist_overlap=false measures the
+// after-backward path.
 #include <fmt/format.h>
 #include <stdlib.h>
 
@@ -55,8 +57,8 @@ struct Case {
 
 }  // namespace
 
-int run_train_bench_nproc(const std::string& config, const std::vector<std::string>& sets, int nproc,
-                          int steps, int warmup, bool as_json) {
+int run_train_bench_nproc(const std::string& config, const std::vector<std::string>& sets,
+                          int nproc, int steps, int warmup, bool as_json) {
   CEMFRAC_CHECK(nproc >= 2, "--nproc {} must be at least 2", nproc);
   const RunConfig rc = load_run_config(config, sets);
   const int64_t S = rc.train.seq_len > 0 ? rc.train.seq_len : rc.model.context;
@@ -70,8 +72,8 @@ int run_train_bench_nproc(const std::string& config, const std::vector<std::stri
   const fs::path tmp = tmpl;
 
   auto train_args = [&](const std::string& name) {
-    std::vector<std::string> a = {"train", "--config", config, "--quiet", "--out",
-                                  (tmp / name).string()};
+    std::vector<std::string> a = {"train",   "--config", config,
+                                  "--quiet", "--out",    (tmp / name).string()};
     for (const auto& s : sets) a.insert(a.end(), {"--set", s});
     for (const std::string& s :
          {fmt::format("train.steps={}", warmup + steps),
@@ -86,17 +88,20 @@ int run_train_bench_nproc(const std::string& config, const std::vector<std::stri
     std::vector<std::string> prefix;
   };
   const std::vector<Spec> specs = {
-      {"dp", {"--threads", "1", "launch", "--nproc", std::to_string(nproc), "--", "--threads", "1"}},
+      {"dp",
+       {"--threads", "1", "launch", "--nproc", std::to_string(nproc), "--", "--threads", "1"}},
       {"1x1", {"--threads", "1"}},
       {fmt::format("1x{}", nproc), {"--threads", std::to_string(nproc)}},
   };
   std::error_code exe_ec;
   const std::string self_exe = fs::read_symlink("/proc/self/exe", exe_ec).string();
-  CEMFRAC_CHECK(!exe_ec, "bench train --nproc: cannot find this program's path (/proc/self/exe: {})",
+  CEMFRAC_CHECK(!exe_ec,
+                "bench train --nproc: cannot find this program's path (/proc/self/exe: {})",
                 exe_ec.message());
   std::vector<Case> cases;
   for (const Spec& spec : specs) {
-    // Not "/proc/self/exe" itself: std::system runs the line through /bin/sh, where that names the shell.
+    // Not "/proc/self/exe" itself: std::system runs the line through /bin/sh, where that names the
+    // shell.
     std::string cmd = quote(self_exe);
     for (const auto& a : spec.prefix) cmd += " " + quote(a);
     for (const auto& a : train_args(spec.name)) cmd += " " + quote(a);
@@ -109,9 +114,9 @@ int run_train_bench_nproc(const std::string& config, const std::vector<std::stri
       std::error_code ec;
       fs::remove_all(tmp, ec);
       fail("bench train --nproc: the {} run failed: {}", spec.name,
-           text.substr(0, text.find('\n', text.rfind("error") == std::string::npos
-                                              ? 0
-                                              : text.rfind("error"))));
+           text.substr(
+               0, text.find('\n',
+                            text.rfind("error") == std::string::npos ? 0 : text.rfind("error"))));
     }
     Case c;
     c.name = spec.name;
@@ -138,7 +143,8 @@ int run_train_bench_nproc(const std::string& config, const std::vector<std::stri
   std::error_code ec;
   fs::remove_all(tmp, ec);
 
-  const double dp = cases[0].tokens_per_s, one = cases[1].tokens_per_s, many = cases[2].tokens_per_s;
+  const double dp = cases[0].tokens_per_s, one = cases[1].tokens_per_s,
+               many = cases[2].tokens_per_s;
   // Fraction of the all-reduce time hidden behind backward.
   const double overlap = cases[0].allreduce_ms > 0 && cases[0].exposed_ms >= 0
                              ? std::max(0.0, 1.0 - cases[0].exposed_ms / cases[0].allreduce_ms)
@@ -161,20 +167,23 @@ int run_train_bench_nproc(const std::string& config, const std::vector<std::stri
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
-  fmt::print("bench train --nproc {} ({}; global batch {} tokens; median of {} steps after {} warm-up)\n",
-             nproc, config, global_tokens, steps, warmup);
+  fmt::print(
+      "bench train --nproc {} ({}; global batch {} tokens; median of {} steps after {} warm-up)\n",
+      nproc, config, global_tokens, steps, warmup);
   fmt::print("  {:<14} {:>12}\n", "run", "tokens/s");
   fmt::print("  {:<14} {:>12.0f}\n", fmt::format("{} ranks x 1", nproc), dp);
   fmt::print("  {:<14} {:>12.0f}\n", "1 rank x 1", one);
   fmt::print("  {:<14} {:>12.0f}\n", fmt::format("1 rank x {}", nproc), many);
   fmt::print("speed-up over 1x1 {:.2f} (scaling efficiency {:.0f}%), over 1x{} {:.2f}\n", dp / one,
              100 * dp / (one * nproc), nproc, dp / many);
-  fmt::print("all-reduce {:.1f} ms/step, exposed {:.1f} ms/step (waiting after backward): {:.0f}% "
-             "overlapped with backward (train.dist_overlap = {})\n",
-             cases[0].allreduce_ms, cases[0].exposed_ms, 100 * overlap, rc.train.dist_overlap);
-  fmt::print("(issue 15 targets: >= 1.8x over 1x1 and not slower than 1x{}; measure on a quiet "
-             "machine)\n",
-             nproc);
+  fmt::print(
+      "all-reduce {:.1f} ms/step, exposed {:.1f} ms/step (waiting after backward): {:.0f}% "
+      "overlapped with backward (train.dist_overlap = {})\n",
+      cases[0].allreduce_ms, cases[0].exposed_ms, 100 * overlap, rc.train.dist_overlap);
+  fmt::print(
+      "(issue 15 targets: >= 1.8x over 1x1 and not slower than 1x{}; measure on a quiet "
+      "machine)\n",
+      nproc);
   return 0;
 }
 

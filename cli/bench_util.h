@@ -38,7 +38,8 @@ Timing time_it(Fn&& fn, int reps) {
   for (int i = 0; i < reps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     fn();
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   return summarize_times(std::move(ms));
 }

@@ -1,5 +1,5 @@
-// The subcommands of the one CLI. Each add_* declares its flags on `root` and returns how to run it;
-// cemfrac_main.cpp runs the one the user named. This is the only layer that sees argv.
+// The subcommands of the one CLI. Each add_* declares its flags on `root` and returns how to run
+// it; cemfrac_main.cpp runs the one the user named. This is the only layer that sees argv.
 #pragma once
 #include <CLI/CLI.hpp>
 
@@ -10,8 +10,8 @@
 namespace cemfrac::cli {
 
 struct GlobalOptions {
-  int threads = 0;         // --threads; 0 = number of cores
-  std::string blas_core;   // --blas-core; "" = auto unless OPENBLAS_CORETYPE is set
+  int threads = 0;        // --threads; 0 = number of cores
+  std::string blas_core;  // --blas-core; "" = auto unless OPENBLAS_CORETYPE is set
 };
 
 // Exit codes: 0 success, 1 an error (one line on stderr), 2 a command-line usage error, and
@@ -34,8 +34,8 @@ Command add_bench_train(CLI::App& bench, const GlobalOptions& global);
 Command add_bench_layers(CLI::App& bench, const GlobalOptions& global);
 Command add_train(CLI::App& root, const GlobalOptions& global);
 // `cemfrac bench train --nproc N` (cli/bench_train_dist.cpp): data-parallel scaling.
-int run_train_bench_nproc(const std::string& config, const std::vector<std::string>& sets, int nproc,
-                          int steps, int warmup, bool as_json);
+int run_train_bench_nproc(const std::string& config, const std::vector<std::string>& sets,
+                          int nproc, int steps, int warmup, bool as_json);
 // `cemfrac launch` (cli/launch.cpp): N data-parallel ranks of a command on this machine.
 Command add_launch(CLI::App& root, const GlobalOptions& global);
 Command add_eval(CLI::App& root, const GlobalOptions& global);

@@ -1,17 +1,20 @@
-// cemfrac compare --suite FILE: trains and evaluates a suite of runs (configs/suites/*.toml, format in
-// docs/compare.md) and tests its claims. Every training and evaluation is a child process of this same
-// binary (`cemfrac train` / `eval`), so each job is exactly what a user would run by hand, keeps its
-// own log, checkpoints and exact resume, and a crash or Ctrl-C in one job loses nothing else; --jobs N
-// runs N children at once with the threads split between them. Everything is written under --out.
+// cemfrac compare --suite FILE: trains and evaluates a suite of runs (configs/suites/*.toml, format
+// in docs/compare.md) and tests its claims. Every training and evaluation is a child process of
+// this same binary (`cemfrac train` / `eval`), so each job is exactly what a user would run by
+// hand, keeps its own log, checkpoints and exact resume, and a crash or Ctrl-C in one job loses
+// nothing else; --jobs N runs N children at once with the threads split between them. Everything is
+// written under --out.
 //
 //   1. plan:   a 3-step timed training of every run (s/token), the budget and the estimated time;
 //   2. lr:     each run that chooses its own learning rate trains at every grid value for
 //              lr_search_tokens with its first seed; the lowest final validation loss wins;
 //   3. final:  every run at its full budget with each of its seeds (seed = init and data order);
 //   4. eval:   every final run on the eval split, each test-time variant, and each eval text;
-//   5. report: results.json, results.md (mean +- sd over seeds, claims with paired 95% intervals and
+//   5. report: results.json, results.md (mean +- sd over seeds, claims with paired 95% intervals
+//   and
 //              verdicts) and plots/*.svg.
-// A finished job is reused, an interrupted training resumed; a job whose settings changed is refused.
+// A finished job is reused, an interrupted training resumed; a job whose settings changed is
+// refused.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -57,9 +60,13 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 volatile sig_atomic_t g_stop = 0;
-void on_signal(int) { g_stop = 1; }
+void on_signal(int) {
+  g_stop = 1;
+}
 
-std::string lr_text(double lr) { return fmt::format("{:g}", lr); }
+std::string lr_text(double lr) {
+  return fmt::format("{:g}", lr);
+}
 
 std::string file_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -73,7 +80,8 @@ std::string last_line(const std::string& path) {
   auto end = text.find_last_not_of("\n");
   if (end == std::string::npos) return "";
   auto begin = text.rfind('\n', end);
-  return text.substr(begin == std::string::npos ? 0 : begin + 1, end - (begin == std::string::npos ? 0 : begin + 1) + 1);
+  return text.substr(begin == std::string::npos ? 0 : begin + 1,
+                     end - (begin == std::string::npos ? 0 : begin + 1) + 1);
 }
 
 // The child's one-line error from its log ("cemfrac: error: ..."), else the log's last line.
@@ -159,7 +167,8 @@ class Runner {
     std::string failure;
     auto last_print = Clock::now() - std::chrono::hours(1);
     while (next < jobs.size() || !running.empty()) {
-      while (!g_stop && failure.empty() && next < jobs.size() && static_cast<int>(running.size()) < jobs_) {
+      while (!g_stop && failure.empty() && next < jobs.size() &&
+             static_cast<int>(running.size()) < jobs_) {
         running.push_back(launch(jobs[next++]));
       }
       if (running.empty()) break;
@@ -193,7 +202,8 @@ class Runner {
     print_progress(running, jobs.size());
     if (!tty_) fmt::print(stderr, "\n");
     finished_ = 0;
-    CEMFRAC_CHECK(!g_stop, "interrupted: run the same command again to resume (finished jobs are kept)");
+    CEMFRAC_CHECK(!g_stop,
+                  "interrupted: run the same command again to resume (finished jobs are kept)");
     CEMFRAC_CHECK(failure.empty(), "{}", failure);
   }
 
@@ -243,13 +253,15 @@ class Runner {
       }
       fs::remove(job.capture + ".tmp");
       if (g_stop) return "";
-      return fmt::format("{} failed (exit {}): {} (log: {})", job.label, code, log_problem(job.log), job.log);
+      return fmt::format("{} failed (exit {}): {} (log: {})", job.label, code, log_problem(job.log),
+                         job.log);
     }
     const auto summary = read_json(job.dir + "/summary.json");
     const std::string st = summary ? summary->value("status", "") : "";
     if (st == "completed" || st == "diverged" || (g_stop && st == "interrupted")) return "";
     if (g_stop) return "";
-    return fmt::format("{} failed (exit {}): {} (log: {})", job.label, code, log_problem(job.log), job.log);
+    return fmt::format("{} failed (exit {}): {} (log: {})", job.label, code, log_problem(job.log),
+                       job.log);
   }
 
   void print_progress(const std::vector<Running>& running, size_t n_jobs) {
@@ -261,7 +273,8 @@ class Runner {
         const int64_t now = run_tokens_now(r.job.dir);
         frac = std::clamp(static_cast<double>(now) / static_cast<double>(r.job.tokens), 0.0, 1.0);
         live += r.job.est_s * std::clamp(static_cast<double>(now - r.tokens_at_start) /
-                                             static_cast<double>(r.job.tokens), 0.0, 1.0);
+                                             static_cast<double>(r.job.tokens),
+                                         0.0, 1.0);
       }
       names += fmt::format("{}{}{}", names.empty() ? "" : ", ", r.job.label,
                            r.job.dir.empty() ? "" : fmt::format(" {:.0f}%", 100 * frac));
@@ -271,8 +284,8 @@ class Runner {
     const double eta = done > 0 ? (total_est_ - done) * elapsed / done : total_est_;
     const std::string line = fmt::format(
         "[{} {}] {:.0f}% | {}/{} jobs | elapsed {} | ETA {}{}{}", title_, phase_,
-        total_est_ > 0 ? 100 * done / total_est_ : 100.0, finished_, n_jobs, format_duration(elapsed),
-        format_duration(eta), names.empty() ? "" : " | ", names);
+        total_est_ > 0 ? 100 * done / total_est_ : 100.0, finished_, n_jobs,
+        format_duration(elapsed), format_duration(eta), names.empty() ? "" : " | ", names);
     if (tty_) {
       fmt::print(stderr, "\r\033[K{}", line.substr(0, 200));
     } else {
@@ -313,8 +326,9 @@ int64_t tokens_per_step(const RunConfig& c) {
 // The budget overrides of one training: steps for `tokens`, warm-up 10%, lr and seed, validation
 // `val_points` times, checkpoints for resuming.
 TrainSpec make_train(const SuiteRun& run, const std::string& data, const std::string& label,
-                     const std::string& dir, int64_t tokens, double lr, double lr_min_ratio, uint64_t seed,
-                     int64_t val_points, const std::vector<std::string>& extra = {}) {
+                     const std::string& dir, int64_t tokens, double lr, double lr_min_ratio,
+                     uint64_t seed, int64_t val_points,
+                     const std::vector<std::string>& extra = {}) {
   const RunConfig base = load_run_config(run.config, run.sets);
   const int64_t per_step = tokens_per_step(base);
   const int64_t steps = std::max<int64_t>(1, (tokens + per_step - 1) / per_step);
@@ -363,10 +377,11 @@ std::optional<Job> train_job(const TrainSpec& t, double est_s_per_token) {
   const json settings = {{"config", t.config}, {"set", t.sets}};
   const std::string stamp = t.dir + "/compare-run.json";
   if (const auto old = read_json(stamp)) {
-    CEMFRAC_CHECK(*old == settings,
-                  "{} was trained with other settings than the suite now gives (see {}): remove that "
-                  "directory to train it again, or restore the suite",
-                  t.dir, stamp);
+    CEMFRAC_CHECK(
+        *old == settings,
+        "{} was trained with other settings than the suite now gives (see {}): remove that "
+        "directory to train it again, or restore the suite",
+        t.dir, stamp);
   } else if (fs::exists(t.dir) && !fs::is_empty(t.dir)) {
     fail("{} exists and was not made by cemfrac compare: remove it or choose another --out", t.dir);
   }
@@ -401,12 +416,16 @@ struct RunPlan {
   int64_t per_step = 0;
   double s_per_token = 0;  // measured, at the planned threads
   double lr = 0;           // chosen (0 until known)
-  std::map<std::string, std::optional<double>> lr_search;  // lr text -> final val loss (nullopt: diverged)
+  std::map<std::string, std::optional<double>>
+      lr_search;  // lr text -> final val loss (nullopt: diverged)
 };
 
-std::string stem(const std::string& path) { return fs::path(path).stem().string(); }
+std::string stem(const std::string& path) {
+  return fs::path(path).stem().string();
+}
 
-std::string eval_path(const std::string& dir, const std::string& split, const std::string& variant) {
+std::string eval_path(const std::string& dir, const std::string& split,
+                      const std::string& variant) {
   return variant.empty() ? fmt::format("{}/eval-{}.json", dir, split)
                          : fmt::format("{}/eval-{}@{}.json", dir, split, variant);
 }
@@ -444,7 +463,8 @@ SeedResult collect(const std::string& dir, uint64_t seed, const Suite& suite, co
   const auto summary = read_json(dir + "/summary.json");
   r.diverged = summary && summary->value("status", "") == "diverged";
   if (summary) {
-    if ((*summary)["last_val_loss"].is_number()) r.val_loss = (*summary)["last_val_loss"].get<double>();
+    if ((*summary)["last_val_loss"].is_number())
+      r.val_loss = (*summary)["last_val_loss"].get<double>();
     if ((*summary)["best_val_loss"].is_number())
       r.best_val_loss = (*summary)["best_val_loss"].get<double>();
   }
@@ -465,11 +485,13 @@ SeedResult collect(const std::string& dir, uint64_t seed, const Suite& suite, co
     if (const auto e = read_json(eval_path(dir, suite.eval_split, v.name)))
       r.variant_loss[v.name] = (*e)["mean_loss"].get<double>();
   for (const std::string& t : suite.eval_text)
-    if (const auto e = read_json(text_eval_path(dir, t))) r.text_loss[stem(t)] = (*e)["mean_loss"].get<double>();
+    if (const auto e = read_json(text_eval_path(dir, t)))
+      r.text_loss[stem(t)] = (*e)["mean_loss"].get<double>();
   return r;
 }
 
-std::optional<double> metric_of(const SeedResult& r, const std::string& metric, const std::string& variant) {
+std::optional<double> metric_of(const SeedResult& r, const std::string& metric,
+                                const std::string& variant) {
   if (r.diverged) return std::nullopt;
   if (!variant.empty()) {
     auto it = r.variant_loss.find(variant);
@@ -524,18 +546,21 @@ Report make_report(const Suite& suite, const std::vector<RunPlan>& plans, const 
 
   std::string md;
   md += fmt::format("# Suite `{}`\n\n{}\n\n", suite.name, suite.description);
-  md += fmt::format("**Command:** `{}`  \n**Machine:** {}  \n**Date:** {}  \n**Commit:** {}  \n"
-                    "**Wall time of this invocation:** {}\n\n",
-                    provenance.value("command", ""), provenance.value("machine", ""),
-                    provenance.value("date", ""), provenance.value("commit", ""),
-                    provenance.value("wall_time", ""));
-  md += fmt::format("Data: `{}` (training split {} tokens); final numbers on the `{}` split. Loss in nats "
-                    "per token; mean ± sample standard deviation over seeds.\n\n",
-                    suite.data, with_commas(train_split_tokens), suite.eval_split);
+  md += fmt::format(
+      "**Command:** `{}`  \n**Machine:** {}  \n**Date:** {}  \n**Commit:** {}  \n"
+      "**Wall time of this invocation:** {}\n\n",
+      provenance.value("command", ""), provenance.value("machine", ""),
+      provenance.value("date", ""), provenance.value("commit", ""),
+      provenance.value("wall_time", ""));
+  md += fmt::format(
+      "Data: `{}` (training split {} tokens); final numbers on the `{}` split. Loss in nats "
+      "per token; mean ± sample standard deviation over seeds.\n\n",
+      suite.data, with_commas(train_split_tokens), suite.eval_split);
 
   // Runs table.
-  md += "## Runs\n\n| run | params | tokens (epochs) | seeds | lr | val loss | " + suite.eval_split +
-        " loss | " + suite.eval_split + " ppl | " + suite.eval_split + " bits/byte |";
+  md += "## Runs\n\n| run | params | tokens (epochs) | seeds | lr | val loss | " +
+        suite.eval_split + " loss | " + suite.eval_split + " ppl | " + suite.eval_split +
+        " bits/byte |";
   for (const std::string& t : suite.eval_text) md += fmt::format(" {} loss |", stem(t));
   md += " tokens/s (median step) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|";
   for (size_t i = 0; i < suite.eval_text.size(); ++i) md += "---:|";
@@ -549,7 +574,9 @@ Report make_report(const Suite& suite, const std::vector<RunPlan>& plans, const 
     int diverged = 0;
     json seeds = json::array();
     for (const SeedResult& r : rs) {
-      json s = {{"seed", r.seed}, {"diverged", r.diverged}, {"tokens_per_s", r.tokens_per_s},
+      json s = {{"seed", r.seed},
+                {"diverged", r.diverged},
+                {"tokens_per_s", r.tokens_per_s},
                 {"train_s", r.train_s}};
       auto opt = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
       s["val_loss"] = opt(r.val_loss);
@@ -572,18 +599,22 @@ Report make_report(const Suite& suite, const std::vector<RunPlan>& plans, const 
       for (const auto& [k, v] : r.text_loss) text[k].push_back(v);
       rate.push_back(r.tokens_per_s);
       if (r.val_loss && r.best_val_loss && *r.val_loss > *r.best_val_loss + 0.01)
-        notes.push_back(fmt::format("{} seed {}: final validation loss {:.3f} is above its best {:.3f} "
-                                    "(overfitting or instability)",
-                                    p.run->name, r.seed, *r.val_loss, *r.best_val_loss));
+        notes.push_back(
+            fmt::format("{} seed {}: final validation loss {:.3f} is above its best {:.3f} "
+                        "(overfitting or instability)",
+                        p.run->name, r.seed, *r.val_loss, *r.best_val_loss));
     }
     const int64_t tokens = ((p.run->tokens + p.per_step - 1) / p.per_step) * p.per_step;
-    const double epochs = train_split_tokens > 0 ? static_cast<double>(tokens) / static_cast<double>(train_split_tokens) : 0;
-    md += fmt::format("| {}{} | {} | {} ({:.2f}) | {} | {} | {} | {} | {} | {} |", p.run->name,
-                      diverged ? fmt::format(" ({} diverged)", diverged) : "", with_commas(p.params),
-                      with_commas(tokens), epochs, p.run->seeds.size(),
-                      p.lr > 0 ? lr_text(p.lr) + (p.run->lr_from.empty() ? "" : " (from " + p.run->lr_from + ")")
-                               : "—",
-                      pm(mean_sd(val)), pm(mean_sd(test)), pm(mean_sd(ppl), "{:.1f}"), pm(mean_sd(bpb)));
+    const double epochs = train_split_tokens > 0 ? static_cast<double>(tokens) /
+                                                       static_cast<double>(train_split_tokens)
+                                                 : 0;
+    md += fmt::format(
+        "| {}{} | {} | {} ({:.2f}) | {} | {} | {} | {} | {} | {} |", p.run->name,
+        diverged ? fmt::format(" ({} diverged)", diverged) : "", with_commas(p.params),
+        with_commas(tokens), epochs, p.run->seeds.size(),
+        p.lr > 0 ? lr_text(p.lr) + (p.run->lr_from.empty() ? "" : " (from " + p.run->lr_from + ")")
+                 : "—",
+        pm(mean_sd(val)), pm(mean_sd(test)), pm(mean_sd(ppl), "{:.1f}"), pm(mean_sd(bpb)));
     for (const std::string& t : suite.eval_text) md += " " + pm(mean_sd(text[stem(t)])) + " |";
     md += " " + pm(mean_sd(rate), "{:.0f}") + " |\n";
     json lrj = json::object();
@@ -615,7 +646,8 @@ Report make_report(const Suite& suite, const std::vector<RunPlan>& plans, const 
       if (p.lr_search.empty()) continue;
       std::string cells;
       for (const auto& [k, v] : p.lr_search)
-        cells += fmt::format("{}{}: {}", cells.empty() ? "" : ", ", k, v ? fmt::format("{:.3f}", *v) : "diverged");
+        cells += fmt::format("{}{}: {}", cells.empty() ? "" : ", ", k,
+                             v ? fmt::format("{:.3f}", *v) : "diverged");
       md += fmt::format("| {} | {} (chose {}) |\n", p.run->name, cells, lr_text(p.lr));
     }
     md += "\n";
@@ -638,8 +670,8 @@ Report make_report(const Suite& suite, const std::vector<RunPlan>& plans, const 
         }
         std::string sets;
         for (const std::string& s : v.sets) sets += (sets.empty() ? "" : " ") + s;
-        md += fmt::format("| {} | {} | `{}` | {} | {} |\n", p.run->name, v.name, sets, pm(mean_sd(l)),
-                          pm(mean_sd(pp), "{:.1f}"));
+        md += fmt::format("| {} | {} | `{}` | {} | {} |\n", p.run->name, v.name, sets,
+                          pm(mean_sd(l)), pm(mean_sd(pp), "{:.1f}"));
       }
     }
     md += "\n";
@@ -648,13 +680,18 @@ Report make_report(const Suite& suite, const std::vector<RunPlan>& plans, const 
   // Claims.
   json claims = json::array();
   if (!suite.claims.empty()) {
-    md += "## Claims\n\nd = a − b of the metric (nats per token, lower is better), paired over the seeds both "
-          "rows share; 95% interval from Student's t with n − 1 degrees of freedom. `better`: supported "
-          "when the interval lies below 0, contradicted when above 0; `not_worse` (margin m): supported "
-          "when below +m, contradicted when above +m; otherwise, or with fewer than 2 seeds, "
-          "inconclusive.\n\n";
-    md += "| claim | a | b | metric | test | d (mean) | 95% interval | n | verdict |\n"
-          "|---|---|---|---|---|---:|---|---:|---|\n";
+    md +=
+        "## Claims\n\nd = a − b of the metric (nats per token, lower is better), paired over the "
+        "seeds both "
+        "rows share; 95% interval from Student's t with n − 1 degrees of freedom. `better`: "
+        "supported "
+        "when the interval lies below 0, contradicted when above 0; `not_worse` (margin m): "
+        "supported "
+        "when below +m, contradicted when above +m; otherwise, or with fewer than 2 seeds, "
+        "inconclusive.\n\n";
+    md +=
+        "| claim | a | b | metric | test | d (mean) | 95% interval | n | verdict |\n"
+        "|---|---|---|---|---|---:|---|---:|---|\n";
     for (const SuiteClaim& c : suite.claims) {
       std::vector<Verdict> vs;
       json pairs = json::array();
@@ -677,26 +714,40 @@ Report make_report(const Suite& suite, const std::vector<RunPlan>& plans, const 
         const PairedDiff d = paired_difference(xa, xb);
         const Verdict v = d.diff.n == 0 ? Verdict::kInconclusive : verdict(d, c.test, c.margin);
         vs.push_back(v);
-        pairs.push_back({{"a", a}, {"b", c.b}, {"seeds", used}, {"a_values", xa}, {"b_values", xb},
-                         {"mean_diff", d.diff.mean}, {"sd_diff", d.diff.sd}, {"n", d.diff.n},
+        pairs.push_back({{"a", a},
+                         {"b", c.b},
+                         {"seeds", used},
+                         {"a_values", xa},
+                         {"b_values", xb},
+                         {"mean_diff", d.diff.mean},
+                         {"sd_diff", d.diff.sd},
+                         {"n", d.diff.n},
                          {"lo", d.has_interval ? json(d.lo) : json(nullptr)},
-                         {"hi", d.has_interval ? json(d.hi) : json(nullptr)}, {"verdict", to_string(v)}});
-        const std::string test = c.test == "better" ? "better" : fmt::format("not_worse (m = {:g})", c.margin);
-        rows += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", c.id, a, c.b, c.metric, test,
-                            d.diff.n ? fmt::format("{:+.4f}", d.diff.mean) : "—",
-                            d.has_interval ? fmt::format("[{:+.4f}, {:+.4f}]", d.lo, d.hi) : "—", d.diff.n,
-                            to_string(v));
+                         {"hi", d.has_interval ? json(d.hi) : json(nullptr)},
+                         {"verdict", to_string(v)}});
+        const std::string test =
+            c.test == "better" ? "better" : fmt::format("not_worse (m = {:g})", c.margin);
+        rows += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", c.id, a, c.b,
+                            c.metric, test, d.diff.n ? fmt::format("{:+.4f}", d.diff.mean) : "—",
+                            d.has_interval ? fmt::format("[{:+.4f}, {:+.4f}]", d.lo, d.hi) : "—",
+                            d.diff.n, to_string(v));
       }
       const Verdict overall = combine(vs);
       md += rows;
-      claims.push_back({{"id", c.id}, {"text", c.text}, {"source", c.source}, {"test", c.test},
-                        {"margin", c.margin}, {"metric", c.metric}, {"pairs", pairs},
+      claims.push_back({{"id", c.id},
+                        {"text", c.text},
+                        {"source", c.source},
+                        {"test", c.test},
+                        {"margin", c.margin},
+                        {"metric", c.metric},
+                        {"pairs", pairs},
                         {"verdict", to_string(overall)}});
     }
     md += "\n| claim | statement | source | verdict |\n|---|---|---|---|\n";
     for (const json& c : claims)
-      md += fmt::format("| {} | {} | {} | **{}** |\n", c["id"].get<std::string>(), c["text"].get<std::string>(),
-                        c["source"].get<std::string>(), c["verdict"].get<std::string>());
+      md += fmt::format("| {} | {} | {} | **{}** |\n", c["id"].get<std::string>(),
+                        c["text"].get<std::string>(), c["source"].get<std::string>(),
+                        c["verdict"].get<std::string>());
     md += "\n";
   }
   J["claims"] = claims;
@@ -704,7 +755,8 @@ Report make_report(const Suite& suite, const std::vector<RunPlan>& plans, const 
   // Plots.
   {
     Plot val;
-    val.title = fmt::format("{}: validation loss during training (band: ± sd over seeds)", suite.name);
+    val.title =
+        fmt::format("{}: validation loss during training (band: ± sd over seeds)", suite.name);
     val.x_label = "training tokens";
     val.y_label = "validation loss (nats/token)";
     for (const RunPlan& p : plans) {
@@ -726,7 +778,8 @@ Report make_report(const Suite& suite, const std::vector<RunPlan>& plans, const 
     rep.plots["val_loss.svg"] = to_svg(val);
 
     Plot ppl;
-    ppl.title = fmt::format("{}: {} perplexity (error bars: ± sd over seeds)", suite.name, suite.eval_split);
+    ppl.title = fmt::format("{}: {} perplexity (error bars: ± sd over seeds)", suite.name,
+                            suite.eval_split);
     ppl.y_label = suite.eval_split + " perplexity";
     Plot pvp;
     pvp.title = fmt::format("{}: parameters against {} perplexity", suite.name, suite.eval_split);
@@ -762,8 +815,8 @@ Report make_report(const Suite& suite, const std::vector<RunPlan>& plans, const 
     rep.plots["params_vs_perplexity.svg"] = to_svg(pvp);
 
     Plot steps;
-    steps.title = fmt::format("{}: CEM steps T at test time ({} perplexity, ± sd over seeds)", suite.name,
-                              suite.eval_split);
+    steps.title = fmt::format("{}: CEM steps T at test time ({} perplexity, ± sd over seeds)",
+                              suite.name, suite.eval_split);
     steps.x_label = "model.cem.steps at evaluation";
     steps.y_label = suite.eval_split + " perplexity";
     steps.log_x = true;
@@ -808,8 +861,9 @@ std::string machine_text() {
   }
   double load[3] = {0, 0, 0};
   getloadavg(load, 3);
-  return fmt::format("{}, {} cores, BLAS core {}; load average {:.2f} at the end", cpu.empty() ? "?" : cpu,
-                     std::thread::hardware_concurrency(), blas_status().core, load[0]);
+  return fmt::format("{}, {} cores, BLAS core {}; load average {:.2f} at the end",
+                     cpu.empty() ? "?" : cpu, std::thread::hardware_concurrency(),
+                     blas_status().core, load[0]);
 }
 
 std::string utc_now() {
@@ -832,12 +886,15 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
   auto f = std::make_shared<Flags>();
   CLI::App* app = root.add_subcommand(
       "compare", "Train and evaluate a suite of runs (configs/suites/*.toml) and test its claims");
-  app->add_option("--suite", f->suite, "Suite file (TOML: [suite], [[run]], [[claim]]; docs/compare.md)")
+  app->add_option("--suite", f->suite,
+                  "Suite file (TOML: [suite], [[run]], [[claim]]; docs/compare.md)")
       ->required();
   app->add_option("--out", f->out, "Output folder (default runs/suites/<suite name>)");
-  app->add_option("--jobs", f->jobs, "Trainings/evaluations at once; --threads is split between them")
+  app->add_option("--jobs", f->jobs,
+                  "Trainings/evaluations at once; --threads is split between them")
       ->check(CLI::Range(1, 64));
-  app->add_option("--eval-text", f->eval_text, "Also evaluate every final run on this text file (repeatable)");
+  app->add_option("--eval-text", f->eval_text,
+                  "Also evaluate every final run on this text file (repeatable)");
   app->add_flag("--plan", f->plan_only, "Print the plan (with the timed steps) and stop");
   const GlobalOptions* g = &global;
   auto run = [f, g]() {
@@ -851,8 +908,8 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
     }
     for (const SuiteClaim& c : suite.claims)
       if (c.metric.rfind("text_loss:", 0) == 0)
-        CEMFRAC_CHECK(stems.count(c.metric.substr(10)), "claim '{}': metric {} names no eval text", c.id,
-                      c.metric);
+        CEMFRAC_CHECK(stems.count(c.metric.substr(10)), "claim '{}': metric {} names no eval text",
+                      c.id, c.metric);
     const auto meta = read_json(suite.data + "/meta.json");
     CEMFRAC_CHECK(meta.has_value(),
                   "{}/meta.json not found: prepare the data first (cemfrac prepare --corpus brown "
@@ -861,7 +918,8 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
     const int64_t train_tokens = (*meta)["splits"]["train"].value("tokens", int64_t{0});
     const int64_t eval_tokens = (*meta)["splits"][suite.eval_split].value("tokens", int64_t{0});
     const std::string out = f->out.empty() ? "runs/suites/" + suite.name : f->out;
-    const int total_threads = g->threads > 0 ? g->threads : static_cast<int>(std::thread::hardware_concurrency());
+    const int total_threads =
+        g->threads > 0 ? g->threads : static_cast<int>(std::thread::hardware_concurrency());
     const int threads = std::max(1, total_threads / f->jobs);
     const std::string exe = fs::read_symlink("/proc/self/exe").string();
     fs::create_directories(out);
@@ -872,7 +930,8 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
     // 1. Plan: a timed 3-step training of every run.
     std::vector<RunPlan> plans;
     std::vector<Job> timing;
-    std::vector<std::string> reused_timings;  // timed by an earlier invocation: their rate is not "now"
+    std::vector<std::string>
+        reused_timings;  // timed by an earlier invocation: their rate is not "now"
     for (const SuiteRun& r : suite.runs) {
       RunPlan p;
       p.run = &r;
@@ -880,8 +939,9 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
       p.per_step = tokens_per_step(c);
       p.params = LmModel(c.model, torch::kMeta)->num_parameters();
       plans.push_back(p);
-      TrainSpec t = make_train(r, suite.data, "time " + r.name, fmt::format("{}/plan/{}-t{}", out, r.name, threads),
-                               3 * p.per_step, r.lr.empty() ? 1e-3 : r.lr.front(), suite.lr_min_ratio, 1, 1,
+      TrainSpec t = make_train(r, suite.data, "time " + r.name,
+                               fmt::format("{}/plan/{}-t{}", out, r.name, threads), 3 * p.per_step,
+                               r.lr.empty() ? 1e-3 : r.lr.front(), suite.lr_min_ratio, 1, 1,
                                {fmt::format("train.eval_tokens={}", p.per_step)});
       if (auto j = train_job(t, 0)) {
         j->est_s = 1;
@@ -896,32 +956,38 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
     }
     runner.run(timing, "timing");
     for (RunPlan& p : plans) {
-      const auto m = read_jsonl(fmt::format("{}/plan/{}-t{}/metrics.jsonl", out, p.run->name, threads));
+      const auto m =
+          read_jsonl(fmt::format("{}/plan/{}-t{}/metrics.jsonl", out, p.run->name, threads));
       double rate = 0;
       for (const json& line : m)
-        if (line["tokens_per_s"].is_number()) rate = line["tokens_per_s"].get<double>();  // the last step
+        if (line["tokens_per_s"].is_number())
+          rate = line["tokens_per_s"].get<double>();  // the last step
       p.s_per_token = rate > 0 ? 1 / rate : 0;
     }
 
-    // Estimates: training tokens at the measured rate; validation and test scoring as forward passes
-    // (a third of a training step per token, twice the tokens for half-overlapping windows).
+    // Estimates: training tokens at the measured rate; validation and test scoring as forward
+    // passes (a third of a training step per token, twice the tokens for half-overlapping windows).
     auto val_cost = [&](const RunPlan& p, int64_t points) {
       const RunConfig c = load_run_config(p.run->config, p.run->sets);
-      return static_cast<double>(points) * static_cast<double>(c.train.eval_tokens) * p.s_per_token / 3;
+      return static_cast<double>(points) * static_cast<double>(c.train.eval_tokens) *
+             p.s_per_token / 3;
     };
     const double eval_cost_tokens = 2.0 * static_cast<double>(eval_tokens) / 3;
     double search_s = 0, final_s = 0, eval_s = 0;
-    std::string table = fmt::format("{:<24} {:>11} {:>9} {:>11} {:>8} {:>5} {:>22} {:>9}\n", "run", "params",
-                                    "tok/step", "tokens", "epochs", "seeds", "lr", "est.");
+    std::string table =
+        fmt::format("{:<24} {:>11} {:>9} {:>11} {:>8} {:>5} {:>22} {:>9}\n", "run", "params",
+                    "tok/step", "tokens", "epochs", "seeds", "lr", "est.");
     for (const RunPlan& p : plans) {
       const SuiteRun& r = *p.run;
       const int64_t tokens = ((r.tokens + p.per_step - 1) / p.per_step) * p.per_step;
-      const double fin = static_cast<double>(r.seeds.size()) *
-                         (static_cast<double>(tokens) * p.s_per_token + val_cost(p, suite.val_points + 1));
-      const double search = r.lr_from.empty() && r.lr.size() > 1
-                                ? static_cast<double>(r.lr.size()) *
-                                      (static_cast<double>(suite.lr_search_tokens) * p.s_per_token + val_cost(p, 2))
-                                : 0;
+      const double fin =
+          static_cast<double>(r.seeds.size()) *
+          (static_cast<double>(tokens) * p.s_per_token + val_cost(p, suite.val_points + 1));
+      const double search =
+          r.lr_from.empty() && r.lr.size() > 1
+              ? static_cast<double>(r.lr.size()) *
+                    (static_cast<double>(suite.lr_search_tokens) * p.s_per_token + val_cost(p, 2))
+              : 0;
       const double ev = static_cast<double>(r.seeds.size()) * p.s_per_token *
                         (eval_cost_tokens * static_cast<double>(1 + r.variants.size()));
       search_s += search;
@@ -930,27 +996,33 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
       std::string lr = !r.lr_from.empty() ? "from " + r.lr_from
                        : r.lr.size() == 1 ? lr_text(r.lr[0])
                                           : fmt::format("grid of {}", r.lr.size());
-      table += fmt::format("{:<24} {:>11} {:>9} {:>11} {:>8.2f} {:>5} {:>22} {:>9}\n", r.name,
-                           with_commas(p.params), p.per_step, with_commas(tokens),
-                           train_tokens ? static_cast<double>(tokens) / static_cast<double>(train_tokens) : 0,
-                           r.seeds.size(), lr, format_duration((fin + search + ev) / f->jobs));
+      table += fmt::format(
+          "{:<24} {:>11} {:>9} {:>11} {:>8.2f} {:>5} {:>22} {:>9}\n", r.name, with_commas(p.params),
+          p.per_step, with_commas(tokens),
+          train_tokens ? static_cast<double>(tokens) / static_cast<double>(train_tokens) : 0,
+          r.seeds.size(), lr, format_duration((fin + search + ev) / f->jobs));
     }
     double load[3] = {0, 0, 0};
     getloadavg(load, 3);
-    fmt::print("suite {} ({}) -> {}\n{}\n\n{}\n", suite.name, suite.path, out, suite.description, table);
+    fmt::print("suite {} ({}) -> {}\n{}\n\n{}\n", suite.name, suite.path, out, suite.description,
+               table);
     std::string timed_when;
     if (reused_timings.empty()) {
       timed_when = fmt::format("timed now (load average {:.2f})", load[0]);
     } else {
       timed_when = fmt::format(
-          "{} of {} timed by an earlier invocation and reused ({}; delete {}/plan to time them again), "
+          "{} of {} timed by an earlier invocation and reused ({}; delete {}/plan to time them "
+          "again), "
           "load average now {:.2f}",
           reused_timings.size(), plans.size(), fmt::join(reused_timings, ", "), out, load[0]);
     }
-    fmt::print("estimated time: {} (learning-rate search {}, final runs {}, evaluations {}), {} job(s) x {} "
-               "thread(s), from 3 training steps per run: {}\n",
-               format_duration((search_s + final_s + eval_s) / f->jobs), format_duration(search_s / f->jobs),
-               format_duration(final_s / f->jobs), format_duration(eval_s / f->jobs), f->jobs, threads, timed_when);
+    fmt::print(
+        "estimated time: {} (learning-rate search {}, final runs {}, evaluations {}), {} job(s) x "
+        "{} "
+        "thread(s), from 3 training steps per run: {}\n",
+        format_duration((search_s + final_s + eval_s) / f->jobs),
+        format_duration(search_s / f->jobs), format_duration(final_s / f->jobs),
+        format_duration(eval_s / f->jobs), f->jobs, threads, timed_when);
     std::fflush(stdout);
     if (f->plan_only) return 0;
 
@@ -964,9 +1036,10 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
         continue;
       }
       for (double lr : r.lr) {
-        TrainSpec t = make_train(r, suite.data, fmt::format("lr {} {}", r.name, lr_text(lr)),
-                                 fmt::format("{}/lr/{}/lr-{}", out, r.name, lr_text(lr)), suite.lr_search_tokens,
-                                 lr, suite.lr_min_ratio, r.seeds.front(), 1);
+        TrainSpec t =
+            make_train(r, suite.data, fmt::format("lr {} {}", r.name, lr_text(lr)),
+                       fmt::format("{}/lr/{}/lr-{}", out, r.name, lr_text(lr)),
+                       suite.lr_search_tokens, lr, suite.lr_min_ratio, r.seeds.front(), 1);
         if (auto j = train_job(t, p.s_per_token)) search.push_back(*j);
       }
     }
@@ -976,7 +1049,8 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
       if (!r.lr_from.empty() || r.lr.size() == 1) continue;
       double best = std::numeric_limits<double>::infinity();
       for (double lr : r.lr) {
-        const auto s = read_json(fmt::format("{}/lr/{}/lr-{}/summary.json", out, r.name, lr_text(lr)));
+        const auto s =
+            read_json(fmt::format("{}/lr/{}/lr-{}/summary.json", out, r.name, lr_text(lr)));
         std::optional<double> v;
         if (s && s->value("status", "") == "completed" && (*s)["last_val_loss"].is_number())
           v = (*s)["last_val_loss"].get<double>();
@@ -998,8 +1072,8 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
     for (const RunPlan& p : plans) {
       for (uint64_t seed : p.run->seeds) {
         TrainSpec t = make_train(*p.run, suite.data, fmt::format("{} s{}", p.run->name, seed),
-                                 fmt::format("{}/final/{}/seed-{}", out, p.run->name, seed), p.run->tokens, p.lr,
-                                 suite.lr_min_ratio, seed, suite.val_points);
+                                 fmt::format("{}/final/{}/seed-{}", out, p.run->name, seed),
+                                 p.run->tokens, p.lr, suite.lr_min_ratio, seed, suite.val_points);
         if (auto j = train_job(t, p.s_per_token)) finals.push_back(*j);
       }
     }
@@ -1011,8 +1085,8 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
       for (uint64_t seed : p.run->seeds) {
         const std::string dir = fmt::format("{}/final/{}/seed-{}", out, p.run->name, seed);
         if (train_status(dir) != "completed") continue;  // diverged: reported as such
-        auto add = [&](const std::string& label, const std::string& path, std::vector<std::string> args,
-                       double tokens) {
+        auto add = [&](const std::string& label, const std::string& path,
+                       std::vector<std::string> args, double tokens) {
           if (fs::exists(path)) return;
           Job j;
           j.label = label;
@@ -1032,8 +1106,8 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
             args.push_back("--set");
             args.push_back(s);
           }
-          add(fmt::format("eval {} s{} {}", p.run->name, seed, v.name), eval_path(dir, suite.eval_split, v.name),
-              args, eval_cost_tokens);
+          add(fmt::format("eval {} s{} {}", p.run->name, seed, v.name),
+              eval_path(dir, suite.eval_split, v.name), args, eval_cost_tokens);
         }
         for (const std::string& t : suite.eval_text)
           add(fmt::format("eval {} s{} {}", p.run->name, seed, stem(t)), text_eval_path(dir, t),
@@ -1056,8 +1130,9 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
         {"date", utc_now()},
         {"commit", commit},
         {"version", CEMFRAC_VERSION},
-        {"wall_time", format_duration(seconds_since(wall_start)) +
-                          " (jobs already finished by an earlier invocation were reused, not timed)"}};
+        {"wall_time",
+         format_duration(seconds_since(wall_start)) +
+             " (jobs already finished by an earlier invocation were reused, not timed)"}};
     const Report rep = make_report(suite, plans, out, train_tokens, provenance);
     fs::create_directories(out + "/plots");
     for (const auto& [name, svg] : rep.plots) write_file_atomic(out + "/plots/" + name, svg);

@@ -40,13 +40,15 @@ int64_t decoded_bytes(const Tokenizer& tokenizer, const std::vector<TokenId>& id
   return bytes;
 }
 
-// The CEM sub-layers (docs/layers/cem.md) by module name ("blocks.0.attn"), in module order, each with
-// the energy trace its reports are summed into.
+// The CEM sub-layers (docs/layers/cem.md) by module name ("blocks.0.attn"), in module order, each
+// with the energy trace its reports are summed into.
 std::vector<std::pair<std::string, CemEnergyTrace>> cem_traces(const ModelConfig& c) {
   std::vector<std::pair<std::string, CemEnergyTrace>> out;
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    if (c.mixer_of(l) == "cem_attention") out.emplace_back(fmt::format("blocks.{}.attn", l), CemEnergyTrace());
-    if (c.ffn_of(l) == "cem_mlp") out.emplace_back(fmt::format("blocks.{}.mlp", l), CemEnergyTrace());
+    if (c.mixer_of(l) == "cem_attention")
+      out.emplace_back(fmt::format("blocks.{}.attn", l), CemEnergyTrace());
+    if (c.ffn_of(l) == "cem_mlp")
+      out.emplace_back(fmt::format("blocks.{}.mlp", l), CemEnergyTrace());
   }
   return out;
 }
@@ -80,23 +82,28 @@ Command add_eval(CLI::App& root, const GlobalOptions& global) {
   };
   auto f = std::make_shared<Flags>();
   CLI::App* app = root.add_subcommand("eval", "Loss, perplexity and bits per byte of a checkpoint");
-  app->add_option("--checkpoint", f->checkpoint, "Checkpoint directory, or a run directory (newest)")
+  app->add_option("--checkpoint", f->checkpoint,
+                  "Checkpoint directory, or a run directory (newest)")
       ->required();
   auto* data = app->add_option("--data", f->data, "PREPARED_DIR:SPLIT, e.g. data/brown:test");
   auto* text = app->add_option("--text", f->text, "A UTF-8 text file");
   data->excludes(text);
-  app->add_option("--stride", f->stride, "Window stride in tokens, 1..context (0 or unset: context / 2)");
+  app->add_option("--stride", f->stride,
+                  "Window stride in tokens, 1..context (0 or unset: context / 2)");
   app->add_option("--batch", f->batch, "Windows per forward pass")->check(CLI::Range(1, 4096));
   app->add_flag("--json", f->json, "Print one JSON object");
   app->add_flag("--no-verify-data", f->no_verify_data,
                 "With --data: skip the full scan of the shard (token CRC-32, every id below the "
                 "vocabulary); the header checks still run (docs/formats.md)");
-  app->add_flag("--cem-energy", f->cem_energy,
-                "Also report each CEM sub-layer's mean energy before and after every recursive step");
-  app->add_option("--set", f->sets,
-                  "Change a field no parameter shape depends on, e.g. model.cem.steps=4 (repeatable)");
+  app->add_flag(
+      "--cem-energy", f->cem_energy,
+      "Also report each CEM sub-layer's mean energy before and after every recursive step");
+  app->add_option(
+      "--set", f->sets,
+      "Change a field no parameter shape depends on, e.g. model.cem.steps=4 (repeatable)");
   auto run = [f]() {
-    CEMFRAC_CHECK(!f->data.empty() || !f->text.empty(), "eval needs --data DIR:SPLIT or --text FILE");
+    CEMFRAC_CHECK(!f->data.empty() || !f->text.empty(),
+                  "eval needs --data DIR:SPLIT or --text FILE");
     CEMFRAC_CHECK(f->stride >= 0, "--stride {}: must be 1..context (or 0: context / 2)", f->stride);
     LoadedModel loaded = load_model(f->checkpoint, f->sets);
     CEMFRAC_CHECK(loaded.tokenizer != nullptr,
@@ -147,8 +154,9 @@ Command add_eval(CLI::App& root, const GlobalOptions& global) {
                   "--cem-energy: {} has no CEM sub-layer (mixer cem_attention or FFN cem_mlp)",
                   loaded.checkpoint);
     if (f->cem_energy) model->set_observer(energy_observer(traces));
-    PerplexityResult r = evaluate_perplexity(
-        [model](const torch::Tensor& x) mutable { return model->forward(x); }, tokens, options, bytes);
+    PerplexityResult r =
+        evaluate_perplexity([model](const torch::Tensor& x) mutable { return model->forward(x); },
+                            tokens, options, bytes);
     if (f->json) {
       nlohmann::json j = to_json(r);
       j["checkpoint"] = loaded.checkpoint;
@@ -164,8 +172,8 @@ Command add_eval(CLI::App& root, const GlobalOptions& global) {
     }
     fmt::print("checkpoint   {} (step {})\n", loaded.checkpoint, loaded.step);
     for (const std::string& set : f->sets) fmt::print("set          {}\n", set);
-    fmt::print("source       {} ({} tokens with {}, {} UTF-8 bytes)\n", source, ids.size(), tok.id(),
-               bytes);
+    fmt::print("source       {} ({} tokens with {}, {} UTF-8 bytes)\n", source, ids.size(),
+               tok.id(), bytes);
     fmt::print("protocol     {}\n", r.protocol);
     fmt::print("scored       {} tokens in {} windows (context {}, stride {})\n", r.tokens_scored,
                r.windows, r.context, r.stride);

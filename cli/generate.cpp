@@ -1,4 +1,5 @@
-// cemfrac generate: prompt in, text out, with incremental decoding through the model's decode state.
+// cemfrac generate: prompt in, text out, with incremental decoding through the model's decode
+// state.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -24,7 +25,8 @@ Command add_generate(CLI::App& root, const GlobalOptions& global) {
   };
   auto f = std::make_shared<Flags>();
   CLI::App* app = root.add_subcommand("generate", "Generate text from a checkpoint");
-  app->add_option("--checkpoint", f->checkpoint, "Checkpoint directory, or a run directory (newest)")
+  app->add_option("--checkpoint", f->checkpoint,
+                  "Checkpoint directory, or a run directory (newest)")
       ->required();
   app->add_option("--prompt", f->prompt, "Text to continue (default: start of a document)");
   app->add_option("--max-new-tokens", f->max_new_tokens, "Tokens to generate at most")
@@ -35,12 +37,14 @@ Command add_generate(CLI::App& root, const GlobalOptions& global) {
   app->add_option("--top-p", f->top_p, "Nucleus sampling mass in (0, 1] (1 = off)");
   app->add_option("--seed", f->seed, "Sampling seed");
   app->add_flag("--no-stop", f->no_stop, "Do not stop at end-of-text");
-  app->add_option("--set", f->sets,
-                  "Change a field no parameter shape depends on, e.g. model.cem.steps=4 (repeatable)");
+  app->add_option(
+      "--set", f->sets,
+      "Change a field no parameter shape depends on, e.g. model.cem.steps=4 (repeatable)");
   auto run = [f]() {
     // Every sampling setting is checked before anything is loaded or printed.
     CEMFRAC_CHECK(f->top_k >= 0, "--top-k {}: must be >= 0 (0 = all tokens)", f->top_k);
-    CEMFRAC_CHECK(f->top_p > 0 && f->top_p <= 1, "--top-p {}: must be in (0, 1] (1 = off)", f->top_p);
+    CEMFRAC_CHECK(f->top_p > 0 && f->top_p <= 1, "--top-p {}: must be in (0, 1] (1 = off)",
+                  f->top_p);
     LoadedModel loaded = load_model(f->checkpoint, f->sets);
     CEMFRAC_CHECK(loaded.tokenizer != nullptr,
                   "{} has no tokenizer/ directory: cannot encode a prompt", loaded.checkpoint);
@@ -65,8 +69,8 @@ Command add_generate(CLI::App& root, const GlobalOptions& global) {
     options.vocab_limit = tok.vocab_size();  // padding ids of the model are never drawn
     fmt::print("{}", f->prompt);
     std::fflush(stdout);
-    // Print as tokens arrive; decode the whole continuation each time so multi-byte characters split
-    // across tokens print once complete.
+    // Print as tokens arrive; decode the whole continuation each time so multi-byte characters
+    // split across tokens print once complete.
     std::vector<TokenId> generated;
     std::string printed;
     GenerateResult r = generate(*loaded.model, prompt, options, [&](int64_t token) {

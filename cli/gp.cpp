@@ -1,8 +1,8 @@
 // cemfrac gp: the CEM paper's synthetic experiment, Gaussian-process in-context regression, RMSE
 // against the recursion depth T (issue 7; docs/gp.md).
 //
-//   cemfrac gp [--steps 1,2,4,8] [--variants fixed,iterate,...] [--train-steps N] [--batch B] [--lr X] [--eval-seqs S] [--layers
-//   L]
+//   cemfrac gp [--steps 1,2,4,8] [--variants fixed,iterate,...] [--train-steps N] [--batch B] [--lr
+//   X] [--eval-seqs S] [--layers L]
 //              [--positions none|rope] [--scale-from T] [--no-baseline] [--seed S] [--out DIR]
 //              [--json] [--quick]
 //   cemfrac gp --replot runs/gp/gp.json [--out DIR]      # redraw the SVG of a finished run
@@ -28,7 +28,9 @@
 namespace cemfrac::cli {
 namespace {
 
-std::string t_text(int64_t T) { return T > 0 ? std::to_string(T) : "-"; }
+std::string t_text(int64_t T) {
+  return T > 0 ? std::to_string(T) : "-";
+}
 
 void print_table(const GpExperimentResult& r, const GpExperimentOptions& o) {
   fmt::print(
@@ -41,18 +43,21 @@ void print_table(const GpExperimentResult& r, const GpExperimentOptions& o) {
       "{} training steps x {} fresh sequences, lr {}; held-out set: {} sequences ({} "
       "targets), seed {}\n\n",
       r.train_steps, r.batch, o.train.lr_max, r.eval_seqs, r.eval_seqs * (r.n_points - 1), r.seed);
-  fmt::print("{:<8}  {:<16}  {:>9}  {:>5}  {:>17}  {:>17}  {:>9}  {:>8}  {:>6}\n", "model", "variant", "trained T",
-             "run T", "RMSE vs targets", "RMSE vs post. mean", "params", "train s", "eval s");
+  fmt::print("{:<8}  {:<16}  {:>9}  {:>5}  {:>17}  {:>17}  {:>9}  {:>8}  {:>6}\n", "model",
+             "variant", "trained T", "run T", "RMSE vs targets", "RMSE vs post. mean", "params",
+             "train s", "eval s");
   for (const GpRow& row : r.rows) {
     if (row.model == "oracle") {
-      fmt::print("{:<8}  {:<16}  {:>9}  {:>5}  {:>8.4f} ± {:.4f}  {:>17}  {:>9}  {:>8}  {:>6}\n", row.model,
-                 "-", "-", "-", row.eval.rmse_targets, row.eval.se_targets, "0 (itself)", "-", "-", "-");
+      fmt::print("{:<8}  {:<16}  {:>9}  {:>5}  {:>8.4f} ± {:.4f}  {:>17}  {:>9}  {:>8}  {:>6}\n",
+                 row.model, "-", "-", "-", row.eval.rmse_targets, row.eval.se_targets, "0 (itself)",
+                 "-", "-", "-");
       continue;
     }
     fmt::print(
-        "{:<8}  {:<16}  {:>9}  {:>5}  {:>8.4f} ± {:.4f}  {:>8.4f} ± {:.4f}  {:>9}  {:>8}  {:>6.1f}\n",
-        row.model, row.variant.empty() ? "-" : row.variant, t_text(row.train_T), t_text(row.eval_T), row.eval.rmse_targets,
-        row.eval.se_targets, row.eval.rmse_posterior, row.eval.se_posterior,
+        "{:<8}  {:<16}  {:>9}  {:>5}  {:>8.4f} ± {:.4f}  {:>8.4f} ± {:.4f}  {:>9}  {:>8}  "
+        "{:>6.1f}\n",
+        row.model, row.variant.empty() ? "-" : row.variant, t_text(row.train_T), t_text(row.eval_T),
+        row.eval.rmse_targets, row.eval.se_targets, row.eval.rmse_posterior, row.eval.se_posterior,
         with_commas(row.params), row.train_s > 0 ? fmt::format("{:.1f}", row.train_s) : "-",
         row.eval.seconds);
   }
@@ -137,8 +142,8 @@ Command add_gp(CLI::App& root, const GlobalOptions& global) {
       const std::string source = f.replot;
       const GpExperimentResult saved =
           gp_result_from_json(nlohmann::json::parse(read_file(source), nullptr, false), source);
-      const std::filesystem::path dir =
-          f.out.empty() ? std::filesystem::path(source).parent_path() : std::filesystem::path(f.out);
+      const std::filesystem::path dir = f.out.empty() ? std::filesystem::path(source).parent_path()
+                                                      : std::filesystem::path(f.out);
       const std::string svg = (dir / "gp-rmse.svg").string();
       write_file_atomic(svg, gp_rmse_svg(saved));
       fmt::print("Wrote {}\n", svg);

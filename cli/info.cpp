@@ -1,4 +1,5 @@
-// cemfrac info: what this build runs on. Version, LibTorch, threads, the BLAS library and the kernel set
+// cemfrac info: what this build runs on. Version, LibTorch, threads, the BLAS library and the
+// kernel set
 // ("core") it runs, how that core was chosen, the sgemm check, and the measured sgemm rate.
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
@@ -19,7 +20,8 @@ Command add_info(CLI::App& root, const GlobalOptions& global) {
     int sgemm_size = 2048;
   };
   auto flags = std::make_shared<Flags>();
-  CLI::App* app = root.add_subcommand("info", "Version, LibTorch, threads, BLAS core, measured GFLOP/s");
+  CLI::App* app =
+      root.add_subcommand("info", "Version, LibTorch, threads, BLAS core, measured GFLOP/s");
   app->add_flag("--json", flags->json, "Print one JSON object");
   app->add_option("--sgemm-size", flags->sgemm_size, "Matrix size n of the timed n x n x n sgemm")
       ->check(CLI::Range(16, 8192));
@@ -35,8 +37,8 @@ Command add_info(CLI::App& root, const GlobalOptions& global) {
     const std::string layout =
         dist.world_size > 1
             ? fmt::format("rank {} of {} (local {} of {}), store {}:{} hosted by {}", dist.rank,
-                          dist.world_size, dist.local_rank, dist.local_world_size,
-                          dist.master_addr, dist.port, dist.agent_store ? "the launcher" : "rank 0")
+                          dist.world_size, dist.local_rank, dist.local_world_size, dist.master_addr,
+                          dist.port, dist.agent_store ? "the launcher" : "rank 0")
             : "one process (WORLD_SIZE unset or 1)";
     nlohmann::json j = {
         {"version", CEMFRAC_VERSION},
@@ -70,7 +72,8 @@ Command add_info(CLI::App& root, const GlobalOptions& global) {
     fmt::print("cemfrac      {} (commit {})\n", CEMFRAC_VERSION, build_commit());
     fmt::print("LibTorch     {}\n", compat::torch_version());
     fmt::print("CPU          {}\n", cpu.model_name);
-    fmt::print("threads      {} (a parallel_for of cemfrac's kernels runs on {})\n", at::get_num_threads(), team);
+    fmt::print("threads      {} (a parallel_for of cemfrac's kernels runs on {})\n",
+               at::get_num_threads(), team);
     fmt::print("BLAS         {}\n", blas.library);
     fmt::print("BLAS threads {}\n", blas_threading());
     fmt::print("BLAS core    {} (best for this CPU: {})\n", blas.core, blas.best);
@@ -78,7 +81,8 @@ Command add_info(CLI::App& root, const GlobalOptions& global) {
     fmt::print("  check      sgemm vs float64 reference: {} (max rel. error {:.1e})\n",
                blas.verified ? "pass" : "FAIL", blas.max_rel_error);
     for (const auto& note : blas.notes) fmt::print("  note       {}\n", note);
-    fmt::print("sgemm        {:.1f} GFLOP/s ({}^3, float32, best of 3)\n", gflops, flags->sgemm_size);
+    fmt::print("sgemm        {:.1f} GFLOP/s ({}^3, float32, best of 3)\n", gflops,
+               flags->sgemm_size);
     fmt::print("distributed  c10d {} (cemfrac launch / torchrun); world {}: {}\n", backends,
                dist.world_size, layout);
     return 0;

@@ -1,10 +1,12 @@
-// cemfrac launch --nproc N -- <cemfrac arguments>: starts N ranks of this cemfrac on this machine with
-// torchrun's environment (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-// TORCHELASTIC_USE_AGENT_STORE=True), hosts the TCPStore itself, and supervises the ranks:
+// cemfrac launch --nproc N -- <cemfrac arguments>: starts N ranks of this cemfrac on this machine
+// with torchrun's environment (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK,
+// LOCAL_WORLD_SIZE, TORCHELASTIC_USE_AGENT_STORE=True), hosts the TCPStore itself, and supervises
+// the ranks:
 // - a rank that fails (non-zero exit or a signal) makes the launcher wait --grace seconds for the
-//   others to notice on their own (they exit naming the lost rank), then kill what is left, and exit
-//   non-zero naming the first failed rank;
-// - SIGINT/SIGTERM to the launcher is forwarded once to every rank (each is in its own process group,
+//   others to notice on their own (they exit naming the lost rank), then kill what is left, and
+//   exit non-zero naming the first failed rank;
+// - SIGINT/SIGTERM to the launcher is forwarded once to every rank (each is in its own process
+// group,
 //   so a terminal's Ctrl-C reaches them only through the launcher): the ranks agree on the step to
 //   stop at and rank 0 saves one checkpoint.
 #include <fmt/format.h>
@@ -27,16 +29,21 @@ namespace cemfrac::cli {
 namespace {
 
 std::atomic<int> g_forward_signal{0};
-void on_launcher_signal(int sig) { g_forward_signal.store(sig); }
+void on_launcher_signal(int sig) {
+  g_forward_signal.store(sig);
+}
 
 std::string describe_status(int status) {
   if (WIFEXITED(status)) return fmt::format("exited with code {}", WEXITSTATUS(status));
   if (WIFSIGNALED(status))
-    return fmt::format("was killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
+    return fmt::format("was killed by signal {} ({})", WTERMSIG(status),
+                       strsignal(WTERMSIG(status)));
   return "stopped";
 }
 
-bool failed(int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0); }
+bool failed(int status) {
+  return !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
 
 }  // namespace
 
@@ -55,8 +62,9 @@ Command add_launch(CLI::App& root, const GlobalOptions& global) {
       "launch",
       "Run a cemfrac command as N data-parallel ranks on this machine (torchrun's environment; "
       "e.g. cemfrac launch --nproc 2 -- train --config configs/small-llama.toml)");
-  app->add_option("--nproc", f->nproc, "Number of ranks")->capture_default_str()->check(
-      CLI::Range(1, 1024));
+  app->add_option("--nproc", f->nproc, "Number of ranks")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
   app->add_option("--master-addr", f->master_addr, "Address the store listens on")
       ->capture_default_str();
   app->add_option("--master-port", f->master_port, "Store port (0 = a free port)")
@@ -89,7 +97,8 @@ Command add_launch(CLI::App& root, const GlobalOptions& global) {
     struct sigaction sa {};
     sa.sa_handler = on_launcher_signal;
     sigemptyset(&sa.sa_mask);
-    struct sigaction old_int {}, old_term {};
+    struct sigaction old_int {
+    }, old_term{};
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
 
@@ -151,7 +160,8 @@ Command add_launch(CLI::App& root, const GlobalOptions& global) {
           --alive;
           if (failed(status) && first_failed < 0) {
             first_failed = r;
-            kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(f->grace * 1000));
+            kill_at =
+                Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(f->grace * 1000));
           }
         }
         continue;

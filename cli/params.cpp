@@ -1,6 +1,6 @@
-// cemfrac params: the exact parameter table of a run config's model, per tensor and per kind, total and
-// non-embedding. The model is built on the meta device (shapes only, nothing allocated), through the
-// same constructors that create and name the tensors of a real model.
+// cemfrac params: the exact parameter table of a run config's model, per tensor and per kind, total
+// and non-embedding. The model is built on the meta device (shapes only, nothing allocated),
+// through the same constructors that create and name the tensors of a real model.
 #include <fmt/format.h>
 #include <torch/types.h>
 
@@ -36,10 +36,12 @@ Command add_params(CLI::App& root, const GlobalOptions& global) {
   };
   auto flags = std::make_shared<Flags>();
   CLI::App* app = root.add_subcommand(
-      "params", "Exact parameter count of a model config: per tensor, per kind, total, non-embedding");
+      "params",
+      "Exact parameter count of a model config: per tensor, per kind, total, non-embedding");
   app->add_option("--config", flags->config, "Run config (TOML), e.g. configs/gpt2-124m.toml")
       ->required();
-  app->add_option("--set", flags->overrides, "Override a config value: section.key=value (repeatable)");
+  app->add_option("--set", flags->overrides,
+                  "Override a config value: section.key=value (repeatable)");
   app->add_flag("--json", flags->json, "Print one JSON object");
   auto run = [flags]() {
     const RunConfig config = load_run_config(flags->config, flags->overrides);
@@ -65,8 +67,10 @@ Command add_params(CLI::App& root, const GlobalOptions& global) {
     if (flags->json) {
       nlohmann::json tensors = nlohmann::json::array();
       for (const ParamInfo& p : table) {
-        nlohmann::json t = {{"name", p.name},           {"shape", p.shape},
-                            {"numel", p.numel},         {"kind", to_string(p.kind)},
+        nlohmann::json t = {{"name", p.name},
+                            {"shape", p.shape},
+                            {"numel", p.numel},
+                            {"kind", to_string(p.kind)},
                             {"group", to_string(p.group)}};
         if (!p.tied_to.empty()) t["tied_to"] = p.tied_to;
         if (p.depth > 0) t["depth"] = p.depth;  // CoFrGeNet ladder depth (dyadic schedule)
@@ -74,8 +78,11 @@ Command add_params(CLI::App& root, const GlobalOptions& global) {
       }
       nlohmann::json kinds = nlohmann::json::object();
       for (ParamKind kind : kKinds) kinds[to_string(kind)] = by_kind[kind];
-      nlohmann::json j = {{"config", flags->config}, {"tensors", tensors},   {"by_kind", kinds},
-                          {"total", total},          {"non_embedding", non_embedding},
+      nlohmann::json j = {{"config", flags->config},
+                          {"tensors", tensors},
+                          {"by_kind", kinds},
+                          {"total", total},
+                          {"non_embedding", non_embedding},
                           {"tied", tied}};
       fmt::print("{}\n", j.dump(2));
       return 0;
@@ -97,8 +104,9 @@ Command add_params(CLI::App& root, const GlobalOptions& global) {
       fmt::print("  {:<13}  {:>15}\n", to_string(kind), with_commas(by_kind[kind]));
     }
     fmt::print("total            {:>15}\n", with_commas(total));
-    fmt::print("non-embedding    {:>15}  (total minus kind embedding: wte{}; an untied head counts)\n",
-               with_commas(non_embedding), config.model.positions == "learned" ? ", wpe" : "");
+    fmt::print(
+        "non-embedding    {:>15}  (total minus kind embedding: wte{}; an untied head counts)\n",
+        with_commas(non_embedding), config.model.positions == "learned" ? ", wpe" : "");
     fmt::print("tied             {}\n", tied.empty() ? "none" : tied + " (one tensor)");
     return 0;
   };

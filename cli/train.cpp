@@ -1,7 +1,7 @@
 // cemfrac train: trains a model described by a TOML run config (configs/*.toml) on a prepared
 // dataset. Prints the resolved config; once every check has passed, saves it as <run>/config.toml
-// and runs the trainer (metrics, progress, checkpoints, NaN guard, SIGINT/SIGTERM checkpoint and exit
-// code kExitInterrupted; --resume continues a run exactly, in its own directory).
+// and runs the trainer (metrics, progress, checkpoints, NaN guard, SIGINT/SIGTERM checkpoint and
+// exit code kExitInterrupted; --resume continues a run exactly, in its own directory).
 #include <fmt/format.h>
 
 #include <unistd.h>
@@ -56,8 +56,9 @@ Command add_train(CLI::App& root, const GlobalOptions& global) {
   };
   auto f = std::make_shared<Flags>();
   CLI::App* app = root.add_subcommand("train", "Train a model from a TOML run config");
-  app->footer("Exit codes: 0 completed (or stopped at --stop-at-step), 1 error, 2 usage error, 3 "
-              "interrupted by SIGINT/SIGTERM (checkpoint saved; continue with --resume RUN).");
+  app->footer(
+      "Exit codes: 0 completed (or stopped at --stop-at-step), 1 error, 2 usage error, 3 "
+      "interrupted by SIGINT/SIGTERM (checkpoint saved; continue with --resume RUN).");
   app->add_option("--config", f->config, "Run config (TOML: [model] [data] [train] [eval])")
       ->required();
   app->add_option("--set", f->sets, "Override a config field: section.key=value (repeatable)");
@@ -91,20 +92,22 @@ Command add_train(CLI::App& root, const GlobalOptions& global) {
     std::string resume = f->resume;
     if (!resume.empty()) {
       resume = resolve_checkpoint(resume);  // warns about skipped incomplete checkpoints, once
-      const std::filesystem::path parent = std::filesystem::path(resume).lexically_normal().parent_path();
+      const std::filesystem::path parent =
+          std::filesystem::path(resume).lexically_normal().parent_path();
       if (parent.filename() == "checkpoints") {
         const std::string own = parent.parent_path().empty() ? "." : parent.parent_path().string();
         std::error_code ec1, ec2;
         if (std::filesystem::weakly_canonical(own, ec1) !=
             std::filesystem::weakly_canonical(config.train.out, ec2)) {
-          warn("train.out = {} is ignored: --resume continues the run in {}", config.train.out, own);
+          warn("train.out = {} is ignored: --resume continues the run in {}", config.train.out,
+               own);
           config.train.out = own;
         }
       }
     }
     const std::string toml = to_toml(config);
-    // Data parallel when torchrun's WORLD_SIZE > 1 (cemfrac launch sets it); rank 0 alone prints the
-    // config and writes into the run directory.
+    // Data parallel when torchrun's WORLD_SIZE > 1 (cemfrac launch sets it); rank 0 alone prints
+    // the config and writes into the run directory.
     DistOptions dist_options = dist_options_from_environment();
     if (f->connect_timeout > 0) dist_options.connect_timeout_s = f->connect_timeout;
     if (f->collective_timeout > 0) dist_options.collective_timeout_s = f->collective_timeout;
@@ -126,9 +129,10 @@ Command add_train(CLI::App& root, const GlobalOptions& global) {
                   "--out {} first",
                   config.data.path, config.data.path);
     std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(tokenizer_dir);
-    CEMFRAC_CHECK(tokenizer->vocab_size() <= config.model.vocab_size,
-                  "model.vocab_size = {} is smaller than the dataset tokenizer's vocabulary ({}, {})",
-                  config.model.vocab_size, tokenizer->vocab_size(), tokenizer->id());
+    CEMFRAC_CHECK(
+        tokenizer->vocab_size() <= config.model.vocab_size,
+        "model.vocab_size = {} is smaller than the dataset tokenizer's vocabulary ({}, {})",
+        config.model.vocab_size, tokenizer->vocab_size(), tokenizer->id());
 
     const double need = training_memory_lower_bound(config);
     const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
@@ -160,16 +164,17 @@ Command add_train(CLI::App& root, const GlobalOptions& global) {
     if (!result.last_checkpoint.empty()) fmt::print("checkpoint: {}\n", result.last_checkpoint);
     if (dist.active() && dist.reduce_steps() > 0) {
       const double steps = static_cast<double>(dist.reduce_steps());
-      fmt::print("data parallel: all-reduce {:.3f} s in {} steps ({:.2f} ms/step), exposed {:.2f} "
-                 "ms/step (waiting after backward; {})\n",
-                 dist.reduce_seconds(), dist.reduce_steps(), 1e3 * dist.reduce_seconds() / steps,
-                 1e3 * dist.exposed_reduce_seconds() / steps,
-                 config.train.dist_overlap ? "overlapped with backward" : "not overlapped");
+      fmt::print(
+          "data parallel: all-reduce {:.3f} s in {} steps ({:.2f} ms/step), exposed {:.2f} "
+          "ms/step (waiting after backward; {})\n",
+          dist.reduce_seconds(), dist.reduce_steps(), 1e3 * dist.reduce_seconds() / steps,
+          1e3 * dist.exposed_reduce_seconds() / steps,
+          config.train.dist_overlap ? "overlapped with backward" : "not overlapped");
     }
     if (result.status == TrainStatus::kInterrupted) {
       std::fflush(stdout);
-      fmt::print(stderr, "cemfrac: interrupted at step {}; continue with --resume {}\n", result.step,
-                 trainer.run_dir());
+      fmt::print(stderr, "cemfrac: interrupted at step {}; continue with --resume {}\n",
+                 result.step, trainer.run_dir());
       return kExitInterrupted;
     }
     return 0;

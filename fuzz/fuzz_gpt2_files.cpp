@@ -44,7 +44,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::string& target = (data[0] & 1) ? files.merges : files.encoder;
     size_t pos = 1;
     while (pos + 4 <= size) {
-      const size_t offset = (data[pos] | (data[pos + 1] << 8) | (data[pos + 2] << 16)) % (target.size() + 1);
+      const size_t offset =
+          (data[pos] | (data[pos + 1] << 8) | (data[pos + 2] << 16)) % (target.size() + 1);
       const uint8_t op = data[pos + 3];
       pos += 4;
       if (op & 0x80) {

@@ -48,7 +48,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const auto& [name, tensor] : file.tensors) {
     FUZZ_REQUIRE(tensor.defined() && tensor.is_contiguous());
   }
-  const SafetensorsFile again = decode_safetensors(encode_safetensors(file.tensors, file.metadata), "re-encoded");
+  const SafetensorsFile again =
+      decode_safetensors(encode_safetensors(file.tensors, file.metadata), "re-encoded");
   FUZZ_REQUIRE(same_file(file, again));
   return 0;
 }

@@ -1,7 +1,7 @@
 // The CLI's `--set key=value` (cemfrac/train/run_config.h with_overrides, as train/params/bench
-// apply them, and cemfrac/train/model_loader.h apply_model_overrides, as eval/generate apply them to
-// a checkpoint's config.json). The input is one override per line. What with_overrides accepts must
-// print (to_toml) to a config that reads back to the same config.
+// apply them, and cemfrac/train/model_loader.h apply_model_overrides, as eval/generate apply them
+// to a checkpoint's config.json). The input is one override per line. What with_overrides accepts
+// must print (to_toml) to a config that reads back to the same config.
 #include <nlohmann/json.hpp>
 #include <vector>
 

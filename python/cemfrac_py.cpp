@@ -1,12 +1,12 @@
-// cemfrac._C: the Python binding (issue 16; docs/python.md). Thin: every computation is the library's
-// own code, in the same process and the same LibTorch as torch (Debian's python3-torch loads the system
-// libtorch). The Python package (python/cemfrac/*.py) builds torch.nn.Modules around these handles:
-// their nn.Parameters are the C++ modules' parameter tensors themselves (same TensorImpl), so autograd,
-// optimizers and state_dict() act on what the C++ forward reads.
+// cemfrac._C: the Python binding (issue 16; docs/python.md). Thin: every computation is the
+// library's own code, in the same process and the same LibTorch as torch (Debian's python3-torch
+// loads the system libtorch). The Python package (python/cemfrac/*.py) builds torch.nn.Modules
+// around these handles: their nn.Parameters are the C++ modules' parameter tensors themselves (same
+// TensorImpl), so autograd, optimizers and state_dict() act on what the C++ forward reads.
 //
-// Errors: cemfrac::Error becomes cemfrac.Error (a ValueError) with the same one-line message; c10::Error
-// (TORCH_CHECK) a RuntimeError with its message without the C++ backtrace. Calls that compute release
-// the GIL, so Python threads run them concurrently.
+// Errors: cemfrac::Error becomes cemfrac.Error (a ValueError) with the same one-line message;
+// c10::Error (TORCH_CHECK) a RuntimeError with its message without the C++ backtrace. Calls that
+// compute release the GIL, so Python threads run them concurrently.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
@@ -47,22 +47,23 @@ namespace {
 // f = 1 / (a_1 + 1 / (a_2 + ... + 1 / a_d)) over dimension `dim` of `a` (the ladder depth), every
 // other dimension a batch of ladders. dim = -2 of an (..., d, L) tensor is the kernel's own layout
 // (no copy); any other dim moves the depth first and flattens the rest into one row of ladders.
-at::Tensor continued_fraction(const at::Tensor& a, double eps, int64_t dim, const std::string& backward,
-                              const std::string& impl) {
+at::Tensor continued_fraction(const at::Tensor& a, double eps, int64_t dim,
+                              const std::string& backward, const std::string& impl) {
   CEMFRAC_CHECK(a.defined(), "continued_fraction: a is undefined");
   const int64_t n = a.dim();
-  CEMFRAC_CHECK(n >= 1, "continued_fraction: a must have a ladder-depth dimension, got a 0-dim tensor");
+  CEMFRAC_CHECK(n >= 1,
+                "continued_fraction: a must have a ladder-depth dimension, got a 0-dim tensor");
   const int64_t dd = dim < 0 ? dim + n : dim;
-  CEMFRAC_CHECK(dd >= 0 && dd < n, "continued_fraction: dim = {} is out of range for a {}-dim tensor",
-                dim, n);
+  CEMFRAC_CHECK(dd >= 0 && dd < n,
+                "continued_fraction: dim = {} is out of range for a {}-dim tensor", dim, n);
   CEMFRAC_CHECK(a.size(dd) >= 1,
-                "continued_fraction: the ladder depth a.size({}) must be at least 1, got shape {}", dim,
-                c10::str(a.sizes()));
+                "continued_fraction: the ladder depth a.size({}) must be at least 1, got shape {}",
+                dim, c10::str(a.sizes()));
   CEMFRAC_CHECK(at::isFloatingType(a.scalar_type()),
                 "continued_fraction: a must be floating point (float32 or float64), got {}",
                 std::string(c10::toString(a.scalar_type())));
-  CEMFRAC_CHECK(eps >= 0 && std::isfinite(eps), "continued_fraction: eps must be finite and >= 0, got {}",
-                eps);
+  CEMFRAC_CHECK(eps >= 0 && std::isfinite(eps),
+                "continued_fraction: eps must be finite and >= 0, got {}", eps);
   const ContinuantOptions options = ContinuantOptions()
                                         .eps(eps)
                                         .backward(parse_continuant_backward(backward))
@@ -76,16 +77,23 @@ at::Tensor continued_fraction(const at::Tensor& a, double eps, int64_t dim, cons
   return f.reshape(rest);
 }
 
-// ---- Config fields, from visit_fields ------------------------------------------------------------
+// ---- Config fields, from visit_fields
+// ------------------------------------------------------------
 
 template <typename T>
 const char* type_name() {
-  if constexpr (std::is_same_v<T, bool>) return "bool";
-  else if constexpr (std::is_integral_v<T>) return "int";
-  else if constexpr (std::is_floating_point_v<T>) return "float";
-  else if constexpr (std::is_same_v<T, std::string>) return "str";
-  else if constexpr (HasVisitFields<T>::value) return "dict";
-  else return "list";
+  if constexpr (std::is_same_v<T, bool>)
+    return "bool";
+  else if constexpr (std::is_integral_v<T>)
+    return "int";
+  else if constexpr (std::is_floating_point_v<T>)
+    return "float";
+  else if constexpr (std::is_same_v<T, std::string>)
+    return "str";
+  else if constexpr (HasVisitFields<T>::value)
+    return "dict";
+  else
+    return "list";
 }
 
 // (path, type, help) of every field of ModelConfig, depth first; a nested struct appears as itself
@@ -94,7 +102,8 @@ struct FieldLister {
   std::string prefix;
   std::vector<std::tuple<std::string, std::string, std::string>>* out;
   template <typename F>
-  void operator()(const char* key, F& value, const char* help, OnCheckpoint = OnCheckpoint::kFixed) {
+  void operator()(const char* key, F& value, const char* help,
+                  OnCheckpoint = OnCheckpoint::kFixed) {
     out->emplace_back(prefix + key, type_name<F>(), help);
     if constexpr (HasVisitFields<F>::value) {
       FieldLister nested{prefix + key + ".", out};
@@ -121,7 +130,8 @@ ModelConfig config_from(const std::string& config_json, const std::string& sourc
   return model_config_from_json(j, source);
 }
 
-// ---- Layers --------------------------------------------------------------------------------------
+// ---- Layers
+// --------------------------------------------------------------------------------------
 
 // One mixer or FFN of the registry, built from a ModelConfig as layer 0 of a model would be.
 class Layer {
@@ -156,7 +166,8 @@ class Layer {
   }
 
   torch::nn::Module& module() {
-    return mixer_ ? static_cast<torch::nn::Module&>(*mixer_) : static_cast<torch::nn::Module&>(*ffn_);
+    return mixer_ ? static_cast<torch::nn::Module&>(*mixer_)
+                  : static_cast<torch::nn::Module&>(*ffn_);
   }
 
   // x (B, N, D) -> (B, N, D); a mixer reads x as positions offset..offset+N-1.
@@ -173,8 +184,8 @@ class Layer {
     }
     if (ffn_) return ffn_->forward(x);
     CEMFRAC_CHECK(offset >= 0 && x.size(1) >= 1 && offset + x.size(1) <= config_.context,
-                  "{}: positions {}..{} are outside the layer's context of {} tokens", source_, offset,
-                  offset + x.size(1) - 1, config_.context);
+                  "{}: positions {}..{} are outside the layer's context of {} tokens", source_,
+                  offset, offset + x.size(1) - 1, config_.context);
     MixerContext ctx;
     ctx.offset = offset;
     if (rope_) {
@@ -197,7 +208,8 @@ class Layer {
   std::mutex rope_mutex_;
 };
 
-// ---- Models --------------------------------------------------------------------------------------
+// ---- Models
+// --------------------------------------------------------------------------------------
 
 struct Model {
   LmModel model{nullptr};
@@ -218,17 +230,18 @@ std::vector<std::pair<std::string, at::Tensor>> named_buffers(torch::nn::Module&
   return out;
 }
 
-// ---- A training loop in C++, for the test that the Python loop gives the same losses --------------
+// ---- A training loop in C++, for the test that the Python loop gives the same losses
+// --------------
 
 // The tiny model of python/tests/test_training.py, written again in C++: token embedding E (V, D),
 // z = E[tokens]; z += mixer(z); z += ffn(z); logits = z E^T. `state` holds E ("embedding") and the
-// layers' parameters ("mixer.<name>", "ffn.<name>") at their initial values. torch::optim::AdamW with
-// the given settings, `steps` steps on the same (tokens, targets) batch; returns the loss of each step.
-std::vector<double> reference_adamw_losses(const std::string& mixer_kind, const std::string& ffn_kind,
-                                           const std::string& config_json,
-                                           const std::vector<std::pair<std::string, at::Tensor>>& state,
-                                           const at::Tensor& tokens, const at::Tensor& targets,
-                                           int64_t steps, double lr, double weight_decay) {
+// layers' parameters ("mixer.<name>", "ffn.<name>") at their initial values. torch::optim::AdamW
+// with the given settings, `steps` steps on the same (tokens, targets) batch; returns the loss of
+// each step.
+std::vector<double> reference_adamw_losses(
+    const std::string& mixer_kind, const std::string& ffn_kind, const std::string& config_json,
+    const std::vector<std::pair<std::string, at::Tensor>>& state, const at::Tensor& tokens,
+    const at::Tensor& targets, int64_t steps, double lr, double weight_decay) {
   Layer mixer("mixer", mixer_kind, config_json, "reference loop");
   Layer ffn("ffn", ffn_kind, config_json, "reference loop");
   at::Tensor embedding;
@@ -250,12 +263,12 @@ std::vector<double> reference_adamw_losses(const std::string& mixer_kind, const 
   params.push_back(embedding);
   for (const auto& p : mixer.module().parameters()) params.push_back(p);
   for (const auto& p : ffn.module().parameters()) params.push_back(p);
-  torch::optim::AdamW optimizer(params,
-                                torch::optim::AdamWOptions(lr).weight_decay(weight_decay));
+  torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(lr).weight_decay(weight_decay));
   std::vector<double> losses;
   for (int64_t s = 0; s < steps; ++s) {
     optimizer.zero_grad();
-    at::Tensor z = embedding.index_select(0, tokens.reshape(-1)).view({tokens.size(0), tokens.size(1), -1});
+    at::Tensor z =
+        embedding.index_select(0, tokens.reshape(-1)).view({tokens.size(0), tokens.size(1), -1});
     z = z + mixer.forward(z, 0);
     z = z + ffn.forward(z, 0);
     const at::Tensor logits = at::matmul(z, embedding.t());
@@ -289,9 +302,12 @@ PYBIND11_MODULE(_C, m) {
   m.def("version", [] { return std::string(CEMFRAC_VERSION); });
   m.def("continued_fraction", &continued_fraction, py::arg("a"), py::arg("eps"), py::arg("dim"),
         py::arg("backward"), py::arg("impl"), py::call_guard<py::gil_scoped_release>());
-  m.def("continuant_literal", [](const at::Tensor& a, double eps) {
+  m.def(
+      "continuant_literal",
+      [](const at::Tensor& a, double eps) {
         return continuant_literal(a, ContinuantOptions().eps(eps));
-      }, py::arg("a"), py::arg("eps"), py::call_guard<py::gil_scoped_release>());
+      },
+      py::arg("a"), py::arg("eps"), py::call_guard<py::gil_scoped_release>());
 
   m.def("model_config_fields", &model_config_fields);
   m.def("default_model_config", [] { return to_json(ModelConfig{}).dump(); });
@@ -302,7 +318,8 @@ PYBIND11_MODULE(_C, m) {
   });
 
   py::class_<Layer, std::shared_ptr<Layer>>(m, "Layer")
-      .def(py::init<const std::string&, const std::string&, const std::string&, const std::string&>(),
+      .def(py::init<const std::string&, const std::string&, const std::string&,
+                    const std::string&>(),
            py::arg("family"), py::arg("kind"), py::arg("config_json"), py::arg("source"))
       .def("forward", &Layer::forward, py::arg("x"), py::arg("offset") = 0,
            py::call_guard<py::gil_scoped_release>())
@@ -310,58 +327,77 @@ PYBIND11_MODULE(_C, m) {
       .def("named_buffers", [](Layer& l) { return named_buffers(l.module()); })
       .def("train", [](Layer& l, bool mode) { l.module().train(mode); })
       .def("is_training", [](Layer& l) { return l.module().is_training(); })
-      .def("on_train_step", [](Layer& l, int64_t step, int64_t total, bool dyadic) {
-             notify_train_step(l.module(), TrainProgress{step, total, dyadic});
-           }, py::arg("step"), py::arg("total_steps"), py::arg("dyadic") = true)
+      .def(
+          "on_train_step",
+          [](Layer& l, int64_t step, int64_t total, bool dyadic) {
+            notify_train_step(l.module(), TrainProgress{step, total, dyadic});
+          },
+          py::arg("step"), py::arg("total_steps"), py::arg("dyadic") = true)
       .def("config_json", [](Layer& l) { return to_json(l.config()).dump(); })
       .def("describe", [](Layer& l) { return c10::str(l.module()); });
 
   py::class_<Tokenizer, std::shared_ptr<Tokenizer>>(m, "Tokenizer")
-      .def_static("load", [](const std::string& dir) {
-        return std::shared_ptr<Tokenizer>(load_tokenizer(dir));
-      }, py::arg("dir"))
-      .def_static("make", [](const std::string& spec) {
-        return std::shared_ptr<Tokenizer>(make_tokenizer(spec));
-      }, py::arg("spec"))
+      .def_static(
+          "load",
+          [](const std::string& dir) { return std::shared_ptr<Tokenizer>(load_tokenizer(dir)); },
+          py::arg("dir"))
+      .def_static(
+          "make",
+          [](const std::string& spec) { return std::shared_ptr<Tokenizer>(make_tokenizer(spec)); },
+          py::arg("spec"))
       .def_property_readonly("id", &Tokenizer::id)
       .def_property_readonly("vocab_size", &Tokenizer::vocab_size)
       .def_property_readonly("eot_id", &Tokenizer::eot_id)
-      .def("encode", [](const Tokenizer& t, const std::string& text) { return t.encode(text); },
-           py::arg("text"), py::call_guard<py::gil_scoped_release>())
-      .def("decode_bytes", [](const Tokenizer& t, const std::vector<TokenId>& ids) {
-             std::string s;
-             {
-               py::gil_scoped_release release;
-               s = t.decode(ids);
-             }
-             return py::bytes(s);
-           }, py::arg("ids"))
+      .def(
+          "encode", [](const Tokenizer& t, const std::string& text) { return t.encode(text); },
+          py::arg("text"), py::call_guard<py::gil_scoped_release>())
+      .def(
+          "decode_bytes",
+          [](const Tokenizer& t, const std::vector<TokenId>& ids) {
+            std::string s;
+            {
+              py::gil_scoped_release release;
+              s = t.decode(ids);
+            }
+            return py::bytes(s);
+          },
+          py::arg("ids"))
       .def("save", &Tokenizer::save, py::arg("dir"));
 
   py::class_<Model, std::shared_ptr<Model>>(m, "Model")
-      .def_static("load", [](const std::string& path, const std::vector<std::string>& overrides) {
-        auto out = std::make_shared<Model>();
-        LoadedModel loaded = load_model(path, overrides);
-        out->model = loaded.model;
-        out->tokenizer = std::shared_ptr<Tokenizer>(std::move(loaded.tokenizer));
-        out->checkpoint = loaded.checkpoint;
-        out->step = loaded.step;
-        return out;
-      }, py::arg("path"), py::arg("overrides") = std::vector<std::string>{})
-      .def_static("create", [](const std::string& config_json) {
-        auto out = std::make_shared<Model>();
-        out->model = LmModel(config_from(config_json, "cemfrac.Model"));
-        return out;
-      }, py::arg("config_json"))
-      .def("forward", [](Model& mo, const at::Tensor& tokens) { return mo.model->forward(tokens); },
-           py::arg("tokens"), py::call_guard<py::gil_scoped_release>())
+      .def_static(
+          "load",
+          [](const std::string& path, const std::vector<std::string>& overrides) {
+            auto out = std::make_shared<Model>();
+            LoadedModel loaded = load_model(path, overrides);
+            out->model = loaded.model;
+            out->tokenizer = std::shared_ptr<Tokenizer>(std::move(loaded.tokenizer));
+            out->checkpoint = loaded.checkpoint;
+            out->step = loaded.step;
+            return out;
+          },
+          py::arg("path"), py::arg("overrides") = std::vector<std::string>{})
+      .def_static(
+          "create",
+          [](const std::string& config_json) {
+            auto out = std::make_shared<Model>();
+            out->model = LmModel(config_from(config_json, "cemfrac.Model"));
+            return out;
+          },
+          py::arg("config_json"))
+      .def(
+          "forward", [](Model& mo, const at::Tensor& tokens) { return mo.model->forward(tokens); },
+          py::arg("tokens"), py::call_guard<py::gil_scoped_release>())
       .def("named_parameters", [](Model& mo) { return named_parameters(*mo.model); })
       .def("named_buffers", [](Model& mo) { return named_buffers(*mo.model); })
       .def("train", [](Model& mo, bool mode) { mo.model->train(mode); })
       .def("is_training", [](Model& mo) { return mo.model->is_training(); })
-      .def("on_train_step", [](Model& mo, int64_t step, int64_t total, bool dyadic) {
-             notify_train_step(*mo.model, TrainProgress{step, total, dyadic});
-           }, py::arg("step"), py::arg("total_steps"), py::arg("dyadic") = true)
+      .def(
+          "on_train_step",
+          [](Model& mo, int64_t step, int64_t total, bool dyadic) {
+            notify_train_step(*mo.model, TrainProgress{step, total, dyadic});
+          },
+          py::arg("step"), py::arg("total_steps"), py::arg("dyadic") = true)
       .def("config_json", [](Model& mo) { return to_json(mo.model->config()).dump(); })
       .def_property_readonly("tokenizer", [](Model& mo) { return mo.tokenizer; })
       .def_property_readonly("checkpoint", [](Model& mo) { return mo.checkpoint; })

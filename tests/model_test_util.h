@@ -34,9 +34,10 @@ inline ModelConfig gpt2_flavour(ModelConfig c) {
   return c;
 }
 
-// A short run on a small dataset: micro-batches of 2 x 16 tokens, `tokens_per_step` tokens per step,
-// lr 1e-2 -> 1e-3 after 2 warmup steps, a metrics line every step, checkpoints only at the end, no
-// progress output. Evaluation cadence and size are left at their defaults for the caller to set.
+// A short run on a small dataset: micro-batches of 2 x 16 tokens, `tokens_per_step` tokens per
+// step, lr 1e-2 -> 1e-3 after 2 warmup steps, a metrics line every step, checkpoints only at the
+// end, no progress output. Evaluation cadence and size are left at their defaults for the caller to
+// set.
 inline TrainerOptions tiny_trainer_options(const std::string& out, const std::string& data_dir,
                                            int64_t steps, int64_t tokens_per_step) {
   TrainerOptions o;

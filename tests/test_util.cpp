@@ -48,7 +48,9 @@ std::string temp_dir(const std::string& tag) {
   return pattern;
 }
 
-std::string read_file(const std::string& path) { return cemfrac::read_file(path); }
+std::string read_file(const std::string& path) {
+  return cemfrac::read_file(path);
+}
 
 void write_file(const std::string& path, const std::string& content) {
   std::ofstream out(path, std::ios::binary);

@@ -1,6 +1,7 @@
-// cemfrac: one CLI for preparing data, training, evaluating and benchmarking CEM / CoFrGeNet language
-// models. main() chooses the BLAS kernels first (that may re-execute the program once), then parses
-// flags and runs one subcommand. Every user error ends as one line on stderr and a non-zero exit.
+// cemfrac: one CLI for preparing data, training, evaluating and benchmarking CEM / CoFrGeNet
+// language models. main() chooses the BLAS kernels first (that may re-execute the program once),
+// then parses flags and runs one subcommand. Every user error ends as one line on stderr and a
+// non-zero exit.
 #include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
 #include <fmt/format.h>
@@ -23,7 +24,8 @@
 
 namespace {
 
-// --blas-core must be known before CLI11 runs (before any matmul), so it is read from argv here too.
+// --blas-core must be known before CLI11 runs (before any matmul), so it is read from argv here
+// too.
 std::string find_blas_core_flag(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const char* a = argv[i];
@@ -55,9 +57,10 @@ constexpr int kMaxThreadsPerCore = 4;
 
 std::string memory_advice() {
   const double total = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
-  return fmt::format("this machine has {:.1f} GiB; use a smaller model, train.micro_batch or "
-                     "train.seq_len (cemfrac params shows a model's size)",
-                     total / (1u << 30));
+  return fmt::format(
+      "this machine has {:.1f} GiB; use a smaller model, train.micro_batch or "
+      "train.seq_len (cemfrac params shows a model's size)",
+      total / (1u << 30));
 }
 
 // LibTorch's allocation failures and size overflows as one user-facing line; "" for other errors.
@@ -100,29 +103,25 @@ int report(const char* kind, const std::string& what) {
 int main(int argc, char** argv) {
   using namespace cemfrac;
   cli::GlobalOptions global;
-  CLI::App app{"cemfrac: train, evaluate and run CEM and CoFrGeNet language models (and GPT-2 / Llama "
-               "baselines) on CPU"};
-  app.set_version_flag("--version", fmt::format("cemfrac {} (commit {})", CEMFRAC_VERSION, cli::build_commit()));
+  CLI::App app{
+      "cemfrac: train, evaluate and run CEM and CoFrGeNet language models (and GPT-2 / Llama "
+      "baselines) on CPU"};
+  app.set_version_flag("--version",
+                       fmt::format("cemfrac {} (commit {})", CEMFRAC_VERSION, cli::build_commit()));
   app.require_subcommand(1);
   app.fallthrough();
-  app.add_option("--threads", global.threads, "Intra-op and BLAS threads (default: number of cores; at most 4 x the cores)")
+  app.add_option("--threads", global.threads,
+                 "Intra-op and BLAS threads (default: number of cores; at most 4 x the cores)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--blas-core", global.blas_core,
                  "OpenBLAS kernel set: auto (from the CPU flags; also ignores OPENBLAS_CORETYPE), "
                  "Prescott, Nehalem, Sandybridge, Haswell, Zen, SkylakeX, Cooperlake");
 
   std::vector<cli::Command> commands = {
-      cli::add_info(app, global),
-      cli::add_tokenize(app, global),
-      cli::add_prepare(app, global),
-      cli::add_bench(app, global),
-      cli::add_params(app, global),
-      cli::add_train(app, global),
-      cli::add_launch(app, global),
-      cli::add_eval(app, global),
-      cli::add_generate(app, global),
-      cli::add_gp(app, global),
-      cli::add_compare(app, global),
+      cli::add_info(app, global),   cli::add_tokenize(app, global), cli::add_prepare(app, global),
+      cli::add_bench(app, global),  cli::add_params(app, global),   cli::add_train(app, global),
+      cli::add_launch(app, global), cli::add_eval(app, global),     cli::add_generate(app, global),
+      cli::add_gp(app, global),     cli::add_compare(app, global),
   };
 
   try {
@@ -148,14 +147,16 @@ int main(int argc, char** argv) {
     // More threads than cores only slows a CPU-bound run; thousands of them take minutes to start.
     const int cores = default_threads();
     const int max_threads = kMaxThreadsPerCore * cores;
-    CEMFRAC_CHECK(global.threads <= max_threads,
-                  "--threads {}: at most {} ({} x the {} core(s) of this machine; 0 = one per core)",
-                  global.threads, max_threads, kMaxThreadsPerCore, cores);
+    CEMFRAC_CHECK(
+        global.threads <= max_threads,
+        "--threads {}: at most {} ({} x the {} core(s) of this machine; 0 = one per core)",
+        global.threads, max_threads, kMaxThreadsPerCore, cores);
     configure_blas(argv, find_blas_core_flag(argc, argv));
     if (global.threads > cores)
-      warn("--threads {} is more than the {} core(s) of this machine: threads will share cores, "
-           "which is slower, not faster",
-           global.threads, cores);
+      warn(
+          "--threads {} is more than the {} core(s) of this machine: threads will share cores, "
+          "which is slower, not faster",
+          global.threads, cores);
     set_threads(global.threads);
     for (auto& command : commands)
       if (command.app->parsed()) return command.run();
@@ -164,7 +165,8 @@ int main(int argc, char** argv) {
     return report("error: ", e.what());
   } catch (const c10::Error& e) {
     const std::string what = e.what_without_backtrace();
-    if (const std::string line = resource_error(what); !line.empty()) return report("error: ", line);
+    if (const std::string line = resource_error(what); !line.empty())
+      return report("error: ", line);
     return report("internal error: ", what);
   } catch (const std::bad_alloc&) {
     return report("error: ", "out of memory: " + memory_advice());

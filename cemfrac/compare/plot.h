@@ -1,8 +1,8 @@
 // Small self-contained SVG plots for `cemfrac compare`: lines with a band, points with error bars,
 // categorical or numeric (optionally logarithmic) x. Each series is one
 // <g class="series" data-name="..."> holding its band (<path class="band">), line
-// (<polyline class="line">), points (<circle class="point">) and error bars (<line class="errorbar">),
-// so tests and scripts can read the series back.
+// (<polyline class="line">), points (<circle class="point">) and error bars (<line
+// class="errorbar">), so tests and scripts can read the series back.
 #pragma once
 #include <string>
 #include <vector>

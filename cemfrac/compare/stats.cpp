@@ -7,7 +7,8 @@
 namespace cemfrac {
 namespace {
 
-// Continued fraction of the incomplete beta function (modified Lentz), for x < (a + 1) / (a + b + 2).
+// Continued fraction of the incomplete beta function (modified Lentz), for x < (a + 1) / (a + b +
+// 2).
 double beta_fraction(double a, double b, double x) {
   const double tiny = 1e-300;
   double c = 1, d = 1 - (a + b) * x / (a + 1);
@@ -80,7 +81,8 @@ double student_t_quantile(double p, double df) {
 }
 
 PairedDiff paired_difference(const std::vector<double>& a, const std::vector<double>& b) {
-  CEMFRAC_CHECK(a.size() == b.size(), "paired_difference: {} values against {}", a.size(), b.size());
+  CEMFRAC_CHECK(a.size() == b.size(), "paired_difference: {} values against {}", a.size(),
+                b.size());
   std::vector<double> d(a.size());
   for (size_t i = 0; i < a.size(); ++i) d[i] = a[i] - b[i];
   PairedDiff r;

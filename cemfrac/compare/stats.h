@@ -1,5 +1,5 @@
-// The statistics of `cemfrac compare`: mean and standard deviation over seeds, the Student t quantile,
-// the paired difference of two rows with its 95% interval, and the verdict of a claim.
+// The statistics of `cemfrac compare`: mean and standard deviation over seeds, the Student t
+// quantile, the paired difference of two rows with its 95% interval, and the verdict of a claim.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -20,8 +20,8 @@ double student_t_cdf(double t, double df);
 double student_t_quantile(double p, double df);
 
 // d_i = a_i - b_i over paired seeds: mean, sd, n, and the two-sided 95% interval
-// mean +- t_{0.975, n-1} sd / sqrt(n). With n < 2 the interval is undefined (lo = hi = mean, has_interval
-// false).
+// mean +- t_{0.975, n-1} sd / sqrt(n). With n < 2 the interval is undefined (lo = hi = mean,
+// has_interval false).
 struct PairedDiff {
   MeanSd diff;
   double lo = 0;
@@ -35,7 +35,8 @@ const char* to_string(Verdict v);
 
 // A claim on a lower-is-better metric, d = a - b:
 //   test "better":    supported when the interval lies below 0, contradicted when it lies above 0;
-//   test "not_worse": supported when it lies below +margin, contradicted when it lies above +margin;
+//   test "not_worse": supported when it lies below +margin, contradicted when it lies above
+//   +margin;
 // otherwise (or without an interval) inconclusive.
 Verdict verdict(const PairedDiff& d, const std::string& test, double margin);
 // A claim over several pairs: supported when every pair is, contradicted when any pair is, else

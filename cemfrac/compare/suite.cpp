@@ -23,12 +23,14 @@ struct Reader {
   std::string at(const toml::node& node) const {
     return fmt::format("{}:{}", file, node.source().begin.line);
   }
-  void keys(const toml::table& t, const std::string& where, const std::vector<std::string>& known) const {
+  void keys(const toml::table& t, const std::string& where,
+            const std::vector<std::string>& known) const {
     const std::set<std::string> k(known.begin(), known.end());
     for (auto&& [key, node] : t) {
       (void)node;
-      CEMFRAC_CHECK(k.count(std::string(key.str())), "{}:{}: unknown key '{}' in {}; known keys: {}",
-                    file, key.source().begin.line, key.str(), where, fmt::join(known, ", "));
+      CEMFRAC_CHECK(k.count(std::string(key.str())),
+                    "{}:{}: unknown key '{}' in {}; known keys: {}", file, key.source().begin.line,
+                    key.str(), where, fmt::join(known, ", "));
     }
   }
   std::string str(const toml::table& t, const char* key, const std::string& where, bool required,
@@ -38,19 +40,20 @@ struct Reader {
       CEMFRAC_CHECK(!required, "{}: {} needs '{}'", file, where, key);
       return fallback;
     }
-    CEMFRAC_CHECK(n->is_string() && !n->as_string()->get().empty(), "{}: {}.{}: expected a non-empty string",
-                  at(*n), where, key);
+    CEMFRAC_CHECK(n->is_string() && !n->as_string()->get().empty(),
+                  "{}: {}.{}: expected a non-empty string", at(*n), where, key);
     return n->as_string()->get();
   }
   int64_t integer(const toml::table& t, const char* key, const std::string& where, int64_t fallback,
                   int64_t min) const {
     const toml::node* n = t.get(key);
     if (n == nullptr) return fallback;
-    CEMFRAC_CHECK(n->is_integer() && n->as_integer()->get() >= min, "{}: {}.{}: expected an integer >= {}",
-                  at(*n), where, key, min);
+    CEMFRAC_CHECK(n->is_integer() && n->as_integer()->get() >= min,
+                  "{}: {}.{}: expected an integer >= {}", at(*n), where, key, min);
     return n->as_integer()->get();
   }
-  double number(const toml::table& t, const char* key, const std::string& where, double fallback) const {
+  double number(const toml::table& t, const char* key, const std::string& where,
+                double fallback) const {
     const toml::node* n = t.get(key);
     if (n == nullptr) return fallback;
     CEMFRAC_CHECK(n->is_number(), "{}: {}.{}: expected a number", at(*n), where, key);
@@ -62,7 +65,8 @@ struct Reader {
     CEMFRAC_CHECK(n->is_array(), "{}: {}.{}: expected an array", at(*n), where, key);
     return n->as_array();
   }
-  std::vector<std::string> strings(const toml::table& t, const char* key, const std::string& where) const {
+  std::vector<std::string> strings(const toml::table& t, const char* key,
+                                   const std::string& where) const {
     std::vector<std::string> out;
     if (const toml::array* a = array(t, key, where)) {
       for (const toml::node& n : *a) {
@@ -73,29 +77,31 @@ struct Reader {
     return out;
   }
   // A string or an array of strings.
-  std::vector<std::string> names(const toml::table& t, const char* key, const std::string& where) const {
+  std::vector<std::string> names(const toml::table& t, const char* key,
+                                 const std::string& where) const {
     const toml::node* n = t.get(key);
     CEMFRAC_CHECK(n != nullptr, "{}: {} needs '{}'", file, where, key);
     if (n->is_string()) return {n->as_string()->get()};
     std::vector<std::string> out = strings(t, key, where);
-    CEMFRAC_CHECK(!out.empty(), "{}: {}.{}: expected a run name or a non-empty array of them", at(*n),
-                  where, key);
+    CEMFRAC_CHECK(!out.empty(), "{}: {}.{}: expected a run name or a non-empty array of them",
+                  at(*n), where, key);
     return out;
   }
   std::vector<double> lrs(const toml::table& t, const char* key, const std::string& where) const {
     std::vector<double> out;
     if (const toml::array* a = array(t, key, where)) {
       for (const toml::node& n : *a) {
-        CEMFRAC_CHECK(n.is_number() && n.value<double>().value() > 0 &&
-                          n.value<double>().value() < 1,
-                      "{}: {}.{}: expected learning rates in (0, 1)", at(n), where, key);
+        CEMFRAC_CHECK(
+            n.is_number() && n.value<double>().value() > 0 && n.value<double>().value() < 1,
+            "{}: {}.{}: expected learning rates in (0, 1)", at(n), where, key);
         out.push_back(n.value<double>().value());
       }
       CEMFRAC_CHECK(!out.empty(), "{}: {}.{}: the learning-rate grid is empty", at(*a), where, key);
     }
     return out;
   }
-  std::vector<uint64_t> seeds(const toml::table& t, const char* key, const std::string& where) const {
+  std::vector<uint64_t> seeds(const toml::table& t, const char* key,
+                              const std::string& where) const {
     std::vector<uint64_t> out;
     if (const toml::array* a = array(t, key, where)) {
       for (const toml::node& n : *a) {
@@ -115,7 +121,8 @@ struct Reader {
 bool valid_name(const std::string& s) {
   if (s.empty() || s.size() > 64) return false;
   for (char c : s) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' || c == '='))
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ||
+          c == '='))
       return false;
   }
   return s != "." && s != "..";
@@ -148,8 +155,8 @@ Suite load_suite(const std::string& path) {
          {"name", "description", "data", "eval_split", "eval_text", "tokens", "seeds", "lr",
           "lr_search_tokens", "lr_min_ratio", "val_points", "set"});
   s.name = r.str(*head, "name", "[suite]", true);
-  CEMFRAC_CHECK(valid_name(s.name), "{}: [suite].name '{}': use letters, digits, '-', '_', '.'", path,
-                s.name);
+  CEMFRAC_CHECK(valid_name(s.name), "{}: [suite].name '{}': use letters, digits, '-', '_', '.'",
+                path, s.name);
   s.description = r.str(*head, "description", "[suite]", false);
   s.data = r.str(*head, "data", "[suite]", false, s.data);
   s.eval_split = r.str(*head, "eval_split", "[suite]", false, s.eval_split);
@@ -162,8 +169,8 @@ Suite load_suite(const std::string& path) {
   const std::vector<double> lr = r.lrs(*head, "lr", "[suite]");
   s.lr_search_tokens = r.integer(*head, "lr_search_tokens", "[suite]", 0, 1);
   s.lr_min_ratio = r.number(*head, "lr_min_ratio", "[suite]", s.lr_min_ratio);
-  CEMFRAC_CHECK(s.lr_min_ratio > 0 && s.lr_min_ratio <= 1, "{}: [suite].lr_min_ratio must be in (0, 1]",
-                path);
+  CEMFRAC_CHECK(s.lr_min_ratio > 0 && s.lr_min_ratio <= 1,
+                "{}: [suite].lr_min_ratio must be in (0, 1]", path);
   s.val_points = r.integer(*head, "val_points", "[suite]", s.val_points, 1);
   const std::vector<std::string> common = r.strings(*head, "set", "[suite]");
 
@@ -174,12 +181,14 @@ Suite load_suite(const std::string& path) {
     const toml::table* t = node.as_table();
     CEMFRAC_CHECK(t != nullptr, "{}: run must be [[run]] tables", r.at(node));
     r.keys(*t, "[[run]]",
-           {"name", "config", "set", "tokens", "seeds", "lr", "lr_from", "test_time_steps", "variants"});
+           {"name", "config", "set", "tokens", "seeds", "lr", "lr_from", "test_time_steps",
+            "variants"});
     SuiteRun run;
     run.name = r.str(*t, "name", "[[run]]", true);
     const std::string where = fmt::format("run '{}'", run.name);
     CEMFRAC_CHECK(valid_name(run.name) && run.name.find('@') == std::string::npos,
-                  "{}: run name '{}': use letters, digits, '-', '_', '.', '='", r.at(node), run.name);
+                  "{}: run name '{}': use letters, digits, '-', '_', '.', '='", r.at(node),
+                  run.name);
     CEMFRAC_CHECK(names.insert(run.name).second, "{}: two runs named '{}'", r.at(node), run.name);
     run.config = r.str(*t, "config", where, true);
     CEMFRAC_CHECK(std::filesystem::is_regular_file(run.config),
@@ -196,10 +205,12 @@ Suite load_suite(const std::string& path) {
     if (run.lr.empty()) run.lr = lr;
     run.lr_from = r.str(*t, "lr_from", where, false);
     if (run.lr_from.empty()) {
-      CEMFRAC_CHECK(!run.lr.empty(), "{}: {}: no learning rate ([suite].lr, the run's lr or lr_from)",
-                    r.at(node), where);
+      CEMFRAC_CHECK(!run.lr.empty(),
+                    "{}: {}: no learning rate ([suite].lr, the run's lr or lr_from)", r.at(node),
+                    where);
       CEMFRAC_CHECK(run.lr.size() == 1 || s.lr_search_tokens > 0,
-                    "{}: {}: a learning-rate grid needs [suite].lr_search_tokens", r.at(node), where);
+                    "{}: {}: a learning-rate grid needs [suite].lr_search_tokens", r.at(node),
+                    where);
     }
     if (const toml::array* steps = r.array(*t, "test_time_steps", where)) {
       for (const toml::node& n : *steps) {
@@ -212,7 +223,8 @@ Suite load_suite(const std::string& path) {
     if (const toml::array* vs = r.array(*t, "variants", where)) {
       for (const toml::node& n : *vs) {
         const toml::table* vt = n.as_table();
-        CEMFRAC_CHECK(vt != nullptr, "{}: {}.variants: expected inline tables {{ name = ..., set = [...] }}",
+        CEMFRAC_CHECK(vt != nullptr,
+                      "{}: {}.variants: expected inline tables {{ name = ..., set = [...] }}",
                       r.at(n), where);
         r.keys(*vt, where + ".variants", {"name", "set"});
         SuiteVariant v;
@@ -224,10 +236,11 @@ Suite load_suite(const std::string& path) {
     }
     std::set<std::string> vnames;
     for (const SuiteVariant& v : run.variants) {
-      CEMFRAC_CHECK(valid_name(v.name), "{}: {}: variant name '{}': use letters, digits, '-', '_', '.', '='",
+      CEMFRAC_CHECK(valid_name(v.name),
+                    "{}: {}: variant name '{}': use letters, digits, '-', '_', '.', '='",
                     r.at(node), where, v.name);
-      CEMFRAC_CHECK(vnames.insert(v.name).second, "{}: {}: two variants named '{}'", r.at(node), where,
-                    v.name);
+      CEMFRAC_CHECK(vnames.insert(v.name).second, "{}: {}: two variants named '{}'", r.at(node),
+                    where, v.name);
     }
     // The config and every override must load now, not hours later.
     try {
@@ -239,11 +252,11 @@ Suite load_suite(const std::string& path) {
   }
   for (const SuiteRun& run : s.runs) {
     if (run.lr_from.empty()) continue;
-    CEMFRAC_CHECK(names.count(run.lr_from), "{}: run '{}': lr_from '{}' names no run", path, run.name,
-                  run.lr_from);
-    CEMFRAC_CHECK(s.run(run.lr_from).lr_from.empty(),
-                  "{}: run '{}': lr_from '{}' must name a run that chooses its own learning rate", path,
+    CEMFRAC_CHECK(names.count(run.lr_from), "{}: run '{}': lr_from '{}' names no run", path,
                   run.name, run.lr_from);
+    CEMFRAC_CHECK(s.run(run.lr_from).lr_from.empty(),
+                  "{}: run '{}': lr_from '{}' must name a run that chooses its own learning rate",
+                  path, run.name, run.lr_from);
   }
 
   if (const toml::array* claims = r.array(doc, "claim", "the suite file")) {
@@ -265,8 +278,8 @@ Suite load_suite(const std::string& path) {
                     "{}: {}: test '{}': expected better or not_worse", r.at(node), where, c.test);
       c.margin = r.number(*t, "margin", where, 0.0);
       CEMFRAC_CHECK(c.margin >= 0, "{}: {}: margin must be >= 0", r.at(node), where);
-      CEMFRAC_CHECK(c.test == "not_worse" || c.margin == 0, "{}: {}: margin is only for test = not_worse",
-                    r.at(node), where);
+      CEMFRAC_CHECK(c.test == "not_worse" || c.margin == 0,
+                    "{}: {}: margin is only for test = not_worse", r.at(node), where);
       c.metric = r.str(*t, "metric", where, false, c.metric);
       const bool text_metric = c.metric.rfind("text_loss:", 0) == 0;
       CEMFRAC_CHECK(c.metric == "test_loss" || c.metric == "val_loss" || text_metric,
@@ -280,8 +293,8 @@ Suite load_suite(const std::string& path) {
         if (!variant.empty()) {
           bool found = false;
           for (const SuiteVariant& v : s.run(name).variants) found = found || v.name == variant;
-          CEMFRAC_CHECK(found, "{}: {}: run '{}' has no test-time variant '{}'", r.at(node), where, name,
-                        variant);
+          CEMFRAC_CHECK(found, "{}: {}: run '{}' has no test-time variant '{}'", r.at(node), where,
+                        name, variant);
           CEMFRAC_CHECK(c.metric == "test_loss",
                         "{}: {}: a test-time variant has only test_loss (the {} split)", r.at(node),
                         where, s.eval_split);

@@ -1,5 +1,5 @@
-// A comparison suite (`cemfrac compare --suite FILE`, configs/suites/*.toml): the runs to train, their
-// budget, seeds and learning-rate grid, the eval sets, and the claims to test. The format is
+// A comparison suite (`cemfrac compare --suite FILE`, configs/suites/*.toml): the runs to train,
+// their budget, seeds and learning-rate grid, the eval sets, and the claims to test. The format is
 // documented in docs/compare.md; every problem in a file is one cemfrac::Error naming file:line.
 #pragma once
 #include <cstdint>
@@ -33,8 +33,8 @@ struct SuiteClaim {
   std::string source;
   std::vector<std::string> a;  // "run" or "run@variant"
   std::string b;
-  std::string test = "better";  // "better": a < b; "not_worse": a < b + margin
-  double margin = 0;            // nats per token (not_worse)
+  std::string test = "better";       // "better": a < b; "not_worse": a < b + margin
+  double margin = 0;                 // nats per token (not_worse)
   std::string metric = "test_loss";  // test_loss, val_loss, or text_loss:<name>
 };
 

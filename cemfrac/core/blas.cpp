@@ -27,8 +27,8 @@ struct CoreRank {
   int rank;
 };
 constexpr CoreRank kCores[] = {
-    {"Prescott", 0}, {"Nehalem", 1}, {"Sandybridge", 2}, {"Haswell", 3}, {"Zen", 3},
-    {"SkylakeX", 4}, {"Cooperlake", 5},
+    {"Prescott", 0}, {"Nehalem", 1},  {"Sandybridge", 2}, {"Haswell", 3},
+    {"Zen", 3},      {"SkylakeX", 4}, {"Cooperlake", 5},
 };
 
 std::string lower(std::string s) {
@@ -203,9 +203,11 @@ BlasStatus configure_blas(char** argv, const std::string& override_core) {
           "--blas-core auto",
           env_core, st.best));
   } else if (openblas_core_rank(st.core) < openblas_core_rank(st.best)) {
-    reexec(argv, st.best,
-           fmt::format("auto: OpenBLAS detected {}, the CPU flags allow {}: re-ran with OPENBLAS_CORETYPE={}",
-                       st.core, st.best, st.best));
+    reexec(
+        argv, st.best,
+        fmt::format(
+            "auto: OpenBLAS detected {}, the CPU flags allow {}: re-ran with OPENBLAS_CORETYPE={}",
+            st.core, st.best, st.best));
   } else {
     st.source = fmt::format("auto: OpenBLAS's own detection ({}) matches the CPU flags", st.core);
   }

@@ -1,6 +1,6 @@
 // User-facing errors. Library code throws cemfrac::Error with one line that names the problem and,
-// where there is one, what to do; the CLI catches it at the boundary, prints "cemfrac: error: ..." and
-// exits non-zero. Internal invariants use TORCH_INTERNAL_ASSERT instead.
+// where there is one, what to do; the CLI catches it at the boundary, prints "cemfrac: error: ..."
+// and exits non-zero. Internal invariants use TORCH_INTERNAL_ASSERT instead.
 #pragma once
 #include <fmt/format.h>
 
@@ -22,9 +22,9 @@ template <typename... Args>
 }  // namespace cemfrac
 
 // CEMFRAC_CHECK(cond, "format {}", args...): throws cemfrac::Error with the formatted message.
-#define CEMFRAC_CHECK(cond, ...)   \
-  do {                             \
-    if (!(cond)) {                 \
+#define CEMFRAC_CHECK(cond, ...)    \
+  do {                              \
+    if (!(cond)) {                  \
       ::cemfrac::fail(__VA_ARGS__); \
-    }                              \
+    }                               \
   } while (0)

@@ -10,16 +10,19 @@
 namespace cemfrac::compat {
 
 // "1.13.1" or "2.4.0".
-inline const char* torch_version() { return TORCH_VERSION; }
+inline const char* torch_version() {
+  return TORCH_VERSION;
+}
 
 }  // namespace cemfrac::compat
 
-// c10d (distributed): only cemfrac/train/distributed.cpp defines CEMFRAC_COMPAT_C10D before including
-// this header, with USE_C10D_GLOO set for that file by CMake. Differences handled here:
+// c10d (distributed): only cemfrac/train/distributed.cpp defines CEMFRAC_COMPAT_C10D before
+// including this header, with USE_C10D_GLOO set for that file by CMake. Differences handled here:
 // - LibTorch 1.13: ProcessGroupGloo derives from c10d::ProcessGroup; 2.x: from c10d::Backend (the
-//   collectives we call, allreduce / broadcast / barrier returning intrusive_ptr<c10d::Work>, are on
-//   both).
-// - 2.x builds with CUDA define USE_C10D_NCCL: CUDA tensors go through ProcessGroupNCCL, CPU tensors
+//   collectives we call, allreduce / broadcast / barrier returning intrusive_ptr<c10d::Work>, are
+//   on both).
+// - 2.x builds with CUDA define USE_C10D_NCCL: CUDA tensors go through ProcessGroupNCCL, CPU
+// tensors
 //   through Gloo. Debian's 1.13 has no CUDA, so that branch is compiled only there.
 #ifdef CEMFRAC_COMPAT_C10D
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>

@@ -1,5 +1,6 @@
-// Small helpers over visit_fields() structs (ModelConfig, TrainConfig, ...): the visitors that read and
-// write TOML / JSON live beside the formats (model_config.cpp, run_config.cpp); these are shared.
+// Small helpers over visit_fields() structs (ModelConfig, TrainConfig, ...): the visitors that read
+// and write TOML / JSON live beside the formats (model_config.cpp, run_config.cpp); these are
+// shared.
 #pragma once
 #include <string>
 #include <type_traits>
@@ -28,8 +29,9 @@ struct FieldsProbe {
   void operator()(const char*, F&, const char*, OnCheckpoint = OnCheckpoint::kFixed) {}
 };
 template <typename T>
-struct HasVisitFields<T, std::void_t<decltype(std::declval<T&>().visit_fields(
-                             std::declval<FieldsProbe&>()))>> : std::true_type {};
+struct HasVisitFields<
+    T, std::void_t<decltype(std::declval<T&>().visit_fields(std::declval<FieldsProbe&>()))>>
+    : std::true_type {};
 
 struct FieldNameCollector {
   std::vector<std::string> names;

@@ -9,7 +9,8 @@ namespace cemfrac {
 
 std::string cache_dir() {
   if (const char* dir = std::getenv("CEMFRAC_CACHE"); dir && *dir) return dir;
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/cemfrac";
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
+    return std::string(xdg) + "/cemfrac";
   const char* home = std::getenv("HOME");
   return std::string(home && *home ? home : ".") + "/.cache/cemfrac";
 }

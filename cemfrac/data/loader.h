@@ -5,10 +5,10 @@
 // one), so every token but the first is a target exactly once per epoch. Epoch e visits the windows
 // in the order of a permutation drawn from (seed, e) with our own PRNG (splitmix64 + Fisher-Yates,
 // identical on every platform and LibTorch version). Rank r of a world of w ranks takes positions
-// r, r + w, r + 2w, ... of that order, W / w windows per epoch and rank (the last W mod w windows of
-// each epoch's order are skipped so all ranks make the same number of steps). Batches run on across
-// epoch ends. state() after a batch is the cursor of the next window; restore() makes the loader
-// continue exactly there.
+// r, r + w, r + 2w, ... of that order, W / w windows per epoch and rank (the last W mod w windows
+// of each epoch's order are skipped so all ranks make the same number of steps). Batches run on
+// across epoch ends. state() after a batch is the cursor of the next window; restore() makes the
+// loader continue exactly there.
 #pragma once
 #include <torch/types.h>
 
@@ -42,8 +42,8 @@ struct Batch {
   LoaderState position;   // cursor of the batch's first window (for reports)
 };
 
-// The permutation of [0, n) for (seed, epoch): seeded_permutation (core/random.h) of a stream derived
-// from both.
+// The permutation of [0, n) for (seed, epoch): seeded_permutation (core/random.h) of a stream
+// derived from both.
 std::vector<int64_t> window_permutation(int64_t n, uint64_t seed, int64_t epoch);
 
 class TokenLoader {
@@ -60,7 +60,7 @@ class TokenLoader {
   LoaderState state() const { return state_; }
   void restore(const LoaderState& state);
 
-  int64_t windows() const { return windows_; }                   // W, all ranks together
+  int64_t windows() const { return windows_; }                    // W, all ranks together
   int64_t windows_per_rank() const { return windows_per_rank_; }  // per epoch
   // Start token of the window at `index` of this rank's share of `epoch`.
   int64_t window_start(int64_t epoch, int64_t index) const;

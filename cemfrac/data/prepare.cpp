@@ -30,7 +30,8 @@ void check_out_dir(const PrepareOptions& options) {
     const nlohmann::json meta =
         nlohmann::json::parse(read_file((fs::path(out) / "meta.json").string()), nullptr, false);
     // find, not value(): a 'format' that is not a string must read as "not prepared", not throw.
-    prepared = meta.is_object() && meta.find("format") != meta.end() && *meta.find("format") == kPreparedFormat;
+    prepared = meta.is_object() && meta.find("format") != meta.end() &&
+               *meta.find("format") == kPreparedFormat;
   }
   CEMFRAC_CHECK(empty_dir || prepared,
                 "{} exists and is not a prepared dataset (no meta.json from cemfrac prepare): "

@@ -190,9 +190,13 @@ struct ShimBuffer {
 
 }  // namespace
 
-std::string sentencepiece_shim_path() { return shim().path; }
+std::string sentencepiece_shim_path() {
+  return shim().path;
+}
 
-std::string sentencepiece_shim_mode() { return shim().mode; }
+std::string sentencepiece_shim_mode() {
+  return shim().mode;
+}
 
 std::string train_sentencepiece_model(const std::vector<std::string_view>& sentences,
                                       const std::vector<std::pair<std::string, std::string>>& flags,
@@ -262,7 +266,9 @@ std::string SentencePieceModel::decode(const TokenId* ids, size_t count) const {
   return std::string(text.data, size);
 }
 
-int32_t SentencePieceModel::vocab_size() const { return shim().vocab_size(handle_); }
+int32_t SentencePieceModel::vocab_size() const {
+  return shim().vocab_size(handle_);
+}
 
 int32_t SentencePieceModel::piece_to_id(std::string_view piece) const {
   return shim().piece_to_id(handle_, piece.data(), piece.size());
@@ -278,25 +284,27 @@ std::string SentencePieceModel::id_to_piece(TokenId id) const {
 
 SentencePieceModel::PieceKind SentencePieceModel::piece_kind(TokenId id) const {
   switch (shim().piece_kind(handle_, id)) {
-    case CEMFRAC_SPM_PIECE_NORMAL:
-      return PieceKind::kNormal;
-    case CEMFRAC_SPM_PIECE_UNKNOWN:
-      return PieceKind::kUnknown;
-    case CEMFRAC_SPM_PIECE_CONTROL:
-      return PieceKind::kControl;
-    case CEMFRAC_SPM_PIECE_BYTE:
-      return PieceKind::kByte;
-    case CEMFRAC_SPM_PIECE_UNUSED:
-      return PieceKind::kUnused;
-    default:
-      fail("sentencepiece: id {} is outside the vocabulary [0, {})", id, vocab_size());
+    case CEMFRAC_SPM_PIECE_NORMAL: return PieceKind::kNormal;
+    case CEMFRAC_SPM_PIECE_UNKNOWN: return PieceKind::kUnknown;
+    case CEMFRAC_SPM_PIECE_CONTROL: return PieceKind::kControl;
+    case CEMFRAC_SPM_PIECE_BYTE: return PieceKind::kByte;
+    case CEMFRAC_SPM_PIECE_UNUSED: return PieceKind::kUnused;
+    default: fail("sentencepiece: id {} is outside the vocabulary [0, {})", id, vocab_size());
   }
 }
 
-int32_t SentencePieceModel::unk_id() const { return shim().special_id(handle_, CEMFRAC_SPM_UNK); }
-int32_t SentencePieceModel::bos_id() const { return shim().special_id(handle_, CEMFRAC_SPM_BOS); }
-int32_t SentencePieceModel::eos_id() const { return shim().special_id(handle_, CEMFRAC_SPM_EOS); }
-int32_t SentencePieceModel::pad_id() const { return shim().special_id(handle_, CEMFRAC_SPM_PAD); }
+int32_t SentencePieceModel::unk_id() const {
+  return shim().special_id(handle_, CEMFRAC_SPM_UNK);
+}
+int32_t SentencePieceModel::bos_id() const {
+  return shim().special_id(handle_, CEMFRAC_SPM_BOS);
+}
+int32_t SentencePieceModel::eos_id() const {
+  return shim().special_id(handle_, CEMFRAC_SPM_EOS);
+}
+int32_t SentencePieceModel::pad_id() const {
+  return shim().special_id(handle_, CEMFRAC_SPM_PAD);
+}
 
 std::string SentencePieceModel::serialize() const {
   ShimBuffer<char> model;

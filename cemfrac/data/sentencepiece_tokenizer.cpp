@@ -76,10 +76,8 @@ std::string model_type_of(std::string_view model, const std::string& what) {
   uint64_t type = 1;  // the proto's default
   if (find_field(model, 2, nullptr, &trainer_spec)) find_field(trainer_spec, 3, &type, nullptr);
   switch (type) {
-    case 1:
-      return "unigram";
-    case 2:
-      return "bpe";
+    case 1: return "unigram";
+    case 2: return "bpe";
     default:
       fail("{}: the model's type is {} (3 word, 4 char): cemfrac uses bpe and unigram models only",
            what, type);

@@ -67,7 +67,9 @@ T get_le(const unsigned char* p) {
   return value;
 }
 
-size_t dtype_bytes(TokenDtype dtype) { return static_cast<size_t>(dtype); }
+size_t dtype_bytes(TokenDtype dtype) {
+  return static_cast<size_t>(dtype);
+}
 
 // Printable form of the first bytes of a file that is not a shard.
 std::string escape_bytes(const unsigned char* p, size_t n) {
@@ -183,10 +185,8 @@ TokenDtype token_dtype_for_vocab(int64_t vocab_size) {
 
 const char* to_string(TokenDtype dtype) {
   switch (dtype) {
-    case TokenDtype::kUint16:
-      return "uint16";
-    case TokenDtype::kUint32:
-      return "uint32";
+    case TokenDtype::kUint16: return "uint16";
+    case TokenDtype::kUint32: return "uint32";
   }
   return "unknown";
 }
@@ -377,13 +377,13 @@ ShardReader::ShardReader(const std::string& path, const ShardExpectation& expect
   }
 }
 
-ShardReader::~ShardReader() { unmap(); }
+ShardReader::~ShardReader() {
+  unmap();
+}
 
 ShardReader::ShardReader(ShardReader&& other) noexcept
-    : path_(std::move(other.path_)),
-      header_(std::move(other.header_)),
-      map_(std::exchange(other.map_, nullptr)),
-      map_size_(std::exchange(other.map_size_, 0)),
+    : path_(std::move(other.path_)), header_(std::move(other.header_)),
+      map_(std::exchange(other.map_, nullptr)), map_size_(std::exchange(other.map_size_, 0)),
       tokens_(std::exchange(other.tokens_, nullptr)) {}
 
 ShardReader& ShardReader::operator=(ShardReader&& other) noexcept {

@@ -1,13 +1,13 @@
 // Deterministic, seeded, document-level train / val / test split.
 //
 // The documents are permuted by seeded_permutation(n, seed) (core/random.h: our own splitmix64 and
-// Fisher-Yates, so the permutation is the same with every compiler and standard library), the first n_train of the
-// permutation go to train, the next n_val to val, the rest to test; inside each split documents
-// keep their input order. Sizes: n_val = round(n * f_val) and n_test = round(n * f_test), each
-// raised to 1 when its fraction is positive, then lowered (largest first, never below 1) until
-// train keeps at least one document; train gets the rest. A split whose fraction is 0 is empty.
-// With fewer documents than splits of positive fraction there is no such split, and split_documents
-// throws (the message suggests --split 100,0,0 or more documents).
+// Fisher-Yates, so the permutation is the same with every compiler and standard library), the first
+// n_train of the permutation go to train, the next n_val to val, the rest to test; inside each
+// split documents keep their input order. Sizes: n_val = round(n * f_val) and n_test = round(n *
+// f_test), each raised to 1 when its fraction is positive, then lowered (largest first, never below
+// 1) until train keeps at least one document; train gets the rest. A split whose fraction is 0 is
+// empty. With fewer documents than splits of positive fraction there is no such split, and
+// split_documents throws (the message suggests --split 100,0,0 or more documents).
 #pragma once
 #include <cstdint>
 #include <string>

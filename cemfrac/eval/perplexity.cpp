@@ -60,7 +60,7 @@ PerplexityResult evaluate_perplexity(const LogitsFn& logits, const torch::Tensor
       mask[i].narrow(0, from, L - from).fill_(true);
       scored += L - from;
     }
-    const torch::Tensor window = torch::stack(rows);  // (b, L + 1)
+    const torch::Tensor window = torch::stack(rows);                        // (b, L + 1)
     const torch::Tensor out = logits(window.narrow(1, 0, L).contiguous());  // (b, L, V)
     CEMFRAC_CHECK(out.dim() == 3 && out.size(0) == b && out.size(1) == L,
                   "eval: the model returned logits of shape {} for inputs ({}, {})",

@@ -51,9 +51,9 @@ struct PerplexityResult {
   int64_t windows = 0;
   int64_t context = 0;
   int64_t stride = 0;
-  int64_t bytes = 0;                     // UTF-8 bytes of the text, when the caller gave them
-  std::optional<double> bits_per_byte;   // total_bits / bytes
-  std::string protocol;                  // one sentence describing the windows
+  int64_t bytes = 0;                    // UTF-8 bytes of the text, when the caller gave them
+  std::optional<double> bits_per_byte;  // total_bits / bytes
+  std::string protocol;                 // one sentence describing the windows
 };
 
 // Scores tokens (1-D int64) with the model under torch::NoGradGuard; the caller puts the module in

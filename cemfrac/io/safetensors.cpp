@@ -27,9 +27,9 @@ struct DtypeName {
   const char* name;
 };
 constexpr DtypeName kDtypes[] = {
-    {torch::kFloat64, "F64"}, {torch::kFloat32, "F32"}, {torch::kFloat16, "F16"},
-    {torch::kBFloat16, "BF16"}, {torch::kInt64, "I64"},  {torch::kInt32, "I32"},
-    {torch::kInt16, "I16"},   {torch::kInt8, "I8"},     {torch::kUInt8, "U8"},
+    {torch::kFloat64, "F64"},   {torch::kFloat32, "F32"}, {torch::kFloat16, "F16"},
+    {torch::kBFloat16, "BF16"}, {torch::kInt64, "I64"},   {torch::kInt32, "I32"},
+    {torch::kInt16, "I16"},     {torch::kInt8, "I8"},     {torch::kUInt8, "U8"},
     {torch::kBool, "BOOL"},
 };
 
@@ -81,7 +81,8 @@ Header parse_header(const std::string& text, uint64_t data_size, const std::stri
   CEMFRAC_CHECK(duplicate.empty(),
                 "{}: corrupted safetensors header: key '{}' appears twice in one JSON object",
                 source, duplicate);
-  CEMFRAC_CHECK(root.is_object(), "{}: corrupted safetensors header (JSON is not an object)", source);
+  CEMFRAC_CHECK(root.is_object(), "{}: corrupted safetensors header (JSON is not an object)",
+                source);
   Header header;
   for (auto it = root.begin(); it != root.end(); ++it) {
     const std::string& name = it.key();
@@ -101,14 +102,16 @@ Header parse_header(const std::string& text, uint64_t data_size, const std::stri
     Entry e;
     e.name = name;
     const json& dtype = value["dtype"];
-    CEMFRAC_CHECK(dtype.is_string() && parse_dtype(dtype.get<std::string>(), &e.dtype),
-                  "{}: tensor '{}' has unknown dtype {} (supported: F64 F32 F16 BF16 I64 I32 I16 I8 "
-                  "U8 BOOL)",
-                  source, name, dtype.dump());
+    CEMFRAC_CHECK(
+        dtype.is_string() && parse_dtype(dtype.get<std::string>(), &e.dtype),
+        "{}: tensor '{}' has unknown dtype {} (supported: F64 F32 F16 BF16 I64 I32 I16 I8 "
+        "U8 BOOL)",
+        source, name, dtype.dump());
     const json& shape = value["shape"];
     CEMFRAC_CHECK(shape.is_array(), "{}: tensor '{}' shape is not an array", source, name);
     unsigned __int128 numel = 1;
-    unsigned __int128 extent = 1;  // the product of the nonzero dims: a zero must not hide a huge dim
+    unsigned __int128 extent =
+        1;  // the product of the nonzero dims: a zero must not hide a huge dim
     for (const json& d : shape) {
       CEMFRAC_CHECK(d.is_number_unsigned(), "{}: tensor '{}' has a bad dimension {} in its shape",
                     source, name, d.dump());
@@ -139,8 +142,9 @@ Header parse_header(const std::string& text, uint64_t data_size, const std::stri
   });
   uint64_t covered = 0;
   for (const Entry& e : header.entries) {
-    CEMFRAC_CHECK(e.begin >= covered, "{}: tensor '{}' data_offsets [{}, {}] overlap another tensor",
-                  source, e.name, e.begin, e.end);
+    CEMFRAC_CHECK(e.begin >= covered,
+                  "{}: tensor '{}' data_offsets [{}, {}] overlap another tensor", source, e.name,
+                  e.begin, e.end);
     CEMFRAC_CHECK(e.begin == covered,
                   "{}: a gap of {} bytes in the data section before tensor '{}' (corrupted header)",
                   source, e.begin - covered, e.name);
@@ -161,10 +165,12 @@ uint64_t header_length(const unsigned char prefix[8], uint64_t file_size,
                        const std::string& source) {
   uint64_t n = 0;
   std::memcpy(&n, prefix, 8);
-  CEMFRAC_CHECK(n <= file_size - 8,
-                "{}: header length {} exceeds the file size {} (not a safetensors file, or truncated)",
-                source, n, file_size);
-  CEMFRAC_CHECK(n >= 2, "{}: header length {} is too short for a JSON object (not a safetensors file)",
+  CEMFRAC_CHECK(
+      n <= file_size - 8,
+      "{}: header length {} exceeds the file size {} (not a safetensors file, or truncated)",
+      source, n, file_size);
+  CEMFRAC_CHECK(n >= 2,
+                "{}: header length {} is too short for a JSON object (not a safetensors file)",
                 source, n);
   return n;
 }
@@ -198,7 +204,8 @@ std::string encode_safetensors(const TensorMap& tensors,
   uint64_t offset = 0;
   for (const auto& [name, tensor] : tensors) {
     CEMFRAC_CHECK(tensor.defined(), "safetensors: tensor '{}' is undefined", name);
-    CEMFRAC_CHECK(name != "__metadata__", "safetensors: '__metadata__' is reserved, not a tensor name");
+    CEMFRAC_CHECK(name != "__metadata__",
+                  "safetensors: '__metadata__' is reserved, not a tensor name");
     torch::Tensor t = tensor.detach().to(torch::kCPU).contiguous();
     const uint64_t bytes = t.numel() * t.element_size();
     header[name] = {{"dtype", safetensors_dtype_name(t.scalar_type())},
@@ -282,8 +289,7 @@ void load_into(const TensorMap& loaded, const std::vector<NamedTarget>& targets,
     // At most a few names per category keep the error on one readable line.
     auto list = [](const std::vector<std::string>& names) {
       constexpr size_t kShown = 6;
-      std::vector<std::string> shown(names.begin(),
-                                     names.begin() + std::min(names.size(), kShown));
+      std::vector<std::string> shown(names.begin(), names.begin() + std::min(names.size(), kShown));
       std::string s = fmt::format("{}", fmt::join(shown, ", "));
       if (names.size() > kShown) s += fmt::format(", ... ({} in all)", names.size());
       return s;
@@ -310,14 +316,16 @@ void load_into(const TensorMap& loaded, const std::vector<NamedTarget>& targets,
 void check_finite(const TensorMap& tensors, const std::string& source, bool allow_inf) {
   for (const auto& [name, t] : tensors) {
     if (!t.is_floating_point() || t.numel() == 0) continue;
-    const torch::Tensor bad = (allow_inf ? torch::isnan(t) : torch::isfinite(t).logical_not()).reshape({-1});
+    const torch::Tensor bad =
+        (allow_inf ? torch::isnan(t) : torch::isfinite(t).logical_not()).reshape({-1});
     const int64_t count = bad.sum().item<int64_t>();
     if (count == 0) continue;
     const int64_t first = bad.nonzero().min().item<int64_t>();
-    fail("{}: tensor '{}' holds {} {} value(s), the first at flat index {} ({}): the weights are "
-         "corrupt or the run diverged; use an earlier checkpoint",
-         source, name, count, allow_inf ? "NaN" : "non-finite (NaN or Inf)", first,
-         t.reshape({-1})[first].item<double>());
+    fail(
+        "{}: tensor '{}' holds {} {} value(s), the first at flat index {} ({}): the weights are "
+        "corrupt or the run diverged; use an earlier checkpoint",
+        source, name, count, allow_inf ? "NaN" : "non-finite (NaN or Inf)", first,
+        t.reshape({-1})[first].item<double>());
   }
 }
 

@@ -1,8 +1,8 @@
 // safetensors files (the format of huggingface/safetensors): 8-byte little-endian header length N,
 // N bytes of JSON {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
-// "__metadata__": {"key": "value"}}, then the raw little-endian tensor bytes, offsets relative to the
-// end of the header. Our writer stores tensors in name order, packed with no gaps, and pads the header
-// with spaces to a multiple of 8 bytes; the reader accepts any valid file.
+// "__metadata__": {"key": "value"}}, then the raw little-endian tensor bytes, offsets relative to
+// the end of the header. Our writer stores tensors in name order, packed with no gaps, and pads the
+// header with spaces to a multiple of 8 bytes; the reader accepts any valid file.
 //
 // Tied tensors are stored once because the caller passes one name per distinct tensor (the model's
 // parameter table). No mmap: a file is read tensor by tensor straight into fresh CPU tensors.
@@ -20,7 +20,7 @@ namespace cemfrac {
 using TensorMap = std::map<std::string, torch::Tensor>;
 
 struct SafetensorsFile {
-  TensorMap tensors;                           // contiguous CPU tensors
+  TensorMap tensors;                            // contiguous CPU tensors
   std::map<std::string, std::string> metadata;  // "__metadata__" (string values only)
 };
 
@@ -57,10 +57,10 @@ struct NamedTarget {
 };
 
 // Copies loaded[name] into every target. Before copying anything, checks that the names match
-// exactly and the shapes agree; otherwise throws one cemfrac::Error line naming `source` and listing
-// the missing tensors, the extra tensors and the shape mismatches ("w: file [4, 8] vs model [4, 6]").
-// Then refuses a tensor whose dtype is not the target's (cemfrac's weights are F32: an I32 or F16
-// tensor is an error naming it, never converted).
+// exactly and the shapes agree; otherwise throws one cemfrac::Error line naming `source` and
+// listing the missing tensors, the extra tensors and the shape mismatches ("w: file [4, 8] vs model
+// [4, 6]"). Then refuses a tensor whose dtype is not the target's (cemfrac's weights are F32: an
+// I32 or F16 tensor is an error naming it, never converted).
 void load_into(const TensorMap& loaded, const std::vector<NamedTarget>& targets,
                const std::string& source);
 

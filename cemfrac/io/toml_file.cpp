@@ -30,15 +30,17 @@ std::optional<TomlTextProblem> find_non_ascii_outside_strings(std::string_view t
       ++line;
       line_start = i + 1;
       // A newline ends a comment; inside a one-line string it is a syntax error toml++ reports.
-      if (state == State::kComment || state == State::kBasic || state == State::kLiteral) state = State::kToml;
+      if (state == State::kComment || state == State::kBasic || state == State::kLiteral)
+        state = State::kToml;
       ++i;
       continue;
     }
     switch (state) {
       case State::kToml:
         if (byte >= 0x80)
-          return problem(i, "a non-ASCII character outside a string or comment (TOML allows them only "
-                            "inside quotes or after #)");
+          return problem(i,
+                         "a non-ASCII character outside a string or comment (TOML allows them only "
+                         "inside quotes or after #)");
         if (c == '#') {
           state = State::kComment;
         } else if (c == '"') {
@@ -58,9 +60,7 @@ std::optional<TomlTextProblem> find_non_ascii_outside_strings(std::string_view t
         }
         ++i;
         break;
-      case State::kComment:
-        ++i;
-        break;
+      case State::kComment: ++i; break;
       case State::kBasic:
         if (c == '\\' && i + 1 < text.size() && text[i + 1] != '\n') {
           i += 2;  // an escape: the escaped byte cannot close the string
@@ -80,7 +80,8 @@ std::optional<TomlTextProblem> find_non_ascii_outside_strings(std::string_view t
           while (j < text.size() && (text[j] == ' ' || text[j] == '\t' || text[j] == '\r')) ++j;
           if (j < text.size() && text[j] == '\n') {
             i += 1;
-            while (i < text.size() && (text[i] == ' ' || text[i] == '\t' || text[i] == '\r' || text[i] == '\n')) {
+            while (i < text.size() &&
+                   (text[i] == ' ' || text[i] == '\t' || text[i] == '\r' || text[i] == '\n')) {
               if (text[i] == '\n') {
                 ++line;
                 line_start = i + 1;
@@ -88,9 +89,10 @@ std::optional<TomlTextProblem> find_non_ascii_outside_strings(std::string_view t
               ++i;
             }
             if (i < text.size() && static_cast<unsigned char>(text[i]) >= 0x80)
-              return problem(i, "a non-ASCII character right after a line-ending backslash in a "
-                                "multi-line string (toml++ 3.3.0 misreads it; start the line with an "
-                                "ASCII character)");
+              return problem(i,
+                             "a non-ASCII character right after a line-ending backslash in a "
+                             "multi-line string (toml++ 3.3.0 misreads it; start the line with an "
+                             "ASCII character)");
             continue;
           }
           i += 2;  // an ordinary escape
@@ -126,7 +128,8 @@ std::optional<TomlTextProblem> find_non_ascii_outside_strings(std::string_view t
 
 namespace {
 
-[[noreturn]] void syntax_error(const std::string& path, const toml::parse_error& e, const std::string& what) {
+[[noreturn]] void syntax_error(const std::string& path, const toml::parse_error& e,
+                               const std::string& what) {
   const auto& begin = e.source().begin;
   if (begin.line == 0) fail("cannot read {} {}: {}", what, path, e.description());
   fail("{}:{}:{}: {} (TOML syntax)", path, begin.line, begin.column, e.description());
@@ -150,7 +153,8 @@ toml::table parse_toml_file(const std::string& path, const std::string& what) {
   }
 }
 
-std::optional<toml::table> try_parse_toml_text(std::string_view text, std::string_view source_name) {
+std::optional<toml::table> try_parse_toml_text(std::string_view text,
+                                               std::string_view source_name) {
   if (find_non_ascii_outside_strings(text)) return std::nullopt;
   try {
     return toml::parse(text, source_name);

@@ -1,6 +1,6 @@
-// Raw fused kernels. Each entry point works on contiguous tensors of one floating dtype and writes into
-// tensors its caller allocated; argument checking, dtype promotion and autograd live one level up, in
-// cemfrac/ops/. A future CUDA file declares the same signatures with a _cuda suffix behind
+// Raw fused kernels. Each entry point works on contiguous tensors of one floating dtype and writes
+// into tensors its caller allocated; argument checking, dtype promotion and autograd live one level
+// up, in cemfrac/ops/. A future CUDA file declares the same signatures with a _cuda suffix behind
 // CEMFRAC_WITH_CUDA.
 #pragma once
 #include <ATen/core/Tensor.h>
@@ -15,12 +15,13 @@ namespace cemfrac::kernels {
 
 // Forward. a: (R, d, L) float or double, contiguous. Writes
 //   f: (R, L)  f = K_{d-1} / K̂_d, the fraction 1/(a_1 + 1/(a_2 + ... + 1/a_d)) with the pole guard;
-//   r: (R, L)  r = 1 / K̂_d, the one reciprocal, cached for the backward (may be undefined: inference);
-//   k_saved:   (R, d, L) K_{d-k} at [n][k-1][l] (may be undefined; only the store-instead-of-recompute
+//   r: (R, L)  r = 1 / K̂_d, the one reciprocal, cached for the backward (may be undefined:
+//   inference); k_saved:   (R, d, L) K_{d-k} at [n][k-1][l] (may be undefined; only the
+//   store-instead-of-recompute
 //              variant writes it).
 // eps >= 0 is the clamp; eps = 0 is the unguarded map.
-void continuant_forward_cpu(const at::Tensor& a, double eps, const at::Tensor& f, const at::Tensor& r,
-                            const at::Tensor& k_saved);
+void continuant_forward_cpu(const at::Tensor& a, double eps, const at::Tensor& f,
+                            const at::Tensor& r, const at::Tensor& k_saved);
 
 // Backward. Writes grad_a (R, d, L) = dLoss/da from grad_f (R, L) = dLoss/df.
 //   r: the reciprocal cached by the forward;
@@ -41,13 +42,14 @@ void set_continuant_cpu_isa(const std::string& isa);
 // AdamW (Loshchilov & Hutter; torch.optim.AdamW's formulation) as one pass, in p's dtype:
 //   p <- p (1 - lr wd) - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 // with m <- b1 m + (1 - b1) g and v <- b2 v + (1 - b2) g^2 updated in place first. p, g, m, v: same
-// shape, contiguous, float or double; step t >= 1 counts this update. cemfrac/kernels/cpu/optim_cpu.cpp.
-void adamw_step_cpu(const at::Tensor& p, const at::Tensor& g, const at::Tensor& m, const at::Tensor& v,
-                    int64_t step, double lr, double beta1, double beta2, double eps,
-                    double weight_decay);
+// shape, contiguous, float or double; step t >= 1 counts this update.
+// cemfrac/kernels/cpu/optim_cpu.cpp.
+void adamw_step_cpu(const at::Tensor& p, const at::Tensor& g, const at::Tensor& m,
+                    const at::Tensor& v, int64_t step, double lr, double beta1, double beta2,
+                    double eps, double weight_decay);
 
-// sum(x^2) accumulated in double over fixed chunks added in order: the same bits for any thread count.
-// x contiguous, float or double.
+// sum(x^2) accumulated in double over fixed chunks added in order: the same bits for any thread
+// count. x contiguous, float or double.
 double sum_squares_cpu(const at::Tensor& x);
 
 // Causal softmax attention for full sequences (offset 0, as many keys as queries), float or double,
@@ -56,14 +58,17 @@ double sum_squares_cpu(const at::Tensor& x);
 // and a row stride of at least d_h: attention_rows_cpu(t) returns t when it qualifies, else a
 // contiguous copy. H is a multiple of H_kv.
 at::Tensor attention_rows_cpu(const at::Tensor& t);
-// Forward. Writes p (B, H, N, N) the probabilities (rows past each query's last key are left unwritten
-// beyond the query block; nothing reads them) and out (B, N, H, d_h), contiguous, the merged heads.
+// Forward. Writes p (B, H, N, N) the probabilities (rows past each query's last key are left
+// unwritten beyond the query block; nothing reads them) and out (B, N, H, d_h), contiguous, the
+// merged heads.
 void causal_attention_forward_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   const at::Tensor& p, const at::Tensor& out);
-// Backward from d_out (B, N, H, d_h) contiguous and the saved p. Writes dq, dk, dv (each in the layout of
-// its input, e.g. empty_like); tied (v is k): dv must be dk, which then receives both gradients.
+// Backward from d_out (B, N, H, d_h) contiguous and the saved p. Writes dq, dk, dv (each in the
+// layout of its input, e.g. empty_like); tied (v is k): dv must be dk, which then receives both
+// gradients.
 void causal_attention_backward_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                    const at::Tensor& p, const at::Tensor& d_out, bool tied,
-                                   const at::Tensor& dq, const at::Tensor& dk, const at::Tensor& dv);
+                                   const at::Tensor& dq, const at::Tensor& dk,
+                                   const at::Tensor& dv);
 
 }  // namespace cemfrac::kernels

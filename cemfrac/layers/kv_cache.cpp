@@ -20,24 +20,27 @@ torch::Tensor KvCache::values() const {
   return buffer_.defined() ? buffer_.narrow(time_dim_, 0, length_) : whole_;
 }
 
-torch::Tensor KvCache::append(const torch::Tensor& chunk, int64_t offset, int64_t capacity, int64_t time_dim,
-                              const std::string& who) {
+torch::Tensor KvCache::append(const torch::Tensor& chunk, int64_t offset, int64_t capacity,
+                              int64_t time_dim, const std::string& who) {
   const int64_t n = chunk.size(time_dim), B = chunk.size(0);
   if (length_ > 0) {
     const int64_t held_batch = values().size(0);
-    CEMFRAC_CHECK(held_batch == B && length_ == offset,
-                  "decode state of {} holds batch {} and {} positions, but the input has batch {} at "
-                  "position {}; use one decode state per sequence batch",
-                  who, held_batch, length_, B, offset);
-    CEMFRAC_CHECK(time_dim == time_dim_, "decode state of {}: appended along dimension {}, not {}", who,
-                  time_dim, time_dim_);
+    CEMFRAC_CHECK(
+        held_batch == B && length_ == offset,
+        "decode state of {} holds batch {} and {} positions, but the input has batch {} at "
+        "position {}; use one decode state per sequence batch",
+        who, held_batch, length_, B, offset);
+    CEMFRAC_CHECK(time_dim == time_dim_, "decode state of {}: appended along dimension {}, not {}",
+                  who, time_dim, time_dim_);
   } else {
     time_dim_ = time_dim;
   }
   const int64_t total = length_ + n;
-  CEMFRAC_CHECK(capacity <= 0 || total <= capacity,
-                "decode state of {}: positions {}..{} exceed its capacity of {} positions (the model "
-                "context); start a new decode state", who, length_, total - 1, capacity);
+  CEMFRAC_CHECK(
+      capacity <= 0 || total <= capacity,
+      "decode state of {}: positions {}..{} exceed its capacity of {} positions (the model "
+      "context); start a new decode state",
+      who, length_, total - 1, capacity);
 
   // Autograd through the cache: keep the differentiable concatenation.
   if (c10::GradMode::is_enabled() && chunk.requires_grad()) {

@@ -1,6 +1,6 @@
-// The abstract token mixer and FFN that a block holds. Every kind (mha; later cem_attention, cattn_u,
-// cattn_m, synthesizer_dense, sparse_attention / cem_mlp, cffn) derives from one of these; the
-// registry (registry.h) builds them by name.
+// The abstract token mixer and FFN that a block holds. Every kind (mha; later cem_attention,
+// cattn_u, cattn_m, synthesizer_dense, sparse_attention / cem_mlp, cffn) derives from one of these;
+// the registry (registry.h) builds them by name.
 #pragma once
 #include <torch/types.h>
 
@@ -18,19 +18,19 @@ struct MixerState {
 };
 
 // Named values a layer reports while it runs, for diagnostics (cemfrac eval --cem-energy), in the
-// spirit of llama.cpp's per-tensor evaluation callback: (name, value), the names chosen by the kind and
-// documented with it (cem_attention, cem_mlp: "energy.<t>"). A layer may compute a reported value only
-// when somebody listens, so an observer can cost time; none is attached by default.
+// spirit of llama.cpp's per-tensor evaluation callback: (name, value), the names chosen by the kind
+// and documented with it (cem_attention, cem_mlp: "energy.<t>"). A layer may compute a reported
+// value only when somebody listens, so an observer can cost time; none is attached by default.
 using LayerObserver = std::function<void(const std::string& name, const torch::Tensor& value)>;
 
 // What a mixer needs besides its input: where the input sits in the sequence, the rotary tables for
 // those positions (shared by all layers, computed once per forward) and the layer's decode state.
 struct MixerContext {
-  int64_t offset = 0;          // absolute position of x[:, 0]
-  torch::Tensor rope_cos;      // (N, d_h / 2) for positions offset..offset+N-1; undefined without RoPE
-  torch::Tensor rope_sin;      // (N, d_h / 2)
-  MixerState* state = nullptr; // this layer's decode state, extended by forward; null = no caching
-  int64_t capacity = 0;        // positions a decode state may hold (the model's context); 0 = unknown
+  int64_t offset = 0;      // absolute position of x[:, 0]
+  torch::Tensor rope_cos;  // (N, d_h / 2) for positions offset..offset+N-1; undefined without RoPE
+  torch::Tensor rope_sin;  // (N, d_h / 2)
+  MixerState* state = nullptr;  // this layer's decode state, extended by forward; null = no caching
+  int64_t capacity = 0;  // positions a decode state may hold (the model's context); 0 = unknown
   const LayerObserver* observer = nullptr;  // receives the values this layer reports; null = none
 };
 

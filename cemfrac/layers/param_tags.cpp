@@ -77,7 +77,8 @@ std::vector<ParamInfo> tagged_parameter_table(const torch::nn::Module& root) {
 }
 
 torch::Tensor init_normal(torch::IntArrayRef shape, double std, torch::Device device) {
-  torch::Tensor t = torch::empty(shape, torch::TensorOptions().dtype(torch::kFloat32).device(device));
+  torch::Tensor t =
+      torch::empty(shape, torch::TensorOptions().dtype(torch::kFloat32).device(device));
   if (!t.is_meta()) {
     torch::NoGradGuard no_grad;
     t.normal_(0.0, std);
@@ -86,7 +87,8 @@ torch::Tensor init_normal(torch::IntArrayRef shape, double std, torch::Device de
 }
 
 torch::Tensor init_constant(torch::IntArrayRef shape, double value, torch::Device device) {
-  torch::Tensor t = torch::empty(shape, torch::TensorOptions().dtype(torch::kFloat32).device(device));
+  torch::Tensor t =
+      torch::empty(shape, torch::TensorOptions().dtype(torch::kFloat32).device(device));
   if (!t.is_meta()) {
     torch::NoGradGuard no_grad;
     t.fill_(value);

@@ -21,7 +21,7 @@ const char* to_string(ParamKind kind);
 const char* to_string(ParamGroup group);
 
 struct ParamInfo {
-  std::string name;   // checkpoint key, e.g. "blocks.3.attn.w_qkv"
+  std::string name;  // checkpoint key, e.g. "blocks.3.attn.w_qkv"
   std::vector<int64_t> shape;
   int64_t numel = 0;
   ParamKind kind = ParamKind::kAttention;
@@ -38,9 +38,9 @@ struct ParamTag {
   int64_t depth = 0;  // see ParamInfo::depth
 };
 
-// Where a training run is, told to every TaggedModule before each optimizer step (the hook for layers
-// whose behaviour depends on the step: CoFrGeNet's truncated dyadic stages, the window in which ladder
-// output ranges are recorded for eval-time clipping).
+// Where a training run is, told to every TaggedModule before each optimizer step (the hook for
+// layers whose behaviour depends on the step: CoFrGeNet's truncated dyadic stages, the window in
+// which ladder output ranges are recorded for eval-time clipping).
 struct TrainProgress {
   int64_t step = 0;         // 0-based index of the step about to run
   int64_t total_steps = 1;  // t, the run's train.steps

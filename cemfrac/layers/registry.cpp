@@ -1,5 +1,6 @@
 // Kind names: plain switches over the kinds, grep-able, independent of link order, and the compiler
-// warns about a kind without a case. The modules are built from a ModelConfig in model/layer_factory.cpp.
+// warns about a kind without a case. The modules are built from a ModelConfig in
+// model/layer_factory.cpp.
 #include "cemfrac/layers/registry.h"
 
 #include <fmt/format.h>
@@ -72,8 +73,14 @@ NormKind parse_norm_kind(const std::string& name, const std::string& what) {
   return parse_kind<NormKind>(name, what, "norm");
 }
 
-std::vector<std::string> mixer_kind_names() { return names_of<MixerKind>(); }
-std::vector<std::string> ffn_kind_names() { return names_of<FfnKind>(); }
-std::vector<std::string> norm_kind_names() { return names_of<NormKind>(); }
+std::vector<std::string> mixer_kind_names() {
+  return names_of<MixerKind>();
+}
+std::vector<std::string> ffn_kind_names() {
+  return names_of<FfnKind>();
+}
+std::vector<std::string> norm_kind_names() {
+  return names_of<NormKind>();
+}
 
 }  // namespace cemfrac

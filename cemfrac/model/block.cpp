@@ -15,7 +15,7 @@ BlockImpl::BlockImpl(const ModelConfig& config, int64_t layer, torch::Device dev
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& z, const MixerContext& ctx) {
   torch::Tensor h = z + mixer_->forward(norm1_->forward(z), ctx);  // (B, N, D)
-  return h + ffn_->forward(norm2_->forward(h));                   // (B, N, D)
+  return h + ffn_->forward(norm2_->forward(h));                    // (B, N, D)
 }
 
 }  // namespace cemfrac

@@ -65,7 +65,7 @@ torch::Tensor sample_next(const torch::Tensor& logits, const SamplingOptions& o,
   check_sampling(o);
   torch::Tensor cpu = logits.detach().to(torch::kCPU, torch::kFloat64);  // (B, V)
   if (o.temperature == 0) return cpu.argmax(-1);
-  torch::Tensor probs = torch::softmax(filter_logits(cpu, o), -1);  // (B, V)
+  torch::Tensor probs = torch::softmax(filter_logits(cpu, o), -1);                    // (B, V)
   return torch::multinomial(probs, 1, /*replacement=*/false, generator).squeeze(-1);  // (B)
 }
 
@@ -97,7 +97,8 @@ GenerateResult generate(LmModelImpl& model, const std::vector<int64_t>& prompt,
   // 1. The whole prompt in one forward; the next-token logits are those of its last position.
   torch::Tensor input = torch::tensor(prompt, torch::kInt64).view({1, -1}).to(device);  // (1, N)
   // Padding rows (ids >= limit) are cut off before sampling: they can never be drawn.
-  torch::Tensor logits = model.forward(input, &state).select(1, -1).narrow(-1, 0, limit);  // (1, limit)
+  torch::Tensor logits =
+      model.forward(input, &state).select(1, -1).narrow(-1, 0, limit);  // (1, limit)
   // 2. One token per step, through the decode state.
   for (int64_t step = 0; step < options.max_new_tokens; ++step) {
     const int64_t token = sample_next(logits, options.sampling, generator).item<int64_t>();

@@ -1,6 +1,7 @@
-// Sampling from an LmModel with incremental decoding: the prompt goes through one forward that fills
-// the decode state, then one token per forward. Sampling: temperature (0 = greedy), top-k, top-p
-// (nucleus), from a generator of its own seeded by `seed`, so the same seed gives the same text.
+// Sampling from an LmModel with incremental decoding: the prompt goes through one forward that
+// fills the decode state, then one token per forward. Sampling: temperature (0 = greedy), top-k,
+// top-p (nucleus), from a generator of its own seeded by `seed`, so the same seed gives the same
+// text.
 #pragma once
 #include <torch/types.h>
 

@@ -1,5 +1,5 @@
-// Plain switches over the kinds, like the name tables in layers/registry.cpp: grep-able, independent of
-// link order, and the compiler warns about a kind without a case.
+// Plain switches over the kinds, like the name tables in layers/registry.cpp: grep-able,
+// independent of link order, and the compiler warns about a kind without a case.
 #include "cemfrac/model/layer_factory.h"
 
 #include <cmath>
@@ -54,16 +54,17 @@ std::shared_ptr<MixerImpl> make_mixer(const ModelConfig& c, int64_t layer, torch
                                            .out_init_std(residual_init_std(c))
                                            .device(device));
     case MixerKind::kCemAttention:
-      return std::make_shared<CemAttentionImpl>(CemAttentionOptions(c.d_model, c.n_heads)
-                                                    .rope(c.positions == "rope")
-                                                    .rope_mode(parse_cem_rope_mode(c.cem.rope_mode))
-                                                    .dlr(parse_cem_diagonal(c.cem.dlr))
-                                                    .dlr_distance(c.cem.dlr_distance)
-                                                    .recursion(parse_cem_recursion(c.cem.recursion))
-                                                    .recursion_keys(parse_cem_recursion_keys(c.cem.recursion_keys))
-                                                    .step(cem_step_options(c))
-                                                    .init_std(c.init_std)
-                                                    .device(device));
+      return std::make_shared<CemAttentionImpl>(
+          CemAttentionOptions(c.d_model, c.n_heads)
+              .rope(c.positions == "rope")
+              .rope_mode(parse_cem_rope_mode(c.cem.rope_mode))
+              .dlr(parse_cem_diagonal(c.cem.dlr))
+              .dlr_distance(c.cem.dlr_distance)
+              .recursion(parse_cem_recursion(c.cem.recursion))
+              .recursion_keys(parse_cem_recursion_keys(c.cem.recursion_keys))
+              .step(cem_step_options(c))
+              .init_std(c.init_std)
+              .device(device));
     case MixerKind::kCAttnU:
       return std::make_shared<CAttnUImpl>(
           CAttnUOptions(c.d_model, c.cofrgenet.length_for(c.context), c.cofrgenet.u_depth)
@@ -71,16 +72,16 @@ std::shared_ptr<MixerImpl> make_mixer(const ModelConfig& c, int64_t layer, torch
               .ladder(ladder_options(c.cofrgenet))
               .device(device));
     case MixerKind::kCAttnM:
-      return std::make_shared<CAttnMImpl>(
-          CAttnMOptions(c.d_model, c.cofrgenet.length_for(c.context), c.cofrgenet.m_ladders,
-                        c.cofrgenet.m_depth)
-              .heads(c.cofrgenet.m_heads)
-              .bias(c.cofrgenet.ladder_bias)
-              .out_proj(c.cofrgenet.m_out_proj)
-              .ladder(ladder_options(c.cofrgenet))
-              .init_std(c.init_std)
-              .out_init_std(residual_init_std(c))
-              .device(device));
+      return std::make_shared<CAttnMImpl>(CAttnMOptions(c.d_model,
+                                                        c.cofrgenet.length_for(c.context),
+                                                        c.cofrgenet.m_ladders, c.cofrgenet.m_depth)
+                                              .heads(c.cofrgenet.m_heads)
+                                              .bias(c.cofrgenet.ladder_bias)
+                                              .out_proj(c.cofrgenet.m_out_proj)
+                                              .ladder(ladder_options(c.cofrgenet))
+                                              .init_std(c.init_std)
+                                              .out_init_std(residual_init_std(c))
+                                              .device(device));
     case MixerKind::kSynthesizerDense:
       return std::make_shared<SynthesizerDenseImpl>(
           SynthesizerDenseOptions(c.d_model, c.cofrgenet.length_for(c.context), c.n_heads)
@@ -139,7 +140,8 @@ std::shared_ptr<FfnImpl> make_ffn(const ModelConfig& c, int64_t layer, torch::De
 
 std::shared_ptr<NormImpl> make_norm(const ModelConfig& c, torch::Device device) {
   switch (parse_norm_kind(c.norm)) {
-    case NormKind::kLayerNorm: return std::make_shared<LayerNormImpl>(c.d_model, c.norm_eps, c.bias, device);
+    case NormKind::kLayerNorm:
+      return std::make_shared<LayerNormImpl>(c.d_model, c.norm_eps, c.bias, device);
     case NormKind::kRmsNorm: return std::make_shared<RmsNormImpl>(c.d_model, c.norm_eps, device);
     case NormKind::kSentinel: break;
   }

@@ -15,11 +15,11 @@ namespace cemfrac {
 LmModelImpl::LmModelImpl(const ModelConfig& config, torch::Device device) : config_(config) {
   config_.validate();
   const ModelConfig& c = config_;
-  wte_ = register_module("wte", std::make_shared<EmbeddingImpl>(c.vocab_size, c.d_model, c.init_std,
-                                                                device));
+  wte_ = register_module(
+      "wte", std::make_shared<EmbeddingImpl>(c.vocab_size, c.d_model, c.init_std, device));
   if (c.positions == "learned") {
-    wpe_ = register_module("wpe",
-                           std::make_shared<EmbeddingImpl>(c.context, c.d_model, c.init_std, device));
+    wpe_ = register_module(
+        "wpe", std::make_shared<EmbeddingImpl>(c.context, c.d_model, c.init_std, device));
   }
   auto blocks = register_module("blocks", torch::nn::ModuleList());
   for (int64_t layer = 0; layer < c.n_layers; ++layer) {
@@ -29,12 +29,12 @@ LmModelImpl::LmModelImpl(const ModelConfig& config, torch::Device device) : conf
   norm_f_ = register_module("norm_f", make_norm(c, device));
   // Tied: the head multiplies by wte's own tensor (head_weight()); no second parameter exists.
   if (!c.tie_embeddings) {
-    head_ = register_module("head",
-                            std::make_shared<OutputHeadImpl>(c.vocab_size, c.d_model, c.init_std, device));
+    head_ = register_module(
+        "head", std::make_shared<OutputHeadImpl>(c.vocab_size, c.d_model, c.init_std, device));
   }
   if (c.positions == "rope") {
-    rope_ = std::make_unique<RotaryEmbedding>(c.head_dim(), c.context, c.rope_theta,
-                                              c.rope_scaling);
+    rope_ =
+        std::make_unique<RotaryEmbedding>(c.head_dim(), c.context, c.rope_theta, c.rope_scaling);
   }
 }
 
@@ -50,9 +50,10 @@ void LmModelImpl::set_observer(LayerObserver observer) {
     for (size_t l = 0; l < blocks_.size(); ++l) {
       for (const char* sub : {"attn", "mlp"}) {
         const std::string prefix = "blocks." + std::to_string(l) + "." + sub + ".";
-        layer_observers_.push_back([this, prefix](const std::string& name, const torch::Tensor& value) {
-          observer_(prefix + name, value);
-        });
+        layer_observers_.push_back(
+            [this, prefix](const std::string& name, const torch::Tensor& value) {
+              observer_(prefix + name, value);
+            });
       }
     }
   }
@@ -74,13 +75,15 @@ torch::Tensor LmModelImpl::forward(const torch::Tensor& tokens, DecodeState* sta
   const int64_t N = tokens.size(1);
   const int64_t offset = state ? state->position : 0;
   CEMFRAC_CHECK(N >= 1, "model input is empty (length 0); pass at least one token");
-  CEMFRAC_CHECK(offset + N <= config_.context,
-                "sequence too long: positions {}..{} exceed the model context of {} tokens; shorten "
-                "the input (or the generation) to at most {} tokens",
-                offset, offset + N - 1, config_.context, config_.context);
+  CEMFRAC_CHECK(
+      offset + N <= config_.context,
+      "sequence too long: positions {}..{} exceed the model context of {} tokens; shorten "
+      "the input (or the generation) to at most {} tokens",
+      offset, offset + N - 1, config_.context, config_.context);
   if (state) {
     TORCH_INTERNAL_ASSERT(state->layers.size() == blocks_.size(),
-                          "decode state made for another model (", state->layers.size(), " layers)");
+                          "decode state made for another model (", state->layers.size(),
+                          " layers)");
   }
 
   // 1. Embed tokens (and add learned positions).
@@ -99,8 +102,8 @@ torch::Tensor LmModelImpl::forward(const torch::Tensor& tokens, DecodeState* sta
   }
 
   // 3. Final norm and the head.
-  z = norm_f_->forward(z);                                    // (B, N, D)
-  torch::Tensor logits = torch::linear(z, head_weight());     // (B, N, V)
+  z = norm_f_->forward(z);                                 // (B, N, D)
+  torch::Tensor logits = torch::linear(z, head_weight());  // (B, N, V)
   if (state) state->position += N;
   return logits;
 }

@@ -1,5 +1,5 @@
-// Decoder-only language model: token embedding (+ learned positions for GPT-2), L blocks, final norm,
-// head (tied to the embedding or not). A block is
+// Decoder-only language model: token embedding (+ learned positions for GPT-2), L blocks, final
+// norm, head (tied to the embedding or not). A block is
 //     z += mixer(norm1(z));  z += ffn(norm2(z))
 // with mixer and FFN chosen independently by name (ModelConfig::mixer_of / ffn_of).
 #pragma once
@@ -32,8 +32,9 @@ class LmModelImpl : public torch::nn::Module {
  public:
   // Validates the config. Parameters are created on `device` and initialised from the default
   // generator (deterministic given torch::manual_seed): N(0, init_std) for matrices and embeddings,
-  // residual output projections N(0, init_std / sqrt(2L)), norm weights 1, biases 0. On torch::kMeta
-  // nothing is allocated: a shape-only model for parameter_table() of big presets (no forward).
+  // residual output projections N(0, init_std / sqrt(2L)), norm weights 1, biases 0. On
+  // torch::kMeta nothing is allocated: a shape-only model for parameter_table() of big presets (no
+  // forward).
   explicit LmModelImpl(const ModelConfig& config, torch::Device device = torch::kCPU);
 
   // tokens (B, N) int64 -> logits (B, N, V) float. With a state, tokens continue the sequence the
@@ -43,9 +44,10 @@ class LmModelImpl : public torch::nn::Module {
 
   DecodeState new_decode_state() const;
 
-  // Attaches (or, with an empty function, detaches) an observer that receives every value a mixer or
-  // FFN reports (cemfrac/layers/mixer.h, LayerObserver), named "<module>.<name>" with the module's
-  // checkpoint prefix, e.g. "blocks.0.attn.energy.1". Layers may do extra work while observed.
+  // Attaches (or, with an empty function, detaches) an observer that receives every value a mixer
+  // or FFN reports (cemfrac/layers/mixer.h, LayerObserver), named "<module>.<name>" with the
+  // module's checkpoint prefix, e.g. "blocks.0.attn.energy.1". Layers may do extra work while
+  // observed.
   void set_observer(LayerObserver observer);
 
   const ModelConfig& config() const { return config_; }
@@ -64,14 +66,14 @@ class LmModelImpl : public torch::nn::Module {
 
  private:
   ModelConfig config_;
-  std::shared_ptr<EmbeddingImpl> wte_;           // "wte": token embedding (V, D)
-  std::shared_ptr<EmbeddingImpl> wpe_;           // "wpe": learned positions (N_max, D), or null
+  std::shared_ptr<EmbeddingImpl> wte_;              // "wte": token embedding (V, D)
+  std::shared_ptr<EmbeddingImpl> wpe_;              // "wpe": learned positions (N_max, D), or null
   std::vector<std::shared_ptr<BlockImpl>> blocks_;  // "blocks.<l>"
-  std::shared_ptr<NormImpl> norm_f_;             // "norm_f": final norm
-  std::shared_ptr<OutputHeadImpl> head_;         // "head": (V, D), null when tied
-  std::unique_ptr<RotaryEmbedding> rope_;        // positions = rope
-  LayerObserver observer_;                       // set_observer; empty = none
-  std::vector<LayerObserver> layer_observers_;   // [2 l]: blocks.<l>.attn, [2 l + 1]: blocks.<l>.mlp
+  std::shared_ptr<NormImpl> norm_f_;                // "norm_f": final norm
+  std::shared_ptr<OutputHeadImpl> head_;            // "head": (V, D), null when tied
+  std::unique_ptr<RotaryEmbedding> rope_;           // positions = rope
+  LayerObserver observer_;                          // set_observer; empty = none
+  std::vector<LayerObserver> layer_observers_;  // [2 l]: blocks.<l>.attn, [2 l + 1]: blocks.<l>.mlp
 };
 TORCH_MODULE(LmModel);
 

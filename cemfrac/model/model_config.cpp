@@ -131,7 +131,9 @@ std::optional<ConfigProblem> kind_problem(const std::string& key, Parse parse) {
   return std::nullopt;
 }
 
-bool positive_finite(double x) { return std::isfinite(x) && x > 0; }
+bool positive_finite(double x) {
+  return std::isfinite(x) && x > 0;
+}
 
 // Upper bounds of the shape fields: far above any model this engine is meant for (Llama-3.1-405B
 // has 126 layers, D = 16384, M = 53248, 128K context, 128K vocabulary), low enough that a typo such
@@ -141,7 +143,7 @@ constexpr int64_t kMaxVocabSize = int64_t{1} << 24;  // 16777216
 constexpr int64_t kMaxDModel = int64_t{1} << 17;     // 131072
 constexpr int64_t kMaxLayers = 4096;
 constexpr int64_t kMaxHeads = 4096;
-constexpr int64_t kMaxDff = int64_t{1} << 20;  // 1048576
+constexpr int64_t kMaxDff = int64_t{1} << 20;      // 1048576
 constexpr int64_t kMaxContext = int64_t{1} << 20;  // 1048576
 
 }  // namespace
@@ -152,24 +154,32 @@ std::optional<ConfigProblem> ModelConfig::first_problem() const {
     return problem(key, fmt::format("{} = {}: must be at least 1", key, v));
   };
   for (auto [key, v] : {std::pair<const char*, int64_t>{"vocab_size", vocab_size},
-                        {"d_model", d_model}, {"n_layers", n_layers}, {"n_heads", n_heads},
-                        {"d_ff", d_ff}, {"context", context}}) {
+                        {"d_model", d_model},
+                        {"n_layers", n_layers},
+                        {"n_heads", n_heads},
+                        {"d_ff", d_ff},
+                        {"context", context}}) {
     if (auto p = at_least_one(key, v)) return p;
   }
-  for (auto [key, v, most] : {std::tuple<const char*, int64_t, int64_t>{"vocab_size", vocab_size, kMaxVocabSize},
-                              {"d_model", d_model, kMaxDModel}, {"n_layers", n_layers, kMaxLayers},
-                              {"n_heads", n_heads, kMaxHeads}, {"d_ff", d_ff, kMaxDff},
-                              {"context", context, kMaxContext}}) {
+  for (auto [key, v, most] :
+       {std::tuple<const char*, int64_t, int64_t>{"vocab_size", vocab_size, kMaxVocabSize},
+        {"d_model", d_model, kMaxDModel},
+        {"n_layers", n_layers, kMaxLayers},
+        {"n_heads", n_heads, kMaxHeads},
+        {"d_ff", d_ff, kMaxDff},
+        {"context", context, kMaxContext}}) {
     if (v > most)
-      return problem(key, fmt::format("{} = {}: must be at most {} (the bound of this engine)", key, v, most));
+      return problem(
+          key, fmt::format("{} = {}: must be at most {} (the bound of this engine)", key, v, most));
   }
   if (d_model % n_heads != 0) {
     return problem("n_heads", fmt::format("n_heads = {}: must divide d_model = {} (d_h = D / H)",
                                           n_heads, d_model));
   }
   if (n_kv_heads < 0 || (n_kv_heads > 0 && n_heads % n_kv_heads != 0)) {
-    return problem("n_kv_heads", fmt::format("n_kv_heads = {}: must divide n_heads = {} (0 = n_heads)",
-                                             n_kv_heads, n_heads));
+    return problem("n_kv_heads",
+                   fmt::format("n_kv_heads = {}: must divide n_heads = {} (0 = n_heads)",
+                               n_kv_heads, n_heads));
   }
   if (auto p = kind_problem("mixer", [&] { parse_mixer_kind(mixer, "mixer"); })) return p;
   if (auto p = kind_problem("ffn", [&] { parse_ffn_kind(ffn, "ffn"); })) return p;
@@ -178,20 +188,23 @@ std::optional<ConfigProblem> ModelConfig::first_problem() const {
     const LayerOverride& o = layer_overrides[i];
     const std::string at = fmt::format("layer_overrides[{}]", i);
     if (o.layer < 0 || o.layer >= n_layers) {
-      return problem("layer_overrides", fmt::format("{}.layer = {}: must be in 0..{} (n_layers = {})",
-                                                    at, o.layer, n_layers - 1, n_layers));
+      return problem("layer_overrides",
+                     fmt::format("{}.layer = {}: must be in 0..{} (n_layers = {})", at, o.layer,
+                                 n_layers - 1, n_layers));
     }
     if (!seen.insert(o.layer).second) {
-      return problem("layer_overrides",
-                     fmt::format("{}.layer = {}: layer overridden twice; merge the entries", at, o.layer));
+      return problem(
+          "layer_overrides",
+          fmt::format("{}.layer = {}: layer overridden twice; merge the entries", at, o.layer));
     }
     if (o.mixer.empty() && o.ffn.empty()) {
       return problem("layer_overrides",
-                     fmt::format("{} (layer {}) sets neither mixer nor ffn; set one or remove it", at,
-                                 o.layer));
+                     fmt::format("{} (layer {}) sets neither mixer nor ffn; set one or remove it",
+                                 at, o.layer));
     }
     if (!o.mixer.empty()) {
-      if (auto p = kind_problem("layer_overrides", [&] { parse_mixer_kind(o.mixer, at + ".mixer"); }))
+      if (auto p =
+              kind_problem("layer_overrides", [&] { parse_mixer_kind(o.mixer, at + ".mixer"); }))
         return p;
     }
     if (!o.ffn.empty()) {
@@ -204,22 +217,26 @@ std::optional<ConfigProblem> ModelConfig::first_problem() const {
     return problem("norm_eps", fmt::format("norm_eps = {}: must be a positive number", norm_eps));
   }
   if (positions != "learned" && positions != "rope" && positions != "none") {
-    return problem("positions", fmt::format("positions = \"{}\": unknown; valid: learned, rope, none",
-                                            positions));
+    return problem(
+        "positions",
+        fmt::format("positions = \"{}\": unknown; valid: learned, rope, none", positions));
   }
   if (positions == "rope" && head_dim() % 2 != 0) {
-    return problem("positions",
-                   fmt::format("positions = \"rope\" needs an even head width, but d_model / n_heads = "
-                               "{} / {} = {}; change n_heads or d_model",
-                               d_model, n_heads, head_dim()));
+    return problem(
+        "positions",
+        fmt::format("positions = \"rope\" needs an even head width, but d_model / n_heads = "
+                    "{} / {} = {}; change n_heads or d_model",
+                    d_model, n_heads, head_dim()));
   }
   if (!positive_finite(rope_theta)) {
-    return problem("rope_theta", fmt::format("rope_theta = {}: must be a positive number", rope_theta));
+    return problem("rope_theta",
+                   fmt::format("rope_theta = {}: must be a positive number", rope_theta));
   }
   const RopeScaling& rs = rope_scaling;
   if (rs.type != "none" && rs.type != "llama3") {
-    return problem("rope_scaling.type",
-                   fmt::format("rope_scaling.type = \"{}\": unknown; valid: none, llama3", rs.type));
+    return problem(
+        "rope_scaling.type",
+        fmt::format("rope_scaling.type = \"{}\": unknown; valid: none, llama3", rs.type));
   }
   if (rs.type == "llama3") {
     if (!(std::isfinite(rs.factor) && rs.factor >= 1)) {
@@ -228,10 +245,11 @@ std::optional<ConfigProblem> ModelConfig::first_problem() const {
     }
     if (!(positive_finite(rs.low_freq_factor) && positive_finite(rs.high_freq_factor) &&
           rs.low_freq_factor < rs.high_freq_factor)) {
-      return problem("rope_scaling.high_freq_factor",
-                     fmt::format("rope_scaling: low_freq_factor = {} and high_freq_factor = {} must be "
-                                 "positive with low < high",
-                                 rs.low_freq_factor, rs.high_freq_factor));
+      return problem(
+          "rope_scaling.high_freq_factor",
+          fmt::format("rope_scaling: low_freq_factor = {} and high_freq_factor = {} must be "
+                      "positive with low < high",
+                      rs.low_freq_factor, rs.high_freq_factor));
     }
     if (rs.original_context < 1) {
       return problem("rope_scaling.original_context",
@@ -275,9 +293,13 @@ std::string ModelConfig::ffn_of(int64_t layer) const {
 
 // Every field through visit_fields: two configs are equal when their JSON documents are (doubles
 // are written with round-trip precision, so this is exact).
-bool operator==(const ModelConfig& a, const ModelConfig& b) { return to_json(a) == to_json(b); }
+bool operator==(const ModelConfig& a, const ModelConfig& b) {
+  return to_json(a) == to_json(b);
+}
 
-json to_json(const ModelConfig& config) { return JsonWriter::value(config); }
+json to_json(const ModelConfig& config) {
+  return JsonWriter::value(config);
+}
 
 ModelConfig model_config_from_json(const json& j, const std::string& source) {
   CEMFRAC_CHECK(j.is_object(), "{}: expected a JSON object with the model config, got {}", source,

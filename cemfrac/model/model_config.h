@@ -1,7 +1,7 @@
 // The architecture of a language model. It travels with every checkpoint as config.json and is the
-// only source of truth when a checkpoint is loaded. Every field is declared once, in visit_fields():
-// that one line gives its TOML/JSON key, its default (the initialiser here), its help text, and
-// through it parsing, printing, serialisation and equality.
+// only source of truth when a checkpoint is loaded. Every field is declared once, in
+// visit_fields(): that one line gives its TOML/JSON key, its default (the initialiser here), its
+// help text, and through it parsing, printing, serialisation and equality.
 #pragma once
 #include <nlohmann/json_fwd.hpp>
 
@@ -33,13 +33,13 @@ struct LayerOverride {
 
 struct ModelConfig {
   // Shapes. Letters as in docs/glossary.md: V vocab, D width, L layers, H heads, M MLP width.
-  int64_t vocab_size = 4096;   // V; the tokenizer's vocabulary (may be padded up, never down)
-  int64_t d_model = 128;       // D
-  int64_t n_layers = 2;        // L
-  int64_t n_heads = 4;         // H; d_h = D / H
-  int64_t n_kv_heads = 0;      // grouped-query attention: key/value heads (0 = n_heads)
-  int64_t d_ff = 512;          // M; hidden width of the FFN
-  int64_t context = 128;       // N_max; longest sequence (learned positions are this long)
+  int64_t vocab_size = 4096;  // V; the tokenizer's vocabulary (may be padded up, never down)
+  int64_t d_model = 128;      // D
+  int64_t n_layers = 2;       // L
+  int64_t n_heads = 4;        // H; d_h = D / H
+  int64_t n_kv_heads = 0;     // grouped-query attention: key/value heads (0 = n_heads)
+  int64_t d_ff = 512;         // M; hidden width of the FFN
+  int64_t context = 128;      // N_max; longest sequence (learned positions are this long)
 
   // Block kinds, chosen independently (layers may override). Mixers: "mha", "cem_attention",
   // "cattn_u", "cattn_m", "synthesizer_dense", "sparse_attention". FFNs: "gelu_mlp", "swiglu",
@@ -50,16 +50,17 @@ struct ModelConfig {
 
   // Flavour. GPT-2: norm=layernorm, positions=learned, bias=true, tie_embeddings=true.
   //          Llama: norm=rmsnorm, positions=rope, bias=false, tie_embeddings=false.
-  std::string norm = "rmsnorm";     // "layernorm" | "rmsnorm"
+  std::string norm = "rmsnorm";  // "layernorm" | "rmsnorm"
   double norm_eps = 1e-5;
-  std::string positions = "rope";   // "learned" | "rope" | "none"
+  std::string positions = "rope";  // "learned" | "rope" | "none"
   double rope_theta = 10000.0;
-  RopeScaling rope_scaling;         // long-context frequency scaling (Llama 3.1+: type = "llama3")
-  bool bias = false;                // biases in linear layers and LayerNorm
-  bool tie_embeddings = false;      // head weight == token embedding (one tensor)
-  double init_std = 0.02;           // N(0, std) for matrices; residual projections scaled by 1/sqrt(2L)
-  CemConfig cem;                    // cem_attention / cem_mlp settings (cemfrac/layers/cem/cem_config.h)
-  CofrConfig cofrgenet;             // cffn / cattn_u / cattn_m / baselines (layers/cofrgenet/cofrgenet_config.h)
+  RopeScaling rope_scaling;     // long-context frequency scaling (Llama 3.1+: type = "llama3")
+  bool bias = false;            // biases in linear layers and LayerNorm
+  bool tie_embeddings = false;  // head weight == token embedding (one tensor)
+  double init_std = 0.02;       // N(0, std) for matrices; residual projections scaled by 1/sqrt(2L)
+  CemConfig cem;  // cem_attention / cem_mlp settings (cemfrac/layers/cem/cem_config.h)
+  CofrConfig
+      cofrgenet;  // cffn / cattn_u / cattn_m / baselines (layers/cofrgenet/cofrgenet_config.h)
 
   template <typename Visitor>
   void visit_fields(Visitor& v) {
@@ -72,17 +73,20 @@ struct ModelConfig {
     v("context", context, "Maximum sequence length");
     v("mixer", mixer, "Token mixer kind of every layer (mha, ...)");
     v("ffn", ffn, "FFN kind of every layer (gelu_mlp, swiglu, ...)");
-    v("layer_overrides", layer_overrides, "Per-layer mixer/ffn kinds: [{layer=0, mixer=..., ffn=...}]");
+    v("layer_overrides", layer_overrides,
+      "Per-layer mixer/ffn kinds: [{layer=0, mixer=..., ffn=...}]");
     v("norm", norm, "layernorm | rmsnorm");
     v("norm_eps", norm_eps, "Epsilon of the norms");
     v("positions", positions, "learned | rope | none");
     v("rope_theta", rope_theta, "RoPE base");
-    v("rope_scaling", rope_scaling, "RoPE frequency scaling: { type = \"none\" | \"llama3\", factor, ... }");
+    v("rope_scaling", rope_scaling,
+      "RoPE frequency scaling: { type = \"none\" | \"llama3\", factor, ... }");
     v("bias", bias, "Biases in linear layers and norms");
     v("tie_embeddings", tie_embeddings, "Share the token embedding and the output head");
     v("init_std", init_std, "Standard deviation of the initial weights");
     v("cem", cem, "CEM sub-layer settings: {steps, freeze_eta, rope_mode, dlr, ...}");
-    v("cofrgenet", cofrgenet, "CoFrGeNet layer settings: {ladders, depth, u_depth, m_ladders, ...}");
+    v("cofrgenet", cofrgenet,
+      "CoFrGeNet layer settings: {ladders, depth, u_depth, m_ladders, ...}");
   }
 
   // Throws cemfrac::Error naming the field, the value and what is allowed.
@@ -97,13 +101,17 @@ struct ModelConfig {
 };
 
 bool operator==(const ModelConfig& a, const ModelConfig& b);
-inline bool operator!=(const ModelConfig& a, const ModelConfig& b) { return !(a == b); }
+inline bool operator!=(const ModelConfig& a, const ModelConfig& b) {
+  return !(a == b);
+}
 
 // config.json of a checkpoint: every field, by its visit_fields key.
 nlohmann::json to_json(const ModelConfig& config);
-// Reads what to_json wrote. Unknown keys and wrong types throw cemfrac::Error naming the key and the
-// value; missing keys keep their defaults (so configs written before a field existed still load); the
-// result is validated. `source` names the document in messages (e.g. the config.json path).
-ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& source = "config.json");
+// Reads what to_json wrote. Unknown keys and wrong types throw cemfrac::Error naming the key and
+// the value; missing keys keep their defaults (so configs written before a field existed still
+// load); the result is validated. `source` names the document in messages (e.g. the config.json
+// path).
+ModelConfig model_config_from_json(const nlohmann::json& j,
+                                   const std::string& source = "config.json");
 
 }  // namespace cemfrac

@@ -1,9 +1,10 @@
 // LibTorch 1.13 has no public scaled_dot_product_attention (only the private
-// at::_scaled_dot_product_attention), so attention is written with explicit matmuls, a causal mask and
-// a softmax; this also keeps the masked entries exact zeros, which the bitwise causality test relies on.
-// Training and full-sequence forwards take the fused kernel instead (kernels/cpu/attention_cpu.cpp),
-// which avoids the batched matmuls' per-call thread fork/join on small matrices, the masked_fill and
-// scale passes and four full-size (B, H, N, N) temporaries per layer.
+// at::_scaled_dot_product_attention), so attention is written with explicit matmuls, a causal mask
+// and a softmax; this also keeps the masked entries exact zeros, which the bitwise causality test
+// relies on. Training and full-sequence forwards take the fused kernel instead
+// (kernels/cpu/attention_cpu.cpp), which avoids the batched matmuls' per-call thread fork/join on
+// small matrices, the masked_fill and scale passes and four full-size (B, H, N, N) temporaries per
+// layer.
 #include "cemfrac/ops/causal_attention.h"
 
 #include <ATen/ATen.h>
@@ -18,13 +19,13 @@ namespace cemfrac {
 namespace {
 
 // softmax(scale q k^T + causal mask) v for q (B, H, N, d_h), k, v (B, H_kv, N, d_h), offset 0, over
-// kernels::causal_attention_{forward,backward}_cpu. Returns (B, N, H, d_h) contiguous. Tied (the CEM
-// case, values are the keys): called with v = k, it returns one gradient for both, dk = dS^T q + P^T dO
-// accumulated in one buffer, instead of two that autograd would then add.
+// kernels::causal_attention_{forward,backward}_cpu. Returns (B, N, H, d_h) contiguous. Tied (the
+// CEM case, values are the keys): called with v = k, it returns one gradient for both, dk = dS^T q
+// + P^T dO accumulated in one buffer, instead of two that autograd would then add.
 class FusedCausalAttention : public torch::autograd::Function<FusedCausalAttention> {
  public:
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q_in, const at::Tensor& k_in,
-                            const at::Tensor& v_in, bool tied) {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q_in,
+                            const at::Tensor& k_in, const at::Tensor& v_in, bool tied) {
     const at::Tensor q = kernels::attention_rows_cpu(q_in.detach());
     const at::Tensor k = kernels::attention_rows_cpu(k_in.detach());
     const at::Tensor v = tied ? k : kernels::attention_rows_cpu(v_in.detach());
@@ -57,26 +58,29 @@ class FusedCausalAttention : public torch::autograd::Function<FusedCausalAttenti
 
 }  // namespace
 
-at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t offset) {
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            int64_t offset) {
   const int64_t B = q.size(0), H = q.size(1), N = q.size(2), d_h = q.size(3);
   const int64_t H_kv = k.size(1), T = k.size(2), group = H / H_kv;
   if (offset == 0 && N == T && q.device().is_cpu() &&
       (q.scalar_type() == at::kFloat || q.scalar_type() == at::kDouble)) {
     // Values that are the keys (one tensor, CEM) take the tied kernel: one gradient for both.
-    return FusedCausalAttention::apply(q, k, v, v.is_same(k)).permute({0, 2, 1, 3});  // (B, H, N, d_h) view
+    return FusedCausalAttention::apply(q, k, v, v.is_same(k))
+        .permute({0, 2, 1, 3});  // (B, H, N, d_h) view
   }
-  // Query heads h = j * group + r share key/value head j: stack each group's queries along the rows,
-  // so one matmul per key/value head serves the whole group (no copies of K or V).
+  // Query heads h = j * group + r share key/value head j: stack each group's queries along the
+  // rows, so one matmul per key/value head serves the whole group (no copies of K or V).
   at::Tensor q_grouped = q.reshape({B, H_kv, group * N, d_h}) * (1.0 / std::sqrt(double(d_h)));
   at::Tensor scores = at::matmul(q_grouped, k.transpose(-2, -1));  // (B, H_kv, group N, T)
   if (N > 1 || offset + N < T) {
     // Row n of every group is query position offset + n; key t is visible when t <= offset + n.
-    at::Tensor hidden = at::ones({N, T}, at::TensorOptions().dtype(at::kBool).device(q.device())).triu(offset + 1);
+    at::Tensor hidden =
+        at::ones({N, T}, at::TensorOptions().dtype(at::kBool).device(q.device())).triu(offset + 1);
     if (group > 1) hidden = hidden.repeat({group, 1});  // (group N, T)
     scores = scores.masked_fill(hidden, -std::numeric_limits<double>::infinity());
   }
-  at::Tensor probs = at::softmax(scores, -1);          // (B, H_kv, group N, T)
-  return at::matmul(probs, v).view({B, H, N, d_h});    // (B, H, N, d_h)
+  at::Tensor probs = at::softmax(scores, -1);        // (B, H_kv, group N, T)
+  return at::matmul(probs, v).view({B, H, N, d_h});  // (B, H, N, d_h)
 }
 
 at::Tensor causal_attention_reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -86,7 +90,8 @@ at::Tensor causal_attention_reference(const at::Tensor& q, const at::Tensor& k, 
   // Every query head with its own copy of its key/value head.
   const at::Tensor kk = k.repeat_interleave(H / H_kv, 1), vv = v.repeat_interleave(H / H_kv, 1);
   at::Tensor scores = at::matmul(q, kk.transpose(-2, -1)) / std::sqrt(double(d_h));  // (B, H, N, T)
-  const at::Tensor hidden = at::ones({N, T}, at::TensorOptions().dtype(at::kBool).device(q.device())).triu(offset + 1);
+  const at::Tensor hidden =
+      at::ones({N, T}, at::TensorOptions().dtype(at::kBool).device(q.device())).triu(offset + 1);
   scores = scores.masked_fill(hidden, -std::numeric_limits<double>::infinity());
   return at::matmul(at::softmax(scores, -1), vv);
 }

@@ -105,10 +105,8 @@ bool has_fused_kernel(const at::Tensor& a) {
     case at::kFloat:
     case at::kDouble:
     case at::kBFloat16:
-    case at::kHalf:
-      return true;
-    default:
-      return false;
+    case at::kHalf: return true;
+    default: return false;
   }
 }
 
@@ -116,26 +114,19 @@ bool has_fused_kernel(const at::Tensor& a) {
 
 std::string to_string(ContinuantImpl impl) {
   switch (impl) {
-    case ContinuantImpl::kFused:
-      return "fused";
-    case ContinuantImpl::kReference:
-      return "reference";
-    case ContinuantImpl::kLiteral:
-      return "literal";
-    case ContinuantImpl::kSentinel:
-      break;
+    case ContinuantImpl::kFused: return "fused";
+    case ContinuantImpl::kReference: return "reference";
+    case ContinuantImpl::kLiteral: return "literal";
+    case ContinuantImpl::kSentinel: break;
   }
   return "?";
 }
 
 std::string to_string(ContinuantBackward backward) {
   switch (backward) {
-    case ContinuantBackward::kSurrogate:
-      return "surrogate";
-    case ContinuantBackward::kExact:
-      return "exact";
-    case ContinuantBackward::kSentinel:
-      break;
+    case ContinuantBackward::kSurrogate: return "surrogate";
+    case ContinuantBackward::kExact: return "exact";
+    case ContinuantBackward::kSentinel: break;
   }
   return "?";
 }
@@ -159,13 +150,10 @@ ContinuantBackward parse_continuant_backward(const std::string& name) {
 at::Tensor continuant(const at::Tensor& a, const ContinuantOptions& options) {
   check_ladder_input(a, options, "continuant");
   switch (options.impl()) {
-    case ContinuantImpl::kReference:
-      return continuant_reference(a, options);
-    case ContinuantImpl::kLiteral:
-      return continuant_literal(a, options);
+    case ContinuantImpl::kReference: return continuant_reference(a, options);
+    case ContinuantImpl::kLiteral: return continuant_literal(a, options);
     case ContinuantImpl::kFused:
-    case ContinuantImpl::kSentinel:
-      break;
+    case ContinuantImpl::kSentinel: break;
   }
   if (!has_fused_kernel(a)) return continuant_reference(a, options);
   if (!(a.requires_grad() && at::GradMode::is_enabled())) return fused_forward_no_grad(a, options);
@@ -196,7 +184,8 @@ at::Tensor continuant_reference(const at::Tensor& a, const ContinuantOptions& op
   const at::Tensor x = a.to(compute_type(a.scalar_type()));  // autograd flows through the cast
   const int64_t d = x.size(-2);
   const double eps = options.eps();
-  // Tail continuants K_0..K_d; tails[j] = K_j. Only exact mode differentiates through them (K_{d-1}).
+  // Tail continuants K_0..K_d; tails[j] = K_j. Only exact mode differentiates through them
+  // (K_{d-1}).
   const bool exact = options.backward() == ContinuantBackward::kExact;
   std::vector<at::Tensor> tails;
   {
@@ -224,8 +213,8 @@ at::Tensor continuant_reference(const at::Tensor& a, const ContinuantOptions& op
     f_value = tails[d - 1] * r;
     inside = kd.abs() < eps;
   }
-  // Gradient of Proposition 1: df/da_k = (-1)^k (K_{d-k} r)^2, injected as sum_k w_k (a_k - a_k.detach()),
-  // whose value is exactly 0 and whose autograd derivative in a_k is w_k.
+  // Gradient of Proposition 1: df/da_k = (-1)^k (K_{d-k} r)^2, injected as sum_k w_k (a_k -
+  // a_k.detach()), whose value is exactly 0 and whose autograd derivative in a_k is w_k.
   at::Tensor f = f_value;
   for (int64_t k = 1; k <= d; ++k) {
     at::Tensor w;
@@ -238,7 +227,8 @@ at::Tensor continuant_reference(const at::Tensor& a, const ContinuantOptions& op
     f = f + (a_k - a_k.detach()) * w;
   }
   if (exact) {
-    // Inside the clamp K̂_d is constant: f = K_{d-1} r with r held fixed, differentiated by autograd.
+    // Inside the clamp K̂_d is constant: f = K_{d-1} r with r held fixed, differentiated by
+    // autograd.
     f = at::where(inside, tails[d - 1] * r, f);
   }
   return f.to(a.scalar_type());

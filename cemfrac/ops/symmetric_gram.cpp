@@ -18,14 +18,16 @@ class SymmetricGramFunction : public torch::autograd::Function<SymmetricGramFunc
     at::Tensor c;
     if (w.device().is_cpu() && (w.scalar_type() == at::kFloat || w.scalar_type() == at::kDouble)) {
       AT_DISPATCH_FLOATING_TYPES(w.scalar_type(), "symmetric_gram", [&] {
-        using Syrk = void (*)(int, int, int, int, int, scalar_t, const scalar_t*, int, scalar_t, scalar_t*, int);
+        using Syrk = void (*)(int, int, int, int, int, scalar_t, const scalar_t*, int, scalar_t,
+                              scalar_t*, int);
         static const auto syrk = reinterpret_cast<Syrk>(
             dlsym(RTLD_DEFAULT, std::is_same_v<scalar_t, float> ? "cblas_ssyrk" : "cblas_dsyrk"));
         if (syrk == nullptr) return;
         c = at::empty({n, n}, w.options());
         scalar_t* cp = c.data_ptr<scalar_t>();
         // Row-major (101), upper triangle (121), no transpose (111): C = W W^T above the diagonal.
-        syrk(101, 121, 111, int(n), int(k), scalar_t(1), w.data_ptr<scalar_t>(), int(k), scalar_t(0), cp, int(n));
+        syrk(101, 121, 111, int(n), int(k), scalar_t(1), w.data_ptr<scalar_t>(), int(k),
+             scalar_t(0), cp, int(n));
         for (int64_t i = 0; i < n; ++i)
           for (int64_t j = 0; j < i; ++j) cp[i * n + j] = cp[j * n + i];
       });
@@ -43,8 +45,12 @@ class SymmetricGramFunction : public torch::autograd::Function<SymmetricGramFunc
 
 }  // namespace
 
-at::Tensor symmetric_gram(const at::Tensor& w) { return SymmetricGramFunction::apply(w); }
+at::Tensor symmetric_gram(const at::Tensor& w) {
+  return SymmetricGramFunction::apply(w);
+}
 
-at::Tensor symmetric_gram_reference(const at::Tensor& w) { return at::mm(w, w.t()); }
+at::Tensor symmetric_gram_reference(const at::Tensor& w) {
+  return at::mm(w, w.t());
+}
 
 }  // namespace cemfrac

@@ -20,7 +20,7 @@ struct GpTaskOptions {
   int64_t n_points = 64;         // N observations per sequence (N - 1 tokens)
   double lengthscale_min = 0.1;  // l ~ LogUniform[lengthscale_min, lengthscale_max]
   double lengthscale_max = 1.0;
-  double noise_std = 0.1;        // s
+  double noise_std = 0.1;  // s
 };
 
 // One batch of sequences. Row b holds one function.

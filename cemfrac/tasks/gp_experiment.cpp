@@ -146,7 +146,9 @@ GpExperimentOptions default_gp_experiment() {
 }
 
 void apply_gp_variant(ModelConfig& config, const std::string& variant) {
-  CEMFRAC_CHECK(!variant.empty(), "empty GP variant name; valid: fixed, or '+'-joined iterate, prox, prox_fixed, step_norm");
+  CEMFRAC_CHECK(
+      !variant.empty(),
+      "empty GP variant name; valid: fixed, or '+'-joined iterate, prox, prox_fixed, step_norm");
   if (variant == "fixed") return;
   size_t begin = 0;
   while (begin <= variant.size()) {
@@ -161,9 +163,10 @@ void apply_gp_variant(ModelConfig& config, const std::string& variant) {
     } else if (part == "step_norm") {
       config.cem.step_norm = "rms";
     } else {
-      fail("GP variant \"{}\": unknown part \"{}\"; valid: fixed, or '+'-joined iterate, prox, "
-           "prox_fixed, step_norm",
-           variant, part);
+      fail(
+          "GP variant \"{}\": unknown part \"{}\"; valid: fixed, or '+'-joined iterate, prox, "
+          "prox_fixed, step_norm",
+          variant, part);
     }
     begin = end + 1;
   }
@@ -234,9 +237,10 @@ GpExperimentResult run_gp_experiment(const GpExperimentOptions& options) {
       ModelConfig config = options.cem_model;
       apply_gp_variant(config, variant);
       config.cem.steps = T;
-      // At T = 1 every variant computes the default layer's function (docs/layers/cem.md §8), starts
-      // from the same weights (a learned lambda aside, which gets no gradient at T = 1) and sees the
-      // same batches: its training would repeat the first variant's bit for bit, so its row is copied.
+      // At T = 1 every variant computes the default layer's function (docs/layers/cem.md §8),
+      // starts from the same weights (a learned lambda aside, which gets no gradient at T = 1) and
+      // sees the same batches: its training would repeat the first variant's bit for bit, so its
+      // row is copied.
       if (T == 1 && T != options.scale_from && t1_row.has_value()) {
         GpRow row = *t1_row;
         row.variant = variant;
@@ -245,12 +249,13 @@ GpExperimentResult run_gp_experiment(const GpExperimentOptions& options) {
         result.rows.push_back(row);
         continue;
       }
-      const std::string label = variant == "fixed" ? fmt::format("cem T={}", T)
-                                                   : fmt::format("cem {} T={}", variant, T);
+      const std::string label =
+          variant == "fixed" ? fmt::format("cem T={}", T) : fmt::format("cem {} T={}", variant, T);
       auto [model, tr] = train_one(config, label);
       const bool listed =
           std::find(options.steps.begin(), options.steps.end(), T) != options.steps.end();
-      if (listed) result.rows.push_back(row_of(model, "cem", T, T, tr.seconds, tr.last_loss, variant));
+      if (listed)
+        result.rows.push_back(row_of(model, "cem", T, T, tr.seconds, tr.last_loss, variant));
       if (listed && T == 1 && !t1_row.has_value()) t1_row = result.rows.back();
       if (scale && T == options.scale_from) {
         for (int64_t eval_T : options.steps) {
@@ -458,13 +463,15 @@ std::string gp_rmse_svg(const GpExperimentResult& result) {
   if (ts.empty()) ts.push_back(1);
   // One colour per variant: its models trained at T (solid) and the scale_from model run at T
   // (dashed). A single "fixed" variant keeps the original colours and names.
-  static const char* kColors[] = {"#1f77b4", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"};
+  static const char* kColors[] = {"#1f77b4", "#ff7f0e", "#9467bd", "#8c564b",
+                                  "#e377c2", "#17becf", "#bcbd22"};
   const bool single = variants.size() == 1 && variants[0] == "fixed";
   std::vector<Series> post, tgt;
   for (size_t vi = 0; vi < variants.size(); ++vi) {
     const std::string& variant = variants[vi];
     const std::string color = kColors[vi % 7];
-    Series own_post{single ? "CEM trained at T" : fmt::format("CEM {} trained at T", variant), color, {}},
+    Series own_post{
+        single ? "CEM trained at T" : fmt::format("CEM {} trained at T", variant), color, {}},
         own_tgt = own_post;
     std::map<int64_t, std::vector<const GpRow*>> scaled_by_source;
     for (const GpRow& r : result.rows) {
@@ -481,7 +488,9 @@ std::string gp_rmse_svg(const GpExperimentResult& result) {
     for (const auto& [source, rows] : scaled_by_source) {
       Series sp{single ? fmt::format("trained at T={}, run at T", source)
                        : fmt::format("{} trained at T={}, run at T", variant, source),
-                single ? "#d62728" : color, {}, true},
+                single ? "#d62728" : color,
+                {},
+                true},
           st = sp;
       // Its own point (trained and run at `source`) joins the curve when present.
       std::vector<std::pair<int64_t, double>> p_post, p_tgt;
@@ -507,7 +516,8 @@ std::string gp_rmse_svg(const GpExperimentResult& result) {
   if (oracle)
     tgt_lines.push_back({"oracle (GP posterior mean)", "#000000", oracle->eval.rmse_targets});
 
-  const size_t legend_rows = std::max(post.size() + post_lines.size(), tgt.size() + tgt_lines.size());
+  const size_t legend_rows =
+      std::max(post.size() + post_lines.size(), tgt.size() + tgt_lines.size());
   const double W = 960, H = 420 + 15.0 * double(legend_rows);
   std::string svg = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0f}\" height=\"{:.0f}\" "

@@ -98,8 +98,8 @@ struct GpExperimentResult {
 GpExperimentResult run_gp_experiment(const GpExperimentOptions& options);
 
 nlohmann::json to_json(const GpExperimentResult& result);
-// Reads what to_json wrote (for re-drawing the plot of a finished run). Throws cemfrac::Error naming
-// `source` when a key is missing or has the wrong type.
+// Reads what to_json wrote (for re-drawing the plot of a finished run). Throws cemfrac::Error
+// naming `source` when a key is missing or has the wrong type.
 GpExperimentResult gp_result_from_json(const nlohmann::json& j, const std::string& source);
 // A self-contained SVG: RMSE against the posterior mean versus T (log2 axis): CEM trained at T, the
 // scale_from model evaluated at T, the baseline as a horizontal line; and the same against the

@@ -27,7 +27,9 @@ namespace {
 
 constexpr char kBase64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-json optional_to_json(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
+json optional_to_json(const std::optional<double>& v) {
+  return v ? json(*v) : json(nullptr);
+}
 
 // Reads a required field of trainer.json with the right JSON type.
 template <typename T>
@@ -77,8 +79,7 @@ std::string first_difference(const json& expected, const json& found, const std:
     return "";
   }
   // Numbers compare by value (1 and 1.0 are the same field value).
-  if (expected.is_number() && found.is_number() &&
-      expected.get<double>() == found.get<double>())
+  if (expected.is_number() && found.is_number() && expected.get<double>() == found.get<double>())
     return "";
   if (expected == found) return "";
   return fmt::format("field '{}' is {} but the run's model has {}", where, value_string(found),
@@ -96,7 +97,8 @@ std::string base64_encode(const std::string& bytes) {
   out.reserve((bytes.size() + 2) / 3 * 4);
   size_t i = 0;
   for (; i + 2 < bytes.size(); i += 3) {
-    const uint32_t v = (uint8_t(bytes[i]) << 16) | (uint8_t(bytes[i + 1]) << 8) | uint8_t(bytes[i + 2]);
+    const uint32_t v =
+        (uint8_t(bytes[i]) << 16) | (uint8_t(bytes[i + 1]) << 8) | uint8_t(bytes[i + 2]);
     for (int k = 3; k >= 0; --k) out += kBase64[(v >> (6 * k)) & 63];
   }
   if (i + 1 == bytes.size()) {
@@ -195,10 +197,11 @@ TrainerState trainer_state_from_json(const json& j, const std::string& source) {
   CEMFRAC_CHECK(format != j.end() && format->is_string() && *format == kCheckpointFormat,
                 "{}: 'format' is not \"{}\" (not a cemfrac checkpoint)", source, kCheckpointFormat);
   const int version = field<int>(j, "format_version", source);
-  CEMFRAC_CHECK(version == kCheckpointFormatVersion,
-                "{}: checkpoint format version {} is not supported (this cemfrac reads version {}); "
-                "use the cemfrac that wrote it",
-                source, version, kCheckpointFormatVersion);
+  CEMFRAC_CHECK(
+      version == kCheckpointFormatVersion,
+      "{}: checkpoint format version {} is not supported (this cemfrac reads version {}); "
+      "use the cemfrac that wrote it",
+      source, version, kCheckpointFormatVersion);
   TrainerState s;
   s.step = field<int64_t>(j, "step", source);
   s.tokens = field<int64_t>(j, "tokens", source);
@@ -232,7 +235,9 @@ TrainerState trainer_state_from_json(const json& j, const std::string& source) {
   return s;
 }
 
-std::string checkpoint_name(int64_t step) { return fmt::format("step-{:06d}", step); }
+std::string checkpoint_name(int64_t step) {
+  return fmt::format("step-{:06d}", step);
+}
 
 std::string checkpoints_dir(const std::string& run_dir) {
   return (fs::path(run_dir) / "checkpoints").string();
@@ -255,7 +260,8 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
 }
 
 std::string save_checkpoint(const std::string& run_dir, const CheckpointContents& c, int64_t keep) {
-  const std::string dir = (fs::path(checkpoints_dir(run_dir)) / checkpoint_name(c.trainer.step)).string();
+  const std::string dir =
+      (fs::path(checkpoints_dir(run_dir)) / checkpoint_name(c.trainer.step)).string();
   write_dir_atomic(dir, [&](const std::string& tmp) {
     const fs::path t(tmp);
     save_safetensors((t / kCheckpointModelFile).string(), c.model,
@@ -339,7 +345,8 @@ std::string resolve_checkpoint(const std::string& path) {
   CEMFRAC_CHECK(fs::is_directory(p), "--resume {}: no such directory", path);
   if (is_checkpoint_dir(p)) return p.string();
   auto found = list_checkpoints(path);
-  if (found.empty() && p.filename() == "checkpoints") found = list_checkpoints(p.parent_path().string());
+  if (found.empty() && p.filename() == "checkpoints")
+    found = list_checkpoints(p.parent_path().string());
   CEMFRAC_CHECK(!found.empty(),
                 "{}: neither a checkpoint (no {}) nor a run directory with checkpoints/step-*",
                 path, kCheckpointTrainerFile);
@@ -359,8 +366,10 @@ std::string resolve_checkpoint(const std::string& path) {
 
 void check_config_matches(const json& expected, const json& found, const std::string& source) {
   const std::string d = first_difference(expected, found, "");
-  CEMFRAC_CHECK(d.empty(), "{}: {}; the checkpoint's architecture wins when loading, so drop the "
-                "conflicting setting or start a new run directory", source, d);
+  CEMFRAC_CHECK(d.empty(),
+                "{}: {}; the checkpoint's architecture wins when loading, so drop the "
+                "conflicting setting or start a new run directory",
+                source, d);
 }
 
 Checkpoint load_checkpoint(const std::string& dir, const LoadOptions& options) {
@@ -368,8 +377,8 @@ Checkpoint load_checkpoint(const std::string& dir, const LoadOptions& options) {
   CEMFRAC_CHECK(fs::is_directory(d), "checkpoint {}: no such directory", dir);
   auto require = [&](const char* name) {
     const fs::path f = d / name;
-    CEMFRAC_CHECK(fs::is_regular_file(f), "checkpoint {}: {} is missing (incomplete or not a checkpoint)",
-                  dir, name);
+    CEMFRAC_CHECK(fs::is_regular_file(f),
+                  "checkpoint {}: {} is missing (incomplete or not a checkpoint)", dir, name);
     return f.string();
   };
   Checkpoint c;

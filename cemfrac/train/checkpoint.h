@@ -1,8 +1,8 @@
 // Checkpoints (DESIGN.md §4). A checkpoint is a directory <run>/checkpoints/step-000123/ holding
 //   model.safetensors      the parameters by name (one entry per distinct tensor: tied ones once)
 //   optimizer.safetensors  AdamW moments and step per parameter name (train/optimizer.h)
-//   trainer.json           format + version, step, tokens, RNG state, loader cursor, schedule, losses
-//   config.json            the model architecture: the only source of truth when loading
+//   trainer.json           format + version, step, tokens, RNG state, loader cursor, schedule,
+//   losses config.json            the model architecture: the only source of truth when loading
 //   tokenizer/             Tokenizer::save output (when the run has a tokenizer)
 // The directory is filled under a temporary name beside it and renamed when complete
 // (core/atomic_file.h), so a directory named step-N is always complete; older checkpoints are
@@ -38,21 +38,22 @@ inline constexpr const char* kCheckpointBuffersFile = "buffers.safetensors";
 
 // trainer.json: everything besides tensors that resuming needs.
 struct TrainerState {
-  int64_t step = 0;          // optimizer steps completed
-  int64_t tokens = 0;        // training tokens consumed (all ranks)
-  uint64_t data_seed = 0;    // seed of the data order (the loader's permutation)
-  LoaderState loader;        // cursor of the next batch (rank 0's; every rank's index is the same)
-  std::string torch_rng;     // CPU generator state, base64 (dropout and other torch sampling)
-  CosineSchedule schedule;   // the schedule the run follows (lr is a function of the step)
-  double lr = 0;             // lr of the last step taken
+  int64_t step = 0;         // optimizer steps completed
+  int64_t tokens = 0;       // training tokens consumed (all ranks)
+  uint64_t data_seed = 0;   // seed of the data order (the loader's permutation)
+  LoaderState loader;       // cursor of the next batch (rank 0's; every rank's index is the same)
+  std::string torch_rng;    // CPU generator state, base64 (dropout and other torch sampling)
+  CosineSchedule schedule;  // the schedule the run follows (lr is a function of the step)
+  double lr = 0;            // lr of the last step taken
   std::optional<double> last_loss;
   std::optional<double> last_val_loss;
   std::optional<double> best_val_loss;
-  double elapsed_s = 0;      // training wall time so far, across resumes
-  // The run's settings that exact resume depends on (Trainer: seq_len, micro_batch, seed, data, ...)
-  // and the safe ones (steps, log_every, ...), as {"train.key": value}; {} in older checkpoints.
+  double elapsed_s = 0;  // training wall time so far, across resumes
+  // The run's settings that exact resume depends on (Trainer: seq_len, micro_batch, seed, data,
+  // ...) and the safe ones (steps, log_every, ...), as {"train.key": value}; {} in older
+  // checkpoints.
   nlohmann::json run = nlohmann::json::object();
-  int64_t world_size = 1;    // data-parallel ranks of the run (train/distributed.h); 1 when absent
+  int64_t world_size = 1;  // data-parallel ranks of the run (train/distributed.h); 1 when absent
 };
 
 nlohmann::json trainer_state_to_json(const TrainerState& state);

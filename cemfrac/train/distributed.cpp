@@ -40,7 +40,9 @@ namespace {
 using Ms = std::chrono::milliseconds;
 constexpr Ms kHeartbeat{200};
 
-Ms to_ms(double seconds) { return Ms(static_cast<int64_t>(seconds * 1000.0 + 0.5)); }
+Ms to_ms(double seconds) {
+  return Ms(static_cast<int64_t>(seconds * 1000.0 + 0.5));
+}
 
 // First line of an exception text (c10 errors carry backtraces on later lines).
 std::string first_line(const std::string& s) {
@@ -76,7 +78,8 @@ bool is_loopback(const std::string& addr) {
 std::shared_ptr<::gloo::transport::Device> gloo_device(const DistEnv& env) {
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
     return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
-  if (is_loopback(env.master_addr)) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  if (is_loopback(env.master_addr))
+    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 
@@ -92,8 +95,12 @@ c10::intrusive_ptr<c10d::Store> connect_store(const DistEnv& env, double timeout
       fmt::format("cemfrac/attempt_{}", env.restart_count), tcp);
 }
 
-std::vector<uint8_t> to_bytes(const std::string& s) { return {s.begin(), s.end()}; }
-std::string from_bytes(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+std::vector<uint8_t> to_bytes(const std::string& s) {
+  return {s.begin(), s.end()};
+}
+std::string from_bytes(const std::vector<uint8_t>& b) {
+  return {b.begin(), b.end()};
+}
 
 // FNV-1a over the tensors' bytes (contiguous CPU copies).
 uint64_t bytes_hash(const std::vector<torch::Tensor>& tensors) {
@@ -108,8 +115,8 @@ uint64_t bytes_hash(const std::vector<torch::Tensor>& tensors) {
   return h;
 }
 
-// Consecutive runs of defined tensors of one dtype and device, each at most `bytes` (a single larger
-// tensor makes its own bucket).
+// Consecutive runs of defined tensors of one dtype and device, each at most `bytes` (a single
+// larger tensor makes its own bucket).
 std::vector<std::vector<torch::Tensor>> buckets(const std::vector<torch::Tensor>& tensors,
                                                 int64_t bytes) {
   std::vector<std::vector<torch::Tensor>> out;
@@ -172,8 +179,12 @@ class BlockStopSignals {
 class QuietGlog {
  public:
 #ifdef CEMFRAC_HAVE_GLOG
-  QuietGlog() : old_(FLAGS_minloglevel) { FLAGS_minloglevel = google::GLOG_FATAL; }
-  ~QuietGlog() { FLAGS_minloglevel = old_; }
+  QuietGlog() : old_(FLAGS_minloglevel) {
+    FLAGS_minloglevel = google::GLOG_FATAL;
+  }
+  ~QuietGlog() {
+    FLAGS_minloglevel = old_;
+  }
 
  private:
   int old_;
@@ -212,8 +223,12 @@ DistOptions dist_options_from_environment() {
   return o;
 }
 
-bool dist_has_gloo() { return true; }
-bool dist_has_nccl() { return compat::kHaveNccl; }
+bool dist_has_gloo() {
+  return true;
+}
+bool dist_has_nccl() {
+  return compat::kHaveNccl;
+}
 
 struct DistContext::Impl {
   DistEnv env;
@@ -281,9 +296,10 @@ struct DistContext::Impl {
         return fmt::format("lost rank {} (no heartbeat for {} ms: killed or crashed)",
                            fmt::join(lost, ", "), 5 * kHeartbeat.count());
       if (!behind.empty())
-        return fmt::format("rank {} is alive but did not join within the collective timeout of "
-                           "{:g} s (hung)",
-                           fmt::join(behind, ", "), options.collective_timeout_s);
+        return fmt::format(
+            "rank {} is alive but did not join within the collective timeout of "
+            "{:g} s (hung)",
+            fmt::join(behind, ", "), options.collective_timeout_s);
       return "every rank is alive; the peer connection failed";
     } catch (const std::exception&) {
       return env.agent_store
@@ -325,11 +341,12 @@ DistContext::DistContext(const DistEnv& env, const DistOptions& options)
     QuietGlog quiet;
     impl_->store = connect_store(env, options.connect_timeout_s, server);
   } catch (const std::exception& e) {
-    fail("rank {} of {}: cannot {} the rendezvous store at {}:{} within {:g} s: {} (check "
-         "MASTER_ADDR/MASTER_PORT{})",
-         env.rank, env.world_size, server ? "host" : "reach", env.master_addr, env.port,
-         options.connect_timeout_s, first_line(e.what()),
-         env.agent_store ? " and that the launcher runs" : " and that rank 0 runs");
+    fail(
+        "rank {} of {}: cannot {} the rendezvous store at {}:{} within {:g} s: {} (check "
+        "MASTER_ADDR/MASTER_PORT{})",
+        env.rank, env.world_size, server ? "host" : "reach", env.master_addr, env.port,
+        options.connect_timeout_s, first_line(e.what()),
+        env.agent_store ? " and that the launcher runs" : " and that rank 0 runs");
   }
   try {
     impl_->start_heartbeat();
@@ -340,10 +357,9 @@ DistContext::DistContext(const DistEnv& env, const DistOptions& options)
     for (int64_t r = 0; r < env.world_size; ++r) joined.push_back(impl_->key("joined", r));
     impl_->store->set(joined[env.rank], to_bytes("1"));
     impl_->store->wait(joined, to_ms(options.connect_timeout_s));
-    impl_->pg = compat::make_c10d_backend(impl_->store, static_cast<int>(env.rank),
-                                          static_cast<int>(env.world_size),
-                                          to_ms(options.collective_timeout_s),
-                                          c10::Device(c10::kCPU), gloo_device(env));
+    impl_->pg = compat::make_c10d_backend(
+        impl_->store, static_cast<int>(env.rank), static_cast<int>(env.world_size),
+        to_ms(options.collective_timeout_s), c10::Device(c10::kCPU), gloo_device(env));
   } catch (const std::exception& e) {
     impl_->broken = true;
     impl_->stop();
@@ -362,7 +378,9 @@ DistContext::~DistContext() {
   }
 }
 
-std::string DistContext::backend() const { return active() ? impl_->backend : "none"; }
+std::string DistContext::backend() const {
+  return active() ? impl_->backend : "none";
+}
 
 std::string DistContext::describe() const {
   if (!active()) return "world 1 (one process, no process group)";
@@ -397,12 +415,11 @@ void DistContext::broadcast_from_rank0(const std::vector<torch::Tensor>& tensors
   Impl& m = *impl_;
   for (const auto& bucket : buckets(tensors, options_.bucket_bytes)) {
     m.collective("broadcast of " + what, [&] {
-      std::vector<torch::Tensor> flat{
-          torch::cat([&] {
-            std::vector<torch::Tensor> v;
-            for (const auto& t : bucket) v.push_back(t.detach().reshape({-1}));
-            return v;
-          }())};
+      std::vector<torch::Tensor> flat{torch::cat([&] {
+        std::vector<torch::Tensor> v;
+        for (const auto& t : bucket) v.push_back(t.detach().reshape({-1}));
+        return v;
+      }())};
       c10d::BroadcastOptions o;
       o.rootRank = 0;
       m.pg->broadcast(flat, o)->wait();
@@ -480,9 +497,15 @@ std::vector<double> DistContext::allreduce_sum(const std::vector<double>& values
   return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
 }
 
-double DistContext::reduce_seconds() const { return active() ? impl_->reduce_s : 0.0; }
-double DistContext::exposed_reduce_seconds() const { return active() ? impl_->exposed_s : 0.0; }
-int64_t DistContext::reduce_steps() const { return active() ? impl_->reduce_steps : 0; }
+double DistContext::reduce_seconds() const {
+  return active() ? impl_->reduce_s : 0.0;
+}
+double DistContext::exposed_reduce_seconds() const {
+  return active() ? impl_->exposed_s : 0.0;
+}
+int64_t DistContext::reduce_steps() const {
+  return active() ? impl_->reduce_steps : 0;
+}
 
 void DistContext::barrier(const std::string& what) {
   if (!active()) return;
@@ -523,7 +546,7 @@ struct GradientReducer::State : std::enable_shared_from_this<GradientReducer::St
   };
 
   DistContext* dist = nullptr;
-  std::vector<torch::Tensor> params;            // reverse table order
+  std::vector<torch::Tensor> params;  // reverse table order
   std::vector<std::vector<size_t>> bucket_params;
   std::vector<size_t> bucket_of;
   // The accumulators carry the hooks; holding them keeps them (autograd itself holds them weakly
@@ -541,7 +564,8 @@ struct GradientReducer::State : std::enable_shared_from_this<GradientReducer::St
   std::vector<Launched> launched;
   std::exception_ptr error;  // a launch that failed inside a hook, rethrown by finish()
   Clock::time_point first_launch;
-  // Completion time of the last finished bucket (ns since the clock's epoch), set on Gloo's threads.
+  // Completion time of the last finished bucket (ns since the clock's epoch), set on Gloo's
+  // threads.
   std::shared_ptr<std::atomic<int64_t>> last_done = std::make_shared<std::atomic<int64_t>>(0);
 
   void hook(size_t i);
@@ -612,8 +636,7 @@ void GradientReducer::State::hook(size_t i) {
   if (accumulators[i] || !params[i].requires_grad()) return;
   accumulators[i] = torch::autograd::impl::grad_accumulator(params[i]);
   if (!accumulators[i]) return;
-  hook_keys[i] = accumulators[i]->add_post_hook(
-      std::make_unique<ReadyHook>(weak_from_this(), i));
+  hook_keys[i] = accumulators[i]->add_post_hook(std::make_unique<ReadyHook>(weak_from_this(), i));
 }
 
 GradientReducer::GradientReducer(DistContext& dist, const std::vector<torch::Tensor>& params)
@@ -686,7 +709,8 @@ void GradientReducer::finish() {
   torch::NoGradGuard no_grad;
   const double world = static_cast<double>(s.dist->world_size());
   for (State::Launched& l : s.launched) {
-    m.collective("all-reduce of gradients", [&] { l.work->wait(); }, /*launch=*/false);
+    m.collective(
+        "all-reduce of gradients", [&] { l.work->wait(); }, /*launch=*/false);
     torch::Tensor& flat = l.flat.front();
     flat.div_(world);
     int64_t offset = 0;
@@ -730,6 +754,8 @@ StoreServer::StoreServer(const std::string& addr, int port, double timeout_s)
 
 StoreServer::~StoreServer() = default;
 
-int StoreServer::port() const { return impl_->store->getPort(); }
+int StoreServer::port() const {
+  return impl_->store->getPort();
+}
 
 }  // namespace cemfrac

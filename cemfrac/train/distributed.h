@@ -1,7 +1,7 @@
 // Data-parallel training on PyTorch's c10d: a TCPStore for the rendezvous and a Gloo process group
 // for the collectives (NCCL for CUDA tensors where LibTorch 2.x has it, see core/compat.h). The
-// environment is torchrun's, so `torchrun --no_python`, `cemfrac launch` (cli/launch.cpp) and hand-set
-// variables on several machines all start the same thing:
+// environment is torchrun's, so `torchrun --no_python`, `cemfrac launch` (cli/launch.cpp) and
+// hand-set variables on several machines all start the same thing:
 //
 //   MASTER_ADDR, MASTER_PORT   the store (TCPStore) every rank connects to
 //   RANK, WORLD_SIZE           this process and the number of processes
@@ -15,16 +15,18 @@
 // no-op and training is exactly the one-process code path.
 //
 // Gradients are reduced in buckets by our own code, in one of two ways (train.dist_overlap):
-//   overlapped (default, GradientReducer below): buckets in reverse parameter-table order (the order
-//     backward produces gradients, as in PyTorch's DDP); autograd hooks on each parameter's gradient
-//     accumulator launch a bucket's asynchronous all-reduce as soon as all its gradients are final,
-//     during the step's last backward pass; the optimizer step waits for all of them.
-//   after backward (DistContext::allreduce_mean): every bucket all-reduced after the whole backward.
+//   overlapped (default, GradientReducer below): buckets in reverse parameter-table order (the
+//   order
+//     backward produces gradients, as in PyTorch's DDP); autograd hooks on each parameter's
+//     gradient accumulator launch a bucket's asynchronous all-reduce as soon as all its gradients
+//     are final, during the step's last backward pass; the optimizer step waits for all of them.
+//   after backward (DistContext::allreduce_mean): every bucket all-reduced after the whole
+//   backward.
 // Either way each element is summed once over ranks and then divided by the world size, so the
 // result does not depend on the bucket layout, and 2 ranks stay bitwise equal to 1 rank with 2
 // accumulation micro-batches.
-// Failures (a peer killed, a peer hung, the store gone) become one cemfrac::Error line naming the lost
-// rank; the process group is then abandoned, never waited on.
+// Failures (a peer killed, a peer hung, the store gone) become one cemfrac::Error line naming the
+// lost rank; the process group is then abandoned, never waited on.
 #pragma once
 #include <torch/types.h>
 
@@ -64,9 +66,9 @@ bool env_flag_true(const char* value);
 
 class DistContext {
  public:
-  // World 1: nothing. Otherwise connects to the store (or hosts it on rank 0 without an agent store)
-  // and creates the process group; throws cemfrac::Error within connect_timeout_s when the store or
-  // a peer cannot be reached.
+  // World 1: nothing. Otherwise connects to the store (or hosts it on rank 0 without an agent
+  // store) and creates the process group; throws cemfrac::Error within connect_timeout_s when the
+  // store or a peer cannot be reached.
   DistContext(const DistEnv& env, const DistOptions& options);
   ~DistContext();
   DistContext(const DistContext&) = delete;
@@ -82,10 +84,11 @@ class DistContext {
 
   // Every rank passes its value; all ranks fail with one line unless all values equal rank 0's.
   void check_same(const std::string& what, const std::string& value);
-  // Overwrites every tensor with rank 0's (bucketed), then checks that all ranks hold the same bytes.
+  // Overwrites every tensor with rank 0's (bucketed), then checks that all ranks hold the same
+  // bytes.
   void broadcast_from_rank0(const std::vector<torch::Tensor>& tensors, const std::string& what);
-  // In place: each tensor becomes the mean over ranks (bucketed sum, then / world). Undefined tensors
-  // are skipped (they must be undefined on every rank).
+  // In place: each tensor becomes the mean over ranks (bucketed sum, then / world). Undefined
+  // tensors are skipped (they must be undefined on every rank).
   void allreduce_mean(const std::vector<torch::Tensor>& tensors, const std::string& what);
   // Sum over ranks of a few doubles (loss, flags), in float64. timed = false: not counted in
   // reduce_seconds() and reduce_steps() (validation).
@@ -148,8 +151,8 @@ class GradientReducer {
   std::shared_ptr<State> state_;
 };
 
-// The launcher side of TORCHELASTIC_USE_AGENT_STORE: a TCPStore server on addr:port (0 = a free port)
-// that lives as long as the object. port() is the port it listens on.
+// The launcher side of TORCHELASTIC_USE_AGENT_STORE: a TCPStore server on addr:port (0 = a free
+// port) that lives as long as the object. port() is the port it listens on.
 class StoreServer {
  public:
   StoreServer(const std::string& addr, int port, double timeout_s);

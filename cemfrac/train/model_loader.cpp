@@ -21,18 +21,21 @@ namespace {
 
 // {"cem.steps", "cem.rope_mode", "x"} -> "model.cem.{steps, rope_mode}, model.x"
 std::string grouped_keys(const std::vector<std::string>& keys) {
-  std::vector<std::pair<std::string, std::vector<std::string>>> groups;  // table -> fields, in order
+  std::vector<std::pair<std::string, std::vector<std::string>>>
+      groups;  // table -> fields, in order
   for (const std::string& key : keys) {
     const size_t dot = key.rfind('.');
     const std::string table = dot == std::string::npos ? "" : key.substr(0, dot + 1);
-    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == table; });
+    auto it =
+        std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == table; });
     if (it == groups.end()) it = groups.insert(groups.end(), {table, {}});
     it->second.push_back(key.substr(table.size()));
   }
   std::vector<std::string> parts;
   for (const auto& [table, fields] : groups) {
-    parts.push_back(fields.size() == 1 ? fmt::format("model.{}{}", table, fields[0])
-                                       : fmt::format("model.{}{{{}}}", table, fmt::join(fields, ", ")));
+    parts.push_back(fields.size() == 1
+                        ? fmt::format("model.{}{}", table, fields[0])
+                        : fmt::format("model.{}{{{}}}", table, fmt::join(fields, ", ")));
   }
   return fmt::format("{}", fmt::join(parts, ", "));
 }
@@ -40,7 +43,8 @@ std::string grouped_keys(const std::vector<std::string>& keys) {
 }  // namespace
 
 ModelConfig apply_model_overrides(const nlohmann::json& config_json,
-                                  const std::vector<std::string>& overrides, const std::string& source) {
+                                  const std::vector<std::string>& overrides,
+                                  const std::string& source) {
   // The fields marked OnCheckpoint::kMayChange where they are declared (visit_fields).
   const std::vector<std::string> allowed = fields_that_may_change_on_checkpoint<ModelConfig>();
   for (const std::string& text : overrides) {
@@ -55,7 +59,8 @@ ModelConfig apply_model_overrides(const nlohmann::json& config_json,
   }
   ModelConfig config = model_config_from_json(config_json, source);
   if (overrides.empty()) return config;
-  // The values are read as the TOML run config reads --set (4, true, "exact"; bare text is a string).
+  // The values are read as the TOML run config reads --set (4, true, "exact"; bare text is a
+  // string).
   override_model_fields(config, overrides);
   if (auto p = config.first_problem()) {
     fail("{} with --set {}: {}", source, fmt::join(overrides, " --set "), p->message);
@@ -67,7 +72,8 @@ LoadedModel load_model(const std::string& path, const std::vector<std::string>& 
   LoadedModel out;
   // eval and generate take the checkpoint as --checkpoint (resolve_checkpoint names --resume).
   std::error_code ec;
-  CEMFRAC_CHECK(std::filesystem::is_directory(path, ec), "--checkpoint {}: no such directory", path);
+  CEMFRAC_CHECK(std::filesystem::is_directory(path, ec), "--checkpoint {}: no such directory",
+                path);
   out.checkpoint = resolve_checkpoint(path);
   LoadOptions options;
   options.optimizer = false;

@@ -22,12 +22,14 @@ struct LoadedModel {
 // `path` is a checkpoint directory or a run directory (its newest complete checkpoint).
 // `overrides` ("model.cem.steps=4", as --set) change architecture fields that no parameter's shape
 // depends on, before the model is built: only the fields marked OnCheckpoint::kMayChange in their
-// visit_fields() (e.g. model.cem.steps: evaluating a T = 2 model at T = 4, test-time scaling), read as
-// the run config reads --set. Any other key is a one-line error naming it.
+// visit_fields() (e.g. model.cem.steps: evaluating a T = 2 model at T = 4, test-time scaling), read
+// as the run config reads --set. Any other key is a one-line error naming it.
 LoadedModel load_model(const std::string& path, const std::vector<std::string>& overrides = {});
 
-// The checkpoint's config.json with `overrides` applied (the checks of load_model); exposed for tests.
+// The checkpoint's config.json with `overrides` applied (the checks of load_model); exposed for
+// tests.
 ModelConfig apply_model_overrides(const nlohmann::json& config_json,
-                                  const std::vector<std::string>& overrides, const std::string& source);
+                                  const std::vector<std::string>& overrides,
+                                  const std::string& source);
 
 }  // namespace cemfrac

@@ -18,8 +18,8 @@ std::string shape_string(c10::IntArrayRef shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
 }
 
-// The names saved in optimizer.safetensors' metadata (kept here, not through lm_model's to_string, so
-// the saved format cannot change when display names do).
+// The names saved in optimizer.safetensors' metadata (kept here, not through lm_model's to_string,
+// so the saved format cannot change when display names do).
 const char* group_name(ParamGroup group) {
   switch (group) {
     case ParamGroup::kDecay: return "decay";
@@ -60,7 +60,9 @@ Optimizer::Optimizer(const torch::nn::Module& module, const std::vector<ParamInf
   }
 }
 
-void Optimizer::set_lr(double lr) { lr_ = lr; }
+void Optimizer::set_lr(double lr) {
+  lr_ = lr;
+}
 
 void Optimizer::zero_grad() {
   // Gradients become undefined (set_to_none): the next backward assigns instead of adding to zero,
@@ -108,8 +110,8 @@ void Optimizer::unfreeze(const std::string& name, ParamGroup group) {
   auto it = groups_.find(name);
   CEMFRAC_CHECK(it != groups_.end(), "unfreeze: no parameter named '{}'", name);
   CEMFRAC_CHECK(it->second == ParamGroup::kFrozen, "unfreeze: parameter '{}' is not frozen", name);
-  CEMFRAC_CHECK(group != ParamGroup::kFrozen, "unfreeze: '{}' must join the decay or no-decay group",
-                name);
+  CEMFRAC_CHECK(group != ParamGroup::kFrozen,
+                "unfreeze: '{}' must join the decay or no-decay group", name);
   params_.at(name).set_requires_grad(true);
   state_.erase(name);  // its moments start fresh at its first update
   it->second = group;
@@ -167,8 +169,8 @@ void Optimizer::load_state(const SafetensorsFile& file, const std::string& sourc
     if (saved == here) continue;
     if (here == std::string(group_name(ParamGroup::kFrozen)) &&
         (saved == group_name(ParamGroup::kDecay) || saved == group_name(ParamGroup::kNoDecay))) {
-      unfreeze(it.key(), saved == group_name(ParamGroup::kDecay) ? ParamGroup::kDecay
-                                                               : ParamGroup::kNoDecay);
+      unfreeze(it.key(),
+               saved == group_name(ParamGroup::kDecay) ? ParamGroup::kDecay : ParamGroup::kNoDecay);
       continue;
     }
     fail("{}: parameter '{}' was in group '{}' when saved but is in '{}' now", source, it.key(),
@@ -182,8 +184,8 @@ void Optimizer::load_state(const SafetensorsFile& file, const std::string& sourc
     auto m = file.tensors.find(name + ".exp_avg");
     auto v = file.tensors.find(name + ".exp_avg_sq");
     auto s = file.tensors.find(name + ".step");
-    const int found = (m != file.tensors.end()) + (v != file.tensors.end()) +
-                      (s != file.tensors.end());
+    const int found =
+        (m != file.tensors.end()) + (v != file.tensors.end()) + (s != file.tensors.end());
     if (found == 0) continue;  // never stepped (fresh or just unfrozen)
     if (found != 3) {
       problems.push_back(fmt::format("'{}' lacks part of its state", name));
@@ -208,9 +210,9 @@ void Optimizer::load_state(const SafetensorsFile& file, const std::string& sourc
   }
   for (const auto& [key, tensor] : file.tensors)
     if (!used.count(key)) problems.push_back(fmt::format("unexpected tensor '{}'", key));
-  CEMFRAC_CHECK(problems.empty(), "{} does not match the model's parameters: {}", source,
-                fmt::join(problems.begin(), problems.begin() + std::min<size_t>(problems.size(), 6),
-                          "; "));
+  CEMFRAC_CHECK(
+      problems.empty(), "{} does not match the model's parameters: {}", source,
+      fmt::join(problems.begin(), problems.begin() + std::min<size_t>(problems.size(), 6), "; "));
   state_ = std::move(loaded);
 }
 

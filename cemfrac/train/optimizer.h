@@ -4,15 +4,16 @@
 //   kNoDecay  norms, biases, embeddings: no weight decay
 //   kFrozen   no update, no decay, no state, and requires_grad(false) while frozen.
 // The update of a CPU float/double parameter is one fused pass (kernels::adamw_step_cpu); other
-// devices and dtypes take the same formulas as ATen ops. Parameters without a gradient are skipped (no
-// state is created for them, their step count does not advance).
-// Dyadic depth activation (DESIGN.md §5) calls unfreeze(name, group) at its step: the parameter gets
-// requires_grad(true) and joins the decay or no-decay group; its AdamW state starts at the next step,
-// as for a fresh parameter. The set of unfrozen parameters is saved with the optimizer state, so a
-// resumed run has the same groups.
+// devices and dtypes take the same formulas as ATen ops. Parameters without a gradient are skipped
+// (no state is created for them, their step count does not advance). Dyadic depth activation
+// (DESIGN.md §5) calls unfreeze(name, group) at its step: the parameter gets requires_grad(true)
+// and joins the decay or no-decay group; its AdamW state starts at the next step, as for a fresh
+// parameter. The set of unfrozen parameters is saved with the optimizer state, so a resumed run has
+// the same groups.
 //
 // Optimizer state is saved by parameter name (never by index): for each parameter with state,
-// "<name>.exp_avg", "<name>.exp_avg_sq" (parameter's shape and dtype) and "<name>.step" (I64 scalar).
+// "<name>.exp_avg", "<name>.exp_avg_sq" (parameter's shape and dtype) and "<name>.step" (I64
+// scalar).
 #pragma once
 #include <torch/nn/module.h>
 
@@ -60,12 +61,13 @@ class Optimizer {
   // State as tensors by name (see the file comment) and the group membership as metadata.
   TensorMap state_tensors() const;
   std::map<std::string, std::string> state_metadata() const;
-  // Restores what state_tensors()/state_metadata() gave. Parameters frozen here but trainable in the
-  // saved state are unfrozen first. Throws one cemfrac::Error line naming `source` for unknown
+  // Restores what state_tensors()/state_metadata() gave. Parameters frozen here but trainable in
+  // the saved state are unfrozen first. Throws one cemfrac::Error line naming `source` for unknown
   // parameters, missing moments and shape mismatches.
   void load_state(const SafetensorsFile& file, const std::string& source);
 
-  // Number of parameters that have AdamW state (those updated at least once since their last unfreeze).
+  // Number of parameters that have AdamW state (those updated at least once since their last
+  // unfreeze).
   size_t num_states() const { return state_.size(); }
 
  private:

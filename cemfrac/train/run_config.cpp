@@ -1,6 +1,6 @@
 // Run configs as TOML (toml++). Three generic visitors over visit_fields(): a reader that knows the
-// file:line of every value (or the --set text it came from), a writer that prints `key = value  # help`,
-// and the key collector of cemfrac/core/fields.h for unknown-key checks.
+// file:line of every value (or the --set text it came from), a writer that prints `key = value  #
+// help`, and the key collector of cemfrac/core/fields.h for unknown-key checks.
 #include "cemfrac/train/run_config.h"
 
 #include <fmt/format.h>
@@ -26,7 +26,8 @@ namespace {
 
 const std::vector<std::string> kSections = {"model", "data", "train", "eval"};
 
-// Where values come from: a file (messages say file:line) or one --set override (messages quote it).
+// Where values come from: a file (messages say file:line) or one --set override (messages quote
+// it).
 struct Origin {
   std::string file;
   std::string override_text;  // "section.key=value" when the values come from --set
@@ -104,15 +105,18 @@ struct TomlReader {
     read(*node, name, field);
   }
 
-  [[noreturn]] void wrong(const toml::node& node, const std::string& name, const char* expected) const {
-    fail("{}: {} = {}: expected {}", locate(node.source(), origin), name, node_text(node), expected);
+  [[noreturn]] void wrong(const toml::node& node, const std::string& name,
+                          const char* expected) const {
+    fail("{}: {} = {}: expected {}", locate(node.source(), origin), name, node_text(node),
+         expected);
   }
   void read(const toml::node& node, const std::string& name, int64_t& out) const {
     if (!node.is_integer()) wrong(node, name, "an integer");
     out = node.as_integer()->get();
   }
   void read(const toml::node& node, const std::string& name, uint64_t& out) const {
-    if (!node.is_integer() || node.as_integer()->get() < 0) wrong(node, name, "a non-negative integer");
+    if (!node.is_integer() || node.as_integer()->get() < 0)
+      wrong(node, name, "a non-negative integer");
     out = static_cast<uint64_t>(node.as_integer()->get());
   }
   void read(const toml::node& node, const std::string& name, double& out) const {
@@ -167,12 +171,15 @@ void read_document(const toml::table& doc, const Origin& origin, Locations& loca
     auto known = std::find(kSections.begin(), kSections.end(), section);
     CEMFRAC_CHECK(known != kSections.end(), "{}: unknown section [{}]; valid sections: {}", where,
                   section, fmt::join(kSections, ", "));
-    CEMFRAC_CHECK(node.is_table(), "{}: '{}' must be a section ([{}] followed by key = value lines)",
-                  where, section, section);
+    CEMFRAC_CHECK(node.is_table(),
+                  "{}: '{}' must be a section ([{}] followed by key = value lines)", where, section,
+                  section);
     const toml::table& table = *node.as_table();
-    if (section == "model") TomlReader::read_table(table, "model.", origin, locations, config.model);
+    if (section == "model")
+      TomlReader::read_table(table, "model.", origin, locations, config.model);
     if (section == "data") TomlReader::read_table(table, "data.", origin, locations, config.data);
-    if (section == "train") TomlReader::read_table(table, "train.", origin, locations, config.train);
+    if (section == "train")
+      TomlReader::read_table(table, "train.", origin, locations, config.train);
     if (section == "eval") TomlReader::read_table(table, "eval.", origin, locations, config.eval);
   }
 }
@@ -185,8 +192,8 @@ bool is_name(const std::string& s) {
   return true;
 }
 
-// "section.key=value" or "section.table.key=value" (a field of a nested table such as model.cem): the
-// value is TOML (20, 3e-4, true, "text", [..]); text that is not TOML is taken as a string, so
+// "section.key=value" or "section.table.key=value" (a field of a nested table such as model.cem):
+// the value is TOML (20, 3e-4, true, "text", [..]); text that is not TOML is taken as a string, so
 // --set model.mixer=mha works without quotes.
 void apply_override(const std::string& text, Locations& locations, RunConfig& config) {
   const size_t eq = text.find('=');
@@ -205,11 +212,13 @@ void apply_override(const std::string& text, Locations& locations, RunConfig& co
   const std::string key = lhs.substr(section.size() + 1);  // dotted: a key of a nested table
   const std::string value = text.substr(eq + 1);
   toml::table doc;
-  if (auto parsed = try_parse_toml_text(fmt::format("[{}]\n{} = {}\n", section, key, value), "--set")) {
+  if (auto parsed =
+          try_parse_toml_text(fmt::format("[{}]\n{} = {}\n", section, key, value), "--set")) {
     doc = std::move(*parsed);
   } else {
     toml::table inner{{parts.back(), value}};
-    for (size_t i = parts.size() - 2; i >= 1; --i) inner = toml::table{{parts[i], std::move(inner)}};
+    for (size_t i = parts.size() - 2; i >= 1; --i)
+      inner = toml::table{{parts[i], std::move(inner)}};
     doc = toml::table{{section, std::move(inner)}};
   }
   read_document(doc, Origin{"", text}, locations, config);
@@ -232,14 +241,15 @@ std::optional<ConfigProblem> train_config_problem(const TrainConfig& t, int64_t 
       need(t.micro_batch >= 1, "micro_batch",
            fmt::format("micro_batch = {}: must be at least 1", t.micro_batch)),
       need(t.seq_len >= 0 && (context <= 0 || t.seq_len <= context), "seq_len",
-           fmt::format("seq_len = {}: must be in 0..model.context = {} (0 = the context)", t.seq_len,
-                       context)),
-      need(t.tokens_per_step >= 0 && (t.micro_batch < 1 || seq_len < 1 ||
-                                      t.tokens_per_step % (t.micro_batch * seq_len) == 0),
-           "tokens_per_step",
-           fmt::format("tokens_per_step = {}: must be a multiple of micro_batch * seq_len = {} * {} "
-                       "(0 = one micro-batch)",
-                       t.tokens_per_step, t.micro_batch, seq_len)),
+           fmt::format("seq_len = {}: must be in 0..model.context = {} (0 = the context)",
+                       t.seq_len, context)),
+      need(
+          t.tokens_per_step >= 0 && (t.micro_batch < 1 || seq_len < 1 ||
+                                     t.tokens_per_step % (t.micro_batch * seq_len) == 0),
+          "tokens_per_step",
+          fmt::format("tokens_per_step = {}: must be a multiple of micro_batch * seq_len = {} * {} "
+                      "(0 = one micro-batch)",
+                      t.tokens_per_step, t.micro_batch, seq_len)),
       need(std::isfinite(t.lr_max) && t.lr_max > 0, "lr_max",
            fmt::format("lr_max = {}: must be a positive number", t.lr_max)),
       need(std::isfinite(t.lr_min) && t.lr_min >= 0 && t.lr_min <= t.lr_max, "lr_min",
@@ -248,13 +258,16 @@ std::optional<ConfigProblem> train_config_problem(const TrainConfig& t, int64_t 
            fmt::format("warmup_steps = {}: must not be negative", t.warmup_steps)),
       need(std::isfinite(t.weight_decay) && t.weight_decay >= 0, "weight_decay",
            fmt::format("weight_decay = {}: must not be negative", t.weight_decay)),
-      need(t.beta1 >= 0 && t.beta1 < 1, "beta1", fmt::format("beta1 = {}: must be in [0, 1)", t.beta1)),
-      need(t.beta2 >= 0 && t.beta2 < 1, "beta2", fmt::format("beta2 = {}: must be in [0, 1)", t.beta2)),
+      need(t.beta1 >= 0 && t.beta1 < 1, "beta1",
+           fmt::format("beta1 = {}: must be in [0, 1)", t.beta1)),
+      need(t.beta2 >= 0 && t.beta2 < 1, "beta2",
+           fmt::format("beta2 = {}: must be in [0, 1)", t.beta2)),
       need(std::isfinite(t.adam_eps) && t.adam_eps > 0, "adam_eps",
            fmt::format("adam_eps = {}: must be a positive number", t.adam_eps)),
       need(std::isfinite(t.grad_clip) && t.grad_clip >= 0, "grad_clip",
            fmt::format("grad_clip = {}: must not be negative (0 = off)", t.grad_clip)),
-      need(t.log_every >= 1, "log_every", fmt::format("log_every = {}: must be at least 1", t.log_every)),
+      need(t.log_every >= 1, "log_every",
+           fmt::format("log_every = {}: must be at least 1", t.log_every)),
       need(t.eval_every >= 0, "eval_every",
            fmt::format("eval_every = {}: must not be negative (0 = at the end)", t.eval_every)),
       need(t.eval_tokens >= 0, "eval_tokens",
@@ -276,7 +289,8 @@ namespace {
 
 std::optional<ConfigProblem> run_problem(const RunConfig& c) {
   if (auto p = c.model.first_problem()) return problem("model." + p->key, "model." + p->message);
-  if (c.data.path.empty()) return problem("data.path", "data.path = \"\": give a prepared dataset directory");
+  if (c.data.path.empty())
+    return problem("data.path", "data.path = \"\": give a prepared dataset directory");
   if (auto p = train_config_problem(c.train, c.model.context)) return p;
   if (c.eval.stride < 0 || c.eval.stride > c.model.context) {
     return problem("eval.stride", fmt::format("eval.stride = {}: must be in 0..model.context = {} "
@@ -316,7 +330,8 @@ struct TomlWriter {
   }
 
   template <typename T>
-  void operator()(const char* key, T& field, const char* help, OnCheckpoint = OnCheckpoint::kFixed) {
+  void operator()(const char* key, T& field, const char* help,
+                  OnCheckpoint = OnCheckpoint::kFixed) {
     lines.emplace_back(fmt::format("{} = {}", key, value(field)), help);
   }
 };
@@ -352,12 +367,12 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
     CEMFRAC_CHECK(!std::filesystem::is_directory(status),
                   "run config {}: is a directory; give a TOML file (e.g. configs/tiny-llama.toml)",
                   path);
-    CEMFRAC_CHECK(std::filesystem::is_regular_file(status),
-                  "run config {}: not a regular file; give a TOML file (e.g. configs/tiny-llama.toml)",
-                  path);
-    CEMFRAC_CHECK(std::filesystem::file_size(path, ec) > 0,
-                  "run config {}: the file is empty; give a TOML file (e.g. configs/tiny-llama.toml)",
-                  path);
+    CEMFRAC_CHECK(
+        std::filesystem::is_regular_file(status),
+        "run config {}: not a regular file; give a TOML file (e.g. configs/tiny-llama.toml)", path);
+    CEMFRAC_CHECK(
+        std::filesystem::file_size(path, ec) > 0,
+        "run config {}: the file is empty; give a TOML file (e.g. configs/tiny-llama.toml)", path);
   }
   const toml::table doc = parse_toml_file(path, "run config");
   RunConfig config;

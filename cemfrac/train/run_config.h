@@ -1,6 +1,7 @@
-// A run = [model] + [data] + [train] + [eval] sections of a TOML file (configs/*.toml), overridden by
-// `--set section.key=value`, printed at start and saved as config.toml in the run directory. Each field
-// is declared once in its struct's visit_fields() (key, default, help).
+// A run = [model] + [data] + [train] + [eval] sections of a TOML file (configs/*.toml), overridden
+// by
+// `--set section.key=value`, printed at start and saved as config.toml in the run directory. Each
+// field is declared once in its struct's visit_fields() (key, default, help).
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -21,28 +22,28 @@ struct DataConfig {
 };
 
 struct TrainConfig {
-  int64_t steps = 1000;             // optimizer steps
-  int64_t micro_batch = 8;          // sequences per forward/backward
-  int64_t seq_len = 0;              // tokens per sequence (0 = model.context)
-  int64_t tokens_per_step = 0;      // tokens per optimizer step (0 = one micro-batch); a multiple of
-                                    // micro_batch * seq_len; the quotient is the accumulation count
+  int64_t steps = 1000;         // optimizer steps
+  int64_t micro_batch = 8;      // sequences per forward/backward
+  int64_t seq_len = 0;          // tokens per sequence (0 = model.context)
+  int64_t tokens_per_step = 0;  // tokens per optimizer step (0 = one micro-batch); a multiple of
+                                // micro_batch * seq_len; the quotient is the accumulation count
   double lr_max = 3e-3;
-  double lr_min = 3e-4;             // floor of the cosine decay
-  int64_t warmup_steps = 100;       // linear warmup from 0 to lr_max
-  double weight_decay = 0.1;        // decay group only
+  double lr_min = 3e-4;        // floor of the cosine decay
+  int64_t warmup_steps = 100;  // linear warmup from 0 to lr_max
+  double weight_decay = 0.1;   // decay group only
   double beta1 = 0.9;
   double beta2 = 0.95;
   double adam_eps = 1e-8;
-  double grad_clip = 1.0;           // max global gradient norm (0 = off)
-  uint64_t seed = 1234;             // init and data order
-  int64_t log_every = 10;           // metrics line every N steps
-  int64_t eval_every = 100;         // validation every N steps (0 = only at the end)
-  int64_t eval_tokens = 65536;      // validation tokens per evaluation (0 = whole split)
-  int64_t checkpoint_every = 500;   // 0 = only at the end
-  int64_t keep_checkpoints = 2;     // keep the last N
-  std::string out = "runs/default"; // run directory
-  bool dyadic = true;               // CoFrGeNet ladder depth i trains from step ceil(t (1 - 2^-i))
-  bool dist_overlap = true;         // data parallel: all-reduce gradients during backward
+  double grad_clip = 1.0;            // max global gradient norm (0 = off)
+  uint64_t seed = 1234;              // init and data order
+  int64_t log_every = 10;            // metrics line every N steps
+  int64_t eval_every = 100;          // validation every N steps (0 = only at the end)
+  int64_t eval_tokens = 65536;       // validation tokens per evaluation (0 = whole split)
+  int64_t checkpoint_every = 500;    // 0 = only at the end
+  int64_t keep_checkpoints = 2;      // keep the last N
+  std::string out = "runs/default";  // run directory
+  bool dyadic = true;                // CoFrGeNet ladder depth i trains from step ceil(t (1 - 2^-i))
+  bool dist_overlap = true;          // data parallel: all-reduce gradients during backward
 
   template <typename Visitor>
   void visit_fields(Visitor& v) {
@@ -88,21 +89,22 @@ struct RunConfig {
 };
 
 // Reads a TOML run config. Unknown sections/keys and invalid values throw cemfrac::Error naming the
-// key, the value and the file:line. `overrides` are "section.key=value" strings (--set), applied after
-// the file, with the same checks.
+// key, the value and the file:line. `overrides` are "section.key=value" strings (--set), applied
+// after the file, with the same checks.
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides = {});
-// `overrides` applied to a config built in code (defaults, or a checkpoint's model), then validated;
-// errors name the --set text.
+// `overrides` applied to a config built in code (defaults, or a checkpoint's model), then
+// validated; errors name the --set text.
 RunConfig with_overrides(RunConfig config, const std::vector<std::string>& overrides);
-// `overrides` ("model.key=value" or "model.table.key=value", as --set) applied to a model config by the
-// same reader as the TOML file and --set of a run config; not validated (the caller does). Errors name
-// the --set text. eval / generate use it on a checkpoint's model (train/model_loader.h).
+// `overrides` ("model.key=value" or "model.table.key=value", as --set) applied to a model config by
+// the same reader as the TOML file and --set of a run config; not validated (the caller does).
+// Errors name the --set text. eval / generate use it on a checkpoint's model
+// (train/model_loader.h).
 void override_model_fields(ModelConfig& model, const std::vector<std::string>& overrides);
 // The checks of the [train] section, for a model of `context` positions (<= 0: unknown, seq_len
 // unbounded); run configs and the trainer both apply them (nullopt = valid).
 std::optional<ConfigProblem> train_config_problem(const TrainConfig& train, int64_t context);
-// The checks load_run_config applies (also to a config built in code): throws cemfrac::Error naming the
-// key, the value and what is allowed.
+// The checks load_run_config applies (also to a config built in code): throws cemfrac::Error naming
+// the key, the value and what is allowed.
 void validate_run_config(const RunConfig& config);
 // The resolved config as TOML (what is printed at start and saved as config.toml).
 std::string to_toml(const RunConfig& config);

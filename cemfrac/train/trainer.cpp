@@ -32,7 +32,9 @@ namespace {
 std::atomic<bool> g_stop_requested{false};
 static_assert(std::atomic<bool>::is_always_lock_free);
 
-void on_stop_signal(int) { g_stop_requested.store(true); }
+void on_stop_signal(int) {
+  g_stop_requested.store(true);
+}
 
 // Installs the handlers for the duration of run() and restores the previous ones. SA_RESETHAND: a
 // second Ctrl-C gets the default action, so a stuck step can still be killed.
@@ -59,7 +61,9 @@ class StopSignals {
   struct sigaction old_term_ {};
 };
 
-json optional_json(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
+json optional_json(const std::optional<double>& v) {
+  return v ? json(*v) : json(nullptr);
+}
 
 std::string format_rate(double tokens_per_s) {
   if (tokens_per_s >= 1e6) return fmt::format("{:.2f}M", tokens_per_s / 1e6);
@@ -71,7 +75,8 @@ std::shared_ptr<const ShardReader> open_split(const std::string& data_dir, const
                                               const TrainerOptions& options, int64_t vocab_size) {
   const std::string path = (fs::path(data_dir) / (std::string(split) + ".bin")).string();
   CEMFRAC_CHECK(fs::is_regular_file(path),
-                "{}: no such file; data.path must be a directory written by `cemfrac prepare`", path);
+                "{}: no such file; data.path must be a directory written by `cemfrac prepare`",
+                path);
   ShardCheck check;
   check.tokenizer = options.tokenizer;
   check.model_vocab_size = vocab_size;
@@ -96,9 +101,9 @@ bool same_path(const std::string& a, const std::string& b) {
 
 // Settings a resumed run may change: they do not alter the sequence of parameter updates (steps
 // stretches the learning-rate schedule from the resumed step on, which is said in the warning).
-const char* const kResumeSafeSettings[] = {"train.steps", "train.log_every", "train.eval_every",
-                                           "train.eval_tokens", "train.checkpoint_every",
-                                           "train.keep_checkpoints"};
+const char* const kResumeSafeSettings[] = {
+    "train.steps",       "train.log_every",        "train.eval_every",
+    "train.eval_tokens", "train.checkpoint_every", "train.keep_checkpoints"};
 
 bool resume_safe(const std::string& key) {
   for (const char* k : kResumeSafeSettings)
@@ -136,7 +141,9 @@ json to_json(const StepMetrics& m) {
   return j;
 }
 
-void seed_everything(uint64_t seed) { torch::manual_seed(seed); }
+void seed_everything(uint64_t seed) {
+  torch::manual_seed(seed);
+}
 
 TrainModel make_train_model(LmModel model) {
   TrainModel tm;
@@ -152,7 +159,9 @@ TrainModel make_train_model(LmModel model) {
   return tm;
 }
 
-void Trainer::request_stop() { g_stop_requested.store(true); }
+void Trainer::request_stop() {
+  g_stop_requested.store(true);
+}
 
 bool Trainer::stop_requested() const {
   return distributed() ? stop_agreed_ : g_stop_requested.load();
@@ -163,19 +172,22 @@ Trainer::Trainer(TrainModel model, TrainerOptions options)
   const TrainConfig& t = options_.train;
   TORCH_INTERNAL_ASSERT(model_.module && model_.logits, "TrainModel needs a module and logits");
   set_data_parallel_layout(options_);
-  // The [train] checks of a run config (one set of checks and messages, run_config.cpp), for options
-  // built in code as well.
+  // The [train] checks of a run config (one set of checks and messages, run_config.cpp), for
+  // options built in code as well.
   if (auto p = train_config_problem(t, model_.context)) fail("{}", p->message);
   seq_len_ = t.seq_len > 0 ? t.seq_len : model_.context;
-  CEMFRAC_CHECK(seq_len_ >= 1, "train.seq_len = {} and the model has no context length; set "
-                "train.seq_len", t.seq_len);
+  CEMFRAC_CHECK(seq_len_ >= 1,
+                "train.seq_len = {} and the model has no context length; set "
+                "train.seq_len",
+                t.seq_len);
   const int64_t micro_tokens = t.micro_batch * seq_len_;
   if (t.tokens_per_step > 0 && options_.world_size > 1) {
     const int64_t per_round = micro_tokens * options_.world_size;
-    CEMFRAC_CHECK(t.tokens_per_step % per_round == 0,
-                  "train.tokens_per_step = {} is not a multiple of world size x micro_batch x seq_len "
-                  "= {} x {} x {} = {}",
-                  t.tokens_per_step, options_.world_size, t.micro_batch, seq_len_, per_round);
+    CEMFRAC_CHECK(
+        t.tokens_per_step % per_round == 0,
+        "train.tokens_per_step = {} is not a multiple of world size x micro_batch x seq_len "
+        "= {} x {} x {} = {}",
+        t.tokens_per_step, options_.world_size, t.micro_batch, seq_len_, per_round);
     accum_ = t.tokens_per_step / per_round;
   } else if (t.tokens_per_step > 0) {
     accum_ = t.tokens_per_step / micro_tokens;  // a multiple (train_config_problem)
@@ -238,12 +250,13 @@ Trainer::Trainer(TrainModel model, TrainerOptions options)
     // The shards were checked against the data's tokenizer; the run must have been trained with it.
     const auto saved = load_tokenizer((fs::path(dir) / kCheckpointTokenizerDir).string());
     const Tokenizer& now = *options_.tokenizer;
-    CEMFRAC_CHECK(saved->id() == now.id() && saved->vocab_size() == now.vocab_size() &&
-                      saved->eot_id() == now.eot_id(),
-                  "--resume {}: the checkpoint's tokenizer ('{}', {} ids, end-of-text {}) is not the "
-                  "data's ('{}', {} ids, end-of-text {}); resume with the data the run was trained on",
-                  dir, saved->id(), saved->vocab_size(), saved->eot_id(), now.id(),
-                  now.vocab_size(), now.eot_id());
+    CEMFRAC_CHECK(
+        saved->id() == now.id() && saved->vocab_size() == now.vocab_size() &&
+            saved->eot_id() == now.eot_id(),
+        "--resume {}: the checkpoint's tokenizer ('{}', {} ids, end-of-text {}) is not the "
+        "data's ('{}', {} ids, end-of-text {}); resume with the data the run was trained on",
+        dir, saved->id(), saved->vocab_size(), saved->eot_id(), now.id(), now.vocab_size(),
+        now.eot_id());
   }
   std::vector<NamedTarget> targets;
   for (const auto& [name, tensor] : parameters_by_name(*model_.module, model_.params))
@@ -318,7 +331,8 @@ void Trainer::check_resume_settings(const std::string& source) {
   auto changed = [&](const std::string& key) {
     return saved.contains(key) && !same_setting(saved.at(key), now.at(key));
   };
-  // Refusals first (so a refused command prints its one error line and nothing else), then warnings.
+  // Refusals first (so a refused command prints its one error line and nothing else), then
+  // warnings.
   for (auto it = now.begin(); it != now.end(); ++it) {
     CEMFRAC_CHECK(resume_safe(it.key()) || !changed(it.key()),
                   "--resume: {} = {} but the run was trained with {} ({}); changing it breaks "
@@ -329,12 +343,13 @@ void Trainer::check_resume_settings(const std::string& source) {
     if (!changed(it.key())) continue;
     const std::string was = saved.at(it.key()).dump(), is = it.value().dump();
     if (it.key() == "train.steps")
-      warn("train.steps changed from {} to {} on resume: the learning-rate schedule now spans {} "
-           "steps from step {} on",
-           was, is, is, state_.step);
+      warn(
+          "train.steps changed from {} to {} on resume: the learning-rate schedule now spans {} "
+          "steps from step {} on",
+          was, is, is, state_.step);
     else
-      warn("{} changed from {} to {} on resume (safe: training itself is unchanged)", it.key(),
-           was, is);
+      warn("{} changed from {} to {} on resume (safe: training itself is unchanged)", it.key(), was,
+           is);
   }
   state_.run = now;
 }
@@ -357,7 +372,8 @@ double Trainer::evaluate() {
       val_shard_->copy_to(static_cast<uint64_t>((first + i) * S), static_cast<uint64_t>(S + 1),
                           window.data_ptr<int64_t>() + i * (S + 1));
     const torch::Tensor on_device = window.to(model_.device);
-    const torch::Tensor logits = model_.logits(on_device.narrow(1, 0, S).contiguous());  // (b, S, V)
+    const torch::Tensor logits =
+        model_.logits(on_device.narrow(1, 0, S).contiguous());  // (b, S, V)
     const torch::Tensor losses = torch::cross_entropy_loss(
         logits.reshape({b * S, -1}), on_device.narrow(1, 1, S).reshape({b * S}), /*weight=*/{},
         at::Reduction::None, /*ignore_index=*/-100, /*label_smoothing=*/0.0);
@@ -397,9 +413,8 @@ double Trainer::train_step(double* grad_norm) {
     // dividing before backward makes the accumulated gradient that mean's gradient.
     // The ATen op's defaults (no weight, mean, ignore_index -100, no smoothing) are
     // torch::nn::functional::cross_entropy's.
-    const torch::Tensor loss =
-        torch::cross_entropy_loss(logits.reshape({-1, V}),
-                                  batch.targets.to(model_.device).reshape({-1}));
+    const torch::Tensor loss = torch::cross_entropy_loss(
+        logits.reshape({-1, V}), batch.targets.to(model_.device).reshape({-1}));
     // Overlapped all-reduce: only the last micro-batch's backward launches communication.
     if (reducer_ && a == accum_ - 1) reducer_->arm(state_.step + 1);
     (loss / static_cast<double>(accum_)).backward();
@@ -489,8 +504,8 @@ TrainResult Trainer::run() {
         for (std::string line; std::getline(in, line);) {
           json j = json::parse(line, nullptr, false);
           // A line without an integer step (a damaged file) is dropped, like an unparsable one.
-          if (!j.is_discarded() && j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
-              j["step"].get<int64_t>() <= state_.step)
+          if (!j.is_discarded() && j.is_object() && j.contains("step") &&
+              j["step"].is_number_integer() && j["step"].get<int64_t>() <= state_.step)
             kept += line + "\n";
         }
       }
@@ -515,8 +530,8 @@ TrainResult Trainer::run_loop() {
   using Clock = std::chrono::steady_clock;
   const TrainConfig& t = options_.train;
 
-  const int64_t last_step = options_.stop_at_step > 0 ? std::min(options_.stop_at_step, t.steps)
-                                                      : t.steps;
+  const int64_t last_step =
+      options_.stop_at_step > 0 ? std::min(options_.stop_at_step, t.steps) : t.steps;
   const bool tty = options_.progress && isatty(STDERR_FILENO);
   const auto session_start = Clock::now();
   const double elapsed_before = state_.elapsed_s;
@@ -536,11 +551,10 @@ TrainResult Trainer::run_loop() {
           "training stopped at step {}/{}: non-finite {} (loss {}, grad norm {}) at lr {:.6g}, "
           "batch position epoch {} window {} ({} micro-batch(es) of {}); the step was not applied "
           "and nothing was saved; last good checkpoint: {}",
-          state_.step + 1, t.steps, std::isfinite(loss) ? "gradient norm" : "loss", loss,
-          grad_norm, lr, step_position_.epoch, step_position_.index, accum_, t.micro_batch,
+          state_.step + 1, t.steps, std::isfinite(loss) ? "gradient norm" : "loss", loss, grad_norm,
+          lr, step_position_.epoch, step_position_.index, accum_, t.micro_batch,
           last_checkpoint_.empty() ? "none" : last_checkpoint_);
-      state_.elapsed_s =
-          elapsed_before + seconds_since(session_start);
+      state_.elapsed_s = elapsed_before + seconds_since(session_start);
       write_summary("diverged", report);
       throw TrainingDiverged(report);
     }
@@ -565,14 +579,14 @@ TrainResult Trainer::run_loop() {
       if (!state_.best_val_loss || *m.val_loss < *state_.best_val_loss)
         state_.best_val_loss = m.val_loss;
     }
-    state_.elapsed_s =
-        elapsed_before + seconds_since(session_start);
+    state_.elapsed_s = elapsed_before + seconds_since(session_start);
     m.elapsed_s = state_.elapsed_s;
     if (state_.step % t.log_every == 0 || m.val_loss || stopping) append_metrics(m);
 
-    if (options_.progress && options_.rank == 0 && (tty || state_.step % t.log_every == 0 || stopping)) {
-      const double per_step = seconds_since(session_start) /
-                              static_cast<double>(state_.step - first_step);
+    if (options_.progress && options_.rank == 0 &&
+        (tty || state_.step % t.log_every == 0 || stopping)) {
+      const double per_step =
+          seconds_since(session_start) / static_cast<double>(state_.step - first_step);
       std::string line = fmt::format("step {}/{} | loss {:.4f}", state_.step, t.steps, loss);
       if (m.val_loss) line += fmt::format(" | val {:.4f}", *m.val_loss);
       line += fmt::format(" | lr {:.2e} | norm {:.3f} | {} tok/s | ETA {}", lr, grad_norm,

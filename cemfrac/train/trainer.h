@@ -1,7 +1,7 @@
-// The training loop: gradient accumulation, clipping, AdamW groups, the cosine schedule, validation,
-// metrics (<run>/metrics.jsonl), progress on stderr, checkpoints (train/checkpoint.h), the NaN/Inf
-// guard, SIGINT/SIGTERM and exact resume. Generic over the model: it sees a TrainModel, so any
-// torch::nn::Module with a logits function and a parameter table plugs in. For LmModel:
+// The training loop: gradient accumulation, clipping, AdamW groups, the cosine schedule,
+// validation, metrics (<run>/metrics.jsonl), progress on stderr, checkpoints (train/checkpoint.h),
+// the NaN/Inf guard, SIGINT/SIGTERM and exact resume. Generic over the model: it sees a TrainModel,
+// so any torch::nn::Module with a logits function and a parameter table plugs in. For LmModel:
 //
 //   seed_everything(run.train.seed);             // deterministic init
 //   TrainModel tm = make_train_model(LmModel(run.model));
@@ -56,8 +56,9 @@ struct TrainModel {
   std::vector<std::pair<std::string, torch::Tensor>> buffers;
 };
 
-// The TrainModel of an LmModel (it shares the module): logits = forward, params = parameter_table(),
-// config = to_json(config()), context and vocab_size from the config, buffers = state_buffers().
+// The TrainModel of an LmModel (it shares the module): logits = forward, params =
+// parameter_table(), config = to_json(config()), context and vocab_size from the config, buffers =
+// state_buffers().
 //
 // Dyadic schedule (train.dyadic, CoFrGeNet spec §4): a parameter with ParamInfo::depth = i >= 1
 // starts in the optimizer's frozen group (no update, no decay, no state) and joins its own group
@@ -84,16 +85,16 @@ class Trainer;
 
 struct TrainerOptions {
   TrainConfig train;
-  std::string data_dir;   // prepared dataset: train.bin and val.bin (docs/formats.md)
+  std::string data_dir;  // prepared dataset: train.bin and val.bin (docs/formats.md)
   const Tokenizer* tokenizer = nullptr;  // saved into every checkpoint when given; the shards'
                                          // headers must name it (open_token_shard)
   bool verify_data = true;  // full scan of train.bin and val.bin before step 1 (CRC, every id)
-  std::string resume;     // "" = fresh run; a run directory (newest checkpoint) or a checkpoint
-  int64_t rank = 0;       // set from `dist` when given; rank 0 writes files
+  std::string resume;       // "" = fresh run; a run directory (newest checkpoint) or a checkpoint
+  int64_t rank = 0;         // set from `dist` when given; rank 0 writes files
   int64_t world_size = 1;
-  // Data parallel (train/distributed.h): null or world 1 = one process. Each rank reads its block of
-  // every global batch of world x micro_batch x accumulation windows (train.tokens_per_step is the
-  // global batch); gradients are averaged over ranks before clipping.
+  // Data parallel (train/distributed.h): null or world 1 = one process. Each rank reads its block
+  // of every global batch of world x micro_batch x accumulation windows (train.tokens_per_step is
+  // the global batch); gradients are averaged over ranks before clipping.
   DistContext* dist = nullptr;
   bool handle_signals = true;  // SIGINT/SIGTERM: finish the step, checkpoint, return kInterrupted
   bool progress = true;        // progress line on stderr
@@ -106,7 +107,8 @@ struct TrainerOptions {
   std::function<void(Trainer&, const StepMetrics&)> on_step;
 };
 
-// options.rank and options.world_size from options.dist (when given); the trainer's constructor calls it.
+// options.rank and options.world_size from options.dist (when given); the trainer's constructor
+// calls it.
 void set_data_parallel_layout(TrainerOptions& options);
 
 enum class TrainStatus { kCompleted, kInterrupted, kStopped };
@@ -160,9 +162,9 @@ class Trainer {
 
  private:
   double train_step(double* grad_norm);  // returns the step's mean loss
-  void begin_step(int64_t step);          // dyadic unfreezing and on_train_step, before step `step`
-  TrainResult run_loop();                 // run() after the run directory is set up
-  nlohmann::json run_settings() const;    // TrainerState::run of this run's settings
+  void begin_step(int64_t step);         // dyadic unfreezing and on_train_step, before step `step`
+  TrainResult run_loop();                // run() after the run directory is set up
+  nlohmann::json run_settings() const;   // TrainerState::run of this run's settings
   // Resume: refuses a changed setting that exact resume depends on, warns about a safe change.
   void check_resume_settings(const std::string& source);
   std::string write_checkpoint();
@@ -170,9 +172,10 @@ class Trainer {
   void append_metrics(const StepMetrics& m);
   // Data parallel (trainer_dist.cpp): a no-op in one process.
   bool distributed() const;
-  void start_data_parallel();                    // config hash check, parameters from rank 0
-  double reduce_step(double loss_sum, bool stop);  // gradients and loss over ranks; sets stop_agreed_
-  bool stop_requested() const;                   // the signal flag, agreed by all ranks
+  void start_data_parallel();  // config hash check, parameters from rank 0
+  double reduce_step(double loss_sum,
+                     bool stop);  // gradients and loss over ranks; sets stop_agreed_
+  bool stop_requested() const;    // the signal flag, agreed by all ranks
   bool stop_agreed_ = false;
   std::unique_ptr<GradientReducer> reducer_;  // train.dist_overlap: armed before the last backward
 
@@ -189,7 +192,7 @@ class Trainer {
   TrainerState state_;
   std::string last_checkpoint_;
   LoaderState step_position_;  // loader cursor at the start of the current step (for reports)
-  struct Pending {  // a ladder-depth parameter waiting for its dyadic step
+  struct Pending {             // a ladder-depth parameter waiting for its dyadic step
     std::string name;
     ParamGroup group;
     int64_t start;

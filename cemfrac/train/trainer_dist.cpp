@@ -35,7 +35,9 @@ void set_data_parallel_layout(TrainerOptions& options) {
   options.world_size = options.dist->world_size();
 }
 
-bool Trainer::distributed() const { return options_.dist != nullptr && options_.dist->active(); }
+bool Trainer::distributed() const {
+  return options_.dist != nullptr && options_.dist->active();
+}
 
 void Trainer::start_data_parallel() {
   DistContext& d = *options_.dist;

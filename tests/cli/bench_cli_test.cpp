@@ -18,15 +18,15 @@ using test::run_cemfrac;
 
 TEST(BenchTrainCli, TinyLlamaJsonHasPositiveFields) {
   auto r = run_cemfrac({"--threads", "1", "bench", "train", "--config",
-                        test::source_path("configs/tiny-llama.toml"), "--steps", "2", "--warmup", "1",
-                        "--no-peer", "--json"});
+                        test::source_path("configs/tiny-llama.toml"), "--steps", "2", "--warmup",
+                        "1", "--no-peer", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["bench"], "train");
   EXPECT_EQ(j["threads"], 1);
   EXPECT_FALSE(j["blas_core"].get<std::string>().empty());
-  for (const char* key : {"parameters", "matmul_parameters", "tokens_per_step", "flops_per_step",
-                          "flops_per_token"})
+  for (const char* key :
+       {"parameters", "matmul_parameters", "tokens_per_step", "flops_per_step", "flops_per_token"})
     EXPECT_GT(j[key].get<double>(), 0) << key;
   EXPECT_EQ(j["tokens_per_step"].get<int64_t>(), 8 * 64);  // tiny-llama: micro-batch 8, context 64
   for (const char* key : {"at_n_model", "at_2048", "peak"})
@@ -62,15 +62,17 @@ TEST(BenchLayersCli, TinyJsonHasEveryKindAndTheBaselines) {
     kinds.insert(kind);
     EXPECT_GT(row["parameters"].get<int64_t>(), 0) << kind;
     EXPECT_GT(row["forward_ms"]["best"].get<double>(), 0) << kind;
-    EXPECT_LE(row["forward_ms"]["best"].get<double>(), row["forward_ms"]["median"].get<double>()) << kind;
+    EXPECT_LE(row["forward_ms"]["best"].get<double>(), row["forward_ms"]["median"].get<double>())
+        << kind;
     EXPECT_GT(row["forward_backward_us_per_token"].get<double>(), 0) << kind;
     EXPECT_GT(row["forward_flops_per_token"].get<double>(), 0) << kind;
     EXPECT_GT(row["mfu"].get<double>(), 0) << kind;
-    // Every round's time, in round order (so per-round ratios between rows can be taken); the best is
-    // their minimum.
+    // Every round's time, in round order (so per-round ratios between rows can be taken); the best
+    // is their minimum.
     const auto rounds = row["forward_backward_rounds_ms"].get<std::vector<double>>();
     ASSERT_EQ(rounds.size(), 2u) << kind;
-    EXPECT_DOUBLE_EQ(*std::min_element(rounds.begin(), rounds.end()), row["forward_backward_ms"]["best"].get<double>())
+    EXPECT_DOUBLE_EQ(*std::min_element(rounds.begin(), rounds.end()),
+                     row["forward_backward_ms"]["best"].get<double>())
         << kind;
     if (row["variant"] == "default" && (kind == "mha" || kind == "gelu_mlp")) {
       EXPECT_DOUBLE_EQ(row["ratio_vs_baseline"].get<double>(), 1.0) << kind;
@@ -81,7 +83,8 @@ TEST(BenchLayersCli, TinyJsonHasEveryKindAndTheBaselines) {
 }
 
 TEST(BenchLayersCli, UnknownKindIsOneLineError) {
-  auto r = run_cemfrac({"bench", "layers", "--kinds", "mha,nope", "--width", "32", "--context", "8"});
+  auto r =
+      run_cemfrac({"bench", "layers", "--kinds", "mha,nope", "--width", "32", "--context", "8"});
   test::expect_one_line_error(r, "'nope' is not a mixer or FFN kind");
 }
 

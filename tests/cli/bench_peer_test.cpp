@@ -1,8 +1,8 @@
 // `cemfrac bench train --peer`: the PyTorch peer (bench/peers/train_step_peer.py) starts from
 // cemfrac's initial weights and batch, so both sides' step-0 losses and gradient norms agree to
 // float32 rounding, for
-// every layer kind the peer writes (issue 19). One step, tiny configs, no timing claims. Skipped when
-// /usr/bin/python3 cannot import torch (Debian: python3-torch).
+// every layer kind the peer writes (issue 19). One step, tiny configs, no timing claims. Skipped
+// when /usr/bin/python3 cannot import torch (Debian: python3-torch).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -32,12 +32,23 @@ struct PeerCase {
 class BenchPeerLoss : public ::testing::TestWithParam<PeerCase> {};
 
 TEST_P(BenchPeerLoss, StepZeroLossesAgree) {
-  if (!python_has_torch()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch (Debian: python3-torch)";
+  if (!python_has_torch())
+    GTEST_SKIP() << "/usr/bin/python3 cannot import torch (Debian: python3-torch)";
   const PeerCase& c = GetParam();
-  std::vector<std::string> args{"--threads", "1", "bench", "train", "--config",
-                                test::source_path(c.config), "--steps", "1", "--warmup", "0",
-                                "--peer", "--peer-script",
-                                test::source_path("bench/peers/train_step_peer.py"), "--json"};
+  std::vector<std::string> args{"--threads",
+                                "1",
+                                "bench",
+                                "train",
+                                "--config",
+                                test::source_path(c.config),
+                                "--steps",
+                                "1",
+                                "--warmup",
+                                "0",
+                                "--peer",
+                                "--peer-script",
+                                test::source_path("bench/peers/train_step_peer.py"),
+                                "--json"};
   for (const std::string& s : c.sets) {
     args.push_back("--set");
     args.push_back(s);
@@ -47,47 +58,54 @@ TEST_P(BenchPeerLoss, StepZeroLossesAgree) {
   const auto j = nlohmann::json::parse(r.out);
   ASSERT_TRUE(j.contains("peer_loss_check")) << r.out;
   const auto& check = j["peer_loss_check"];
-  const double a = check["cpp_step0_loss"].get<double>(), b = check["peer_step0_loss"].get<double>();
+  const double a = check["cpp_step0_loss"].get<double>(),
+               b = check["peer_step0_loss"].get<double>();
   EXPECT_TRUE(check["agree"].get<bool>()) << "cemfrac " << a << ", peer " << b;
   EXPECT_DOUBLE_EQ(a, j["cpp"]["first_loss"].get<double>());
   EXPECT_DOUBLE_EQ(b, j["peer"]["first_loss"].get<double>());
   EXPECT_LE(std::abs(a - b), check["tolerance"].get<double>());
   EXPECT_LE(check["tolerance"].get<double>(), 1e-4);  // 1e-5 relative of a loss ~ ln 512
-  const double ga = check["cpp_step0_grad_norm"].get<double>(), gb = check["peer_step0_grad_norm"].get<double>();
+  const double ga = check["cpp_step0_grad_norm"].get<double>(),
+               gb = check["peer_step0_grad_norm"].get<double>();
   EXPECT_GT(ga, 0);
-  EXPECT_LE(std::abs(ga - gb), check["grad_norm_tolerance"].get<double>()) << "cemfrac " << ga << ", peer " << gb;
+  EXPECT_LE(std::abs(ga - gb), check["grad_norm_tolerance"].get<double>())
+      << "cemfrac " << ga << ", peer " << gb;
   EXPECT_LE(check["grad_norm_tolerance"].get<double>(), 1e-4 * ga * (1 + 1e-12));
   EXPECT_TRUE(j.contains("ratio_median"));
   // Same batch and weights: a loss near ln V (random ids, small init), finite on both sides.
   EXPECT_NEAR(a, std::log(512.0), 0.5);
-  std::printf("[ %s ] step 0: loss cemfrac %.9g peer %.9g |diff| %.3g; grad norm cemfrac %.9g peer %.9g "
-              "|diff| %.3g\n", c.name, a, b, std::abs(a - b), ga, gb, std::abs(ga - gb));
+  std::printf(
+      "[ %s ] step 0: loss cemfrac %.9g peer %.9g |diff| %.3g; grad norm cemfrac %.9g peer %.9g "
+      "|diff| %.3g\n",
+      c.name, a, b, std::abs(a - b), ga, gb, std::abs(ga - gb));
 }
 
 INSTANTIATE_TEST_SUITE_P(
     TinyPresets, BenchPeerLoss,
-    ::testing::Values(
-        PeerCase{"llama", "configs/tiny-llama.toml", {}},
-        PeerCase{"gpt2", "configs/tiny-gpt2.toml", {}},
-        PeerCase{"cem_both", "configs/tiny-cem-both.toml", {}},
-        // T = 2, D+LR per head, the preconditioner (the cem-full preset's options).
-        PeerCase{"cem_full", "configs/tiny-cem-full.toml", {}},
-        // T = 2 without D+LR takes cemfrac's gram recursion (another op order, same function), and
-        // the shared diagonal with a learnable eta.
-        PeerCase{"cem_t2_gram", "configs/tiny-cem-both.toml", {"model.cem.steps=2"}},
-        PeerCase{"cem_shared_dlr", "configs/tiny-cem-both.toml",
-                 {"model.cem.steps=2", "model.cem.dlr=shared", "model.cem.freeze_eta=false"}},
-        PeerCase{"cofrgenet_f", "configs/tiny-cofrgenet-f.toml", {}},
-        PeerCase{"cofrgenet", "configs/tiny-cofrgenet.toml", {}}),
+    ::testing::Values(PeerCase{"llama", "configs/tiny-llama.toml", {}},
+                      PeerCase{"gpt2", "configs/tiny-gpt2.toml", {}},
+                      PeerCase{"cem_both", "configs/tiny-cem-both.toml", {}},
+                      // T = 2, D+LR per head, the preconditioner (the cem-full preset's options).
+                      PeerCase{"cem_full", "configs/tiny-cem-full.toml", {}},
+                      // T = 2 without D+LR takes cemfrac's gram recursion (another op order, same
+                      // function), and the shared diagonal with a learnable eta.
+                      PeerCase{"cem_t2_gram", "configs/tiny-cem-both.toml", {"model.cem.steps=2"}},
+                      PeerCase{"cem_shared_dlr",
+                               "configs/tiny-cem-both.toml",
+                               {"model.cem.steps=2", "model.cem.dlr=shared",
+                                "model.cem.freeze_eta=false"}},
+                      PeerCase{"cofrgenet_f", "configs/tiny-cofrgenet-f.toml", {}},
+                      PeerCase{"cofrgenet", "configs/tiny-cofrgenet.toml", {}}),
     [](const ::testing::TestParamInfo<PeerCase>& info) { return std::string(info.param.name); });
 
 TEST(BenchPeer, UnwrittenOptionIsRefused) {
-  if (!python_has_torch()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch (Debian: python3-torch)";
-  auto r = run_cemfrac({"--threads", "1", "bench", "train", "--config",
-                        test::source_path("configs/tiny-cem-both.toml"), "--steps", "1", "--warmup",
-                        "0", "--peer", "--peer-script",
-                        test::source_path("bench/peers/train_step_peer.py"), "--set",
-                        "model.cem.prox=fixed", "--json"});
+  if (!python_has_torch())
+    GTEST_SKIP() << "/usr/bin/python3 cannot import torch (Debian: python3-torch)";
+  auto r =
+      run_cemfrac({"--threads", "1", "bench", "train", "--config",
+                   test::source_path("configs/tiny-cem-both.toml"), "--steps", "1", "--warmup", "0",
+                   "--peer", "--peer-script", test::source_path("bench/peers/train_step_peer.py"),
+                   "--set", "model.cem.prox=fixed", "--json"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_LT(r.exit_code, 128) << "killed by a signal: " << r.err;
   EXPECT_NE(r.err.find("this peer does not model cem.prox"), std::string::npos) << r.err;

@@ -13,11 +13,17 @@ using test::run_cemfrac;
 
 using test::expect_one_line_error;
 
-TEST(Cli, NoCommand) { expect_one_line_error(run_cemfrac({}), "subcommand is required"); }
+TEST(Cli, NoCommand) {
+  expect_one_line_error(run_cemfrac({}), "subcommand is required");
+}
 
-TEST(Cli, UnknownCommand) { expect_one_line_error(run_cemfrac({"trian"}), "unknown command 'trian'"); }
+TEST(Cli, UnknownCommand) {
+  expect_one_line_error(run_cemfrac({"trian"}), "unknown command 'trian'");
+}
 
-TEST(Cli, UnknownFlag) { expect_one_line_error(run_cemfrac({"info", "--bogus"}), "--bogus"); }
+TEST(Cli, UnknownFlag) {
+  expect_one_line_error(run_cemfrac({"info", "--bogus"}), "--bogus");
+}
 
 TEST(Cli, BadThreads) {
   expect_one_line_error(run_cemfrac({"--threads", "many", "info"}), "--threads");

@@ -1,6 +1,7 @@
-// cemfrac compare: suite files and their one-line errors, the paired-t statistics against hand-computed
-// values, the verdict rules, the SVG plots (parsed as XML, series read back), and a tiny end-to-end
-// suite whose second invocation reuses every finished run instead of training it again.
+// cemfrac compare: suite files and their one-line errors, the paired-t statistics against
+// hand-computed values, the verdict rules, the SVG plots (parsed as XML, series read back), and a
+// tiny end-to-end suite whose second invocation reuses every finished run instead of training it
+// again.
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
@@ -21,7 +22,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// ---- a minimal XML well-formedness check (enough for the SVGs we write) ----------------------------
+// ---- a minimal XML well-formedness check (enough for the SVGs we write)
+// ----------------------------
 
 struct XmlElement {
   std::string name;
@@ -47,7 +49,8 @@ std::vector<XmlElement> parse_xml(const std::string& text) {
         const size_t semi = t.find(';', k);
         if (semi == std::string::npos) return false;
         const std::string e = t.substr(k, semi - k + 1);
-        if (e != "&amp;" && e != "&lt;" && e != "&gt;" && e != "&quot;" && e != "&apos;") return false;
+        if (e != "&amp;" && e != "&lt;" && e != "&gt;" && e != "&quot;" && e != "&apos;")
+          return false;
       }
     }
     return true;
@@ -59,7 +62,8 @@ std::vector<XmlElement> parse_xml(const std::string& text) {
       break;
     }
     if (!check_text(text.substr(i, lt - i))) return fail_at("bad character data");
-    if (lt > i && stack.empty() && text.substr(i, lt - i).find_first_not_of(" \n\r\t") != std::string::npos)
+    if (lt > i && stack.empty() &&
+        text.substr(i, lt - i).find_first_not_of(" \n\r\t") != std::string::npos)
       return fail_at("text outside the root");
     i = lt;
     if (text.compare(i, 5, "<?xml") == 0) {
@@ -74,7 +78,8 @@ std::vector<XmlElement> parse_xml(const std::string& text) {
     i = gt + 1;
     if (!tag.empty() && tag[0] == '/') {
       const std::string name = tag.substr(1);
-      if (stack.empty() || out[stack.back()].name != name) return fail_at("mismatched </" + name + ">");
+      if (stack.empty() || out[stack.back()].name != name)
+        return fail_at("mismatched </" + name + ">");
       stack.pop_back();
       continue;
     }
@@ -89,10 +94,12 @@ std::vector<XmlElement> parse_xml(const std::string& text) {
     static const std::regex attr_re(R"(^\s+([A-Za-z_][\w.:-]*)=\"([^\"<]*)\")");
     while (std::regex_search(rest, m, attr_re)) {
       if (!check_text(m[2])) return fail_at("bad attribute value");
-      if (!e.attrs.emplace(m[1], m[2]).second) return fail_at("duplicate attribute " + std::string(m[1]));
+      if (!e.attrs.emplace(m[1], m[2]).second)
+        return fail_at("duplicate attribute " + std::string(m[1]));
       rest = rest.substr(m[0].length());
     }
-    if (rest.find_first_not_of(" \n\t") != std::string::npos) return fail_at("bad attributes: " + rest);
+    if (rest.find_first_not_of(" \n\t") != std::string::npos)
+      return fail_at("bad attributes: " + rest);
     if (stack.empty() && !out.empty()) return fail_at("second root element");
     e.parent = stack.empty() ? -1 : stack.back();
     out.push_back(e);
@@ -113,7 +120,9 @@ std::map<std::string, int> svg_series(const std::string& svg) {
     if (e.name != "g" || e.attrs.count("class") == 0 || e.attrs.at("class") != "series") continue;
     int points = 0;
     for (int c : e.children)
-      if (els[c].name == "circle" && els[c].attrs.count("class") && els[c].attrs.at("class") == "point") ++points;
+      if (els[c].name == "circle" && els[c].attrs.count("class") &&
+          els[c].attrs.at("class") == "point")
+        ++points;
     series[e.attrs.at("data-name")] = points;
   }
   return series;
@@ -121,8 +130,8 @@ std::map<std::string, int> svg_series(const std::string& svg) {
 
 TEST(CompareXmlCheck, RejectsMalformedDocuments) {
   // The checker must catch what a broken writer would produce, or the SVG tests prove nothing.
-  for (const char* bad : {"<svg><g></svg>", "<svg a=\"1\" a=\"2\"/>", "<svg>a & b</svg>", "<svg x=1/>",
-                          "<svg></svg><svg/>", "<svg><g></g>"}) {
+  for (const char* bad : {"<svg><g></svg>", "<svg a=\"1\" a=\"2\"/>", "<svg>a & b</svg>",
+                          "<svg x=1/>", "<svg></svg><svg/>", "<svg><g></g>"}) {
     ::testing::TestPartResultArray failures;
     {
       ::testing::ScopedFakeTestPartResultReporter reporter(
@@ -133,12 +142,13 @@ TEST(CompareXmlCheck, RejectsMalformedDocuments) {
   }
 }
 
-// ---- statistics ------------------------------------------------------------------------------------
+// ---- statistics
+// ------------------------------------------------------------------------------------
 
 TEST(CompareStats, StudentTQuantileMatchesTables) {
   // Reference values: t_{0.975, df} to 9 digits (any statistics table / scipy.stats.t.ppf). The
-  // bisection runs 200 halvings of [-1e4, 1e4] and the continued fraction to 1e-15 relative, so 1e-7
-  // is far above the method's error and far below a wrong df (t_{.975,2} - t_{.975,3} = 1.1).
+  // bisection runs 200 halvings of [-1e4, 1e4] and the continued fraction to 1e-15 relative, so
+  // 1e-7 is far above the method's error and far below a wrong df (t_{.975,2} - t_{.975,3} = 1.1).
   EXPECT_NEAR(student_t_quantile(0.975, 1), 12.706204736, 1e-7);
   EXPECT_NEAR(student_t_quantile(0.975, 2), 4.302652730, 1e-7);
   EXPECT_NEAR(student_t_quantile(0.975, 4), 2.776445105, 1e-7);
@@ -192,7 +202,8 @@ TEST(CompareStats, Verdicts) {
   EXPECT_EQ(combine({}), V::kInconclusive);
 }
 
-// ---- plots -----------------------------------------------------------------------------------------
+// ---- plots
+// -----------------------------------------------------------------------------------------
 
 TEST(ComparePlot, SvgIsWellFormedWithItsSeries) {
   Plot p;
@@ -217,7 +228,8 @@ TEST(ComparePlot, SvgIsWellFormedWithItsSeries) {
   EXPECT_EQ(svg_series(to_svg(logx)).at("T"), 4);
 }
 
-// ---- suites ----------------------------------------------------------------------------------------
+// ---- suites
+// ----------------------------------------------------------------------------------------
 
 std::string tiny_suite(const std::string& data, const std::string& extra_head = "",
                        const std::string& tail = "") {
@@ -226,13 +238,15 @@ std::string tiny_suite(const std::string& data, const std::string& extra_head = 
   return "[suite]\nname = \"tiny\"\ndescription = \"test suite\"\ndata = \"" + data +
          "\"\ntokens = 256\nseeds = [1, 2]\nlr = [3e-3]\nlr_search_tokens = 128\nval_points = 2\n"
          "set = [\"model.d_model=32\", \"model.n_layers=1\", \"model.n_heads=2\", "
-         "\"model.n_kv_heads=2\", \"model.d_ff=64\", \"model.context=32\", \"train.micro_batch=2\", "
+         "\"model.n_kv_heads=2\", \"model.d_ff=64\", \"model.context=32\", "
+         "\"train.micro_batch=2\", "
          "\"train.eval_tokens=128\"]\n" +
          extra_head + "\n[[run]]\nname = \"llama\"\nconfig = \"" + llama +
          "\"\nlr = [1e-3, 1e-2]\n\n[[run]]\nname = \"cem\"\nconfig = \"" + cem +
          "\"\nset = [\"model.n_kv_heads=0\"]\nlr_from = \"llama\"\ntest_time_steps = [1, 2]\n\n"
          "[[claim]]\nid = \"C1\"\ntext = \"CEM beats Llama\"\na = \"cem\"\nb = \"llama\"\n\n"
-         "[[claim]]\nid = \"C2\"\ntext = \"two steps beat one\"\na = [\"cem@T=2\"]\nb = \"cem@T=1\"\n"
+         "[[claim]]\nid = \"C2\"\ntext = \"two steps beat one\"\na = [\"cem@T=2\"]\nb = "
+         "\"cem@T=1\"\n"
          "test = \"not_worse\"\nmargin = 0.01\n" +
          tail;
 }
@@ -280,33 +294,43 @@ TEST(CompareSuite, BadSuitesAreOneLineErrors) {
   const std::string good = tiny_suite("data/x");
   expect_bad(good + "\nbogus = 1\n", "unknown key 'bogus'");
   expect_bad(tiny_suite("data/x", "colour = 1"), "unknown key 'colour' in [suite]");
-  expect_bad(tiny_suite("data/x", "", "\n[[run]]\nname = \"llama\"\nconfig = \"" +
-                                          test::source_path("configs/tiny-llama.toml") + "\"\n"),
+  expect_bad(tiny_suite("data/x", "",
+                        "\n[[run]]\nname = \"llama\"\nconfig = \"" +
+                            test::source_path("configs/tiny-llama.toml") + "\"\n"),
              "two runs named 'llama'");
   expect_bad(tiny_suite("data/x", "", "\n[[run]]\nname = \"x\"\nconfig = \"no/such.toml\"\n"),
              "config 'no/such.toml' not found");
-  expect_bad(tiny_suite("data/x", "", "\n[[claim]]\nid = \"C3\"\ntext = \"t\"\na = \"gpt\"\nb = \"llama\"\n"),
+  expect_bad(tiny_suite("data/x", "",
+                        "\n[[claim]]\nid = \"C3\"\ntext = \"t\"\na = \"gpt\"\nb = \"llama\"\n"),
              "'gpt' names no run");
-  expect_bad(tiny_suite("data/x", "", "\n[[claim]]\nid = \"C3\"\ntext = \"t\"\na = \"cem@T=9\"\nb = \"cem\"\n"),
+  expect_bad(tiny_suite("data/x", "",
+                        "\n[[claim]]\nid = \"C3\"\ntext = \"t\"\na = \"cem@T=9\"\nb = \"cem\"\n"),
              "no test-time variant 'T=9'");
-  expect_bad(tiny_suite("data/x", "", "\n[[run]]\nname = \"y\"\nconfig = \"" +
-                                          test::source_path("configs/tiny-llama.toml") +
-                                          "\"\nset = [\"model.d_mdl=3\"]\n"),
+  expect_bad(tiny_suite("data/x", "",
+                        "\n[[run]]\nname = \"y\"\nconfig = \"" +
+                            test::source_path("configs/tiny-llama.toml") +
+                            "\"\nset = [\"model.d_mdl=3\"]\n"),
              "d_mdl");
-  expect_bad(tiny_suite("data/x", "", "\n[[claim]]\nid = \"C3\"\ntext = \"t\"\na = \"cem\"\nb = \"llama\"\ntest = \"maybe\"\n"),
-             "test 'maybe'");
+  expect_bad(
+      tiny_suite(
+          "data/x", "",
+          "\n[[claim]]\nid = \"C3\"\ntext = \"t\"\na = \"cem\"\nb = \"llama\"\ntest = \"maybe\"\n"),
+      "test 'maybe'");
   expect_bad("[suite]\nname = \"x\"\n", "no [[run]] tables");
   expect_bad("[suite\n", "TOML syntax");
   std::string no_search = good;
   no_search.replace(no_search.find("lr_search_tokens = 128\n"), 23, "");
   expect_bad(no_search, "needs [suite].lr_search_tokens");
   // Through the CLI: one line on stderr, non-zero exit.
-  test::expect_one_line_error(test::run_cemfrac({"compare", "--suite", write_suite(dir, good + "\nx = 1\n")}),
-                              "unknown key 'x'");
-  test::expect_one_line_error(test::run_cemfrac({"compare", "--suite", dir + "/none.toml"}), "cannot read suite");
+  test::expect_one_line_error(
+      test::run_cemfrac({"compare", "--suite", write_suite(dir, good + "\nx = 1\n")}),
+      "unknown key 'x'");
+  test::expect_one_line_error(test::run_cemfrac({"compare", "--suite", dir + "/none.toml"}),
+                              "cannot read suite");
 }
 
-// ---- end to end ------------------------------------------------------------------------------------
+// ---- end to end
+// ------------------------------------------------------------------------------------
 
 std::string prepare_tiny_data(const std::string& root) {
   const std::string src = root + "/text";
@@ -314,11 +338,13 @@ std::string prepare_tiny_data(const std::string& root) {
   const char* words[] = {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far"};
   for (int d = 0; d < 20; ++d) {
     std::string text;
-    for (int i = 0; i < 300; ++i) text += std::string(words[(i * 7 + d * 3 + i / 5) % 10]) + (i % 9 == 8 ? ".\n" : " ");
+    for (int i = 0; i < 300; ++i)
+      text += std::string(words[(i * 7 + d * 3 + i / 5) % 10]) + (i % 9 == 8 ? ".\n" : " ");
     test::write_file(fmt::format("{}/doc{:02d}.txt", src, d), text);
   }
   const std::string data = root + "/data";
-  auto r = test::run_cemfrac({"prepare", "--text", src, "--tokenizer", "byte", "--out", data, "--split", "80,10,10"});
+  auto r = test::run_cemfrac(
+      {"prepare", "--text", src, "--tokenizer", "byte", "--out", data, "--split", "80,10,10"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   return data;
 }
@@ -336,7 +362,8 @@ TEST(CompareCli, TinySuiteEndToEndThenReused) {
   test::write_file(text, "the dog sat on the mat and the cat ran far.\n");
   const std::string suite = write_suite(root, tiny_suite(data));
   const std::string out = root + "/out";
-  auto r = test::run_cemfrac({"--threads", "1", "compare", "--suite", suite, "--out", out, "--eval-text", text});
+  auto r = test::run_cemfrac(
+      {"--threads", "1", "compare", "--suite", suite, "--out", out, "--eval-text", text});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("estimated time"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("timed now"), std::string::npos) << r.out;
@@ -378,14 +405,16 @@ TEST(CompareCli, TinySuiteEndToEndThenReused) {
       {"perplexity.svg", {{"test perplexity", 2}}},
       {"params_vs_perplexity.svg", {{"llama", 1}, {"cem", 1}}},
       {"cem_test_time_steps.svg", {{"cem", 2}}}};
-  for (const auto& [file, series] : want) EXPECT_EQ(svg_series(test::read_file(out + "/plots/" + file)), series) << file;
+  for (const auto& [file, series] : want)
+    EXPECT_EQ(svg_series(test::read_file(out + "/plots/" + file)), series) << file;
 
   // Second invocation: nothing trains or evaluates again.
   const std::string log = out + "/final/llama/seed-1/train.log";
   const std::string before = test::read_file(log);
   const auto mtime = fs::last_write_time(out + "/final/llama/seed-1/metrics.jsonl");
   const std::string eval_before = test::read_file(out + "/final/cem/seed-2/eval.log");
-  r = test::run_cemfrac({"--threads", "1", "compare", "--suite", suite, "--out", out, "--eval-text", text});
+  r = test::run_cemfrac(
+      {"--threads", "1", "compare", "--suite", suite, "--out", out, "--eval-text", text});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(test::read_file(log), before);
   EXPECT_EQ(count(before, "== cemfrac"), 1);
@@ -393,16 +422,17 @@ TEST(CompareCli, TinySuiteEndToEndThenReused) {
   EXPECT_EQ(test::read_file(out + "/final/cem/seed-2/eval.log"), eval_before);
   EXPECT_EQ(nlohmann::json::parse(test::read_file(out + "/results.json"))["runs"], j["runs"]);
   // Its plan says that the timings are an earlier invocation's, not "now".
-  EXPECT_NE(r.out.find("2 of 2 timed by an earlier invocation and reused"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2 of 2 timed by an earlier invocation and reused"), std::string::npos)
+      << r.out;
   EXPECT_EQ(r.out.find("timed now"), std::string::npos) << r.out;
   EXPECT_EQ(j["provenance"]["commit"], commit) << j.dump();
 
   // A changed budget is refused, naming the directory, rather than mixing settings.
   std::string changed = tiny_suite(data);
   changed.replace(changed.find("tokens = 256"), 12, "tokens = 320");
-  test::expect_one_line_error(
-      test::run_cemfrac({"--threads", "1", "compare", "--suite", write_suite(root, changed), "--out", out}),
-      "other settings");
+  test::expect_one_line_error(test::run_cemfrac({"--threads", "1", "compare", "--suite",
+                                                 write_suite(root, changed), "--out", out}),
+                              "other settings");
 }
 
 }  // namespace

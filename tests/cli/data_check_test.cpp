@@ -1,7 +1,8 @@
 // What train, eval and generate check before they use outside data (issue 14): every shard a
 // command opens is checked (header, tokenizer identity, end-of-text id, every token id, token CRC)
 // before the first step; weights are finite and of the model's dtype; padding ids are never
-// sampled; bad flags are refused before anything runs. Each failure is one line with a non-zero exit.
+// sampled; bad flags are refused before anything runs. Each failure is one line with a non-zero
+// exit.
 #include <gtest/gtest.h>
 #include <torch/types.h>
 
@@ -48,7 +49,8 @@ void set_token(const std::string& path, size_t index, uint16_t id, bool stale_cr
   bytes[kShardHeaderSize + 2 * index] = static_cast<char>(id & 0xff);
   bytes[kShardHeaderSize + 2 * index + 1] = static_cast<char>(id >> 8);
   if (!stale_crc) {
-    const uint32_t crc = crc32_update(0, bytes.data() + kShardHeaderSize, bytes.size() - kShardHeaderSize);
+    const uint32_t crc =
+        crc32_update(0, bytes.data() + kShardHeaderSize, bytes.size() - kShardHeaderSize);
     ShardHeader h = ShardReader(path).header();
     h.tokens_crc32 = crc;
     bytes.replace(0, kShardHeaderSize, encode_shard_header(h));
@@ -69,13 +71,17 @@ void set_header(const std::string& path, const std::function<void(ShardHeader&)>
 // presets have).
 std::string make_config(const std::string& dir, const std::string& data, const std::string& out) {
   const std::string path = dir + "/run.toml";
-  test::write_file(path, "[model]\nvocab_size = 512\nd_model = 16\nn_layers = 1\nn_heads = 2\n"
-                         "d_ff = 32\ncontext = 16\nmixer = \"mha\"\nffn = \"gelu_mlp\"\n"
-                         "norm = \"layernorm\"\npositions = \"learned\"\nbias = true\n"
-                         "tie_embeddings = true\n[data]\npath = \"" + data + "\"\n"
-                         "[train]\nsteps = 1\nmicro_batch = 2\nlr_max = 1e-3\nlr_min = 1e-4\n"
-                         "warmup_steps = 0\nlog_every = 1\neval_every = 0\neval_tokens = 64\n"
-                         "checkpoint_every = 0\nout = \"" + out + "\"\n");
+  test::write_file(path,
+                   "[model]\nvocab_size = 512\nd_model = 16\nn_layers = 1\nn_heads = 2\n"
+                   "d_ff = 32\ncontext = 16\nmixer = \"mha\"\nffn = \"gelu_mlp\"\n"
+                   "norm = \"layernorm\"\npositions = \"learned\"\nbias = true\n"
+                   "tie_embeddings = true\n[data]\npath = \"" +
+                       data +
+                       "\"\n"
+                       "[train]\nsteps = 1\nmicro_batch = 2\nlr_max = 1e-3\nlr_min = 1e-4\n"
+                       "warmup_steps = 0\nlog_every = 1\neval_every = 0\neval_tokens = 64\n"
+                       "checkpoint_every = 0\nout = \"" +
+                       out + "\"\n");
   return path;
 }
 
@@ -92,7 +98,8 @@ std::string make_checkpoint(const std::string& tag, int64_t context = 16) {
   LmModel model(c);
   auto tok = make_tokenizer("byte");
   CheckpointContents contents;
-  for (const auto& p : model->named_parameters()) contents.model[p.key()] = p.value().detach().contiguous();
+  for (const auto& p : model->named_parameters())
+    contents.model[p.key()] = p.value().detach().contiguous();
   contents.config = to_json(c);
   contents.tokenizer = tok.get();
   contents.trainer.step = 1;
@@ -115,17 +122,18 @@ TEST(DataCheck, StaleTokenChecksumIsRefusedBeforeTheFirstStep) {
   expect_one_line_error(r, data + "/train.bin: token checksum mismatch");
   EXPECT_FALSE(fs::exists(run + "/metrics.jsonl")) << "no step may run on corrupt data";
   EXPECT_TRUE(list_checkpoints(run).empty());
-  const test::RunResult skipped = run_cemfrac({"train", "--config", config, "--quiet",
-                                               "--no-verify-data", "--out", run + "-unchecked"});
+  const test::RunResult skipped = run_cemfrac(
+      {"train", "--config", config, "--quiet", "--no-verify-data", "--out", run + "-unchecked"});
   EXPECT_EQ(skipped.exit_code, 0) << skipped.err;
 
   const std::string ckpt = make_checkpoint("dc_crc_ckpt");
   set_token(data + "/test.bin", 7, 'q', /*stale_crc=*/true);
   expect_one_line_error(run_cemfrac({"eval", "--checkpoint", ckpt, "--data", data + ":test"}),
                         data + "/test.bin: token checksum mismatch");
-  EXPECT_EQ(run_cemfrac({"eval", "--checkpoint", ckpt, "--data", data + ":test", "--no-verify-data"})
-                .exit_code,
-            0);
+  EXPECT_EQ(
+      run_cemfrac({"eval", "--checkpoint", ckpt, "--data", data + ":test", "--no-verify-data"})
+          .exit_code,
+      0);
 }
 
 // Items 1 and 2: an id at or above the tokenizer's vocabulary (below the model's 512, or above it)
@@ -135,12 +143,14 @@ TEST(DataCheck, TokenIdsOutsideTheVocabularyAreRefusedUpFront) {
   const std::string dir = test::temp_dir("dc_ids_run");
   const std::string config = make_config(dir, data, dir + "/run");
   set_token(data + "/val.bin", 33, 300);  // 257 <= 300 < 512: the old code trained on it
-  expect_one_line_error(run_cemfrac(train_args(config)),
-                        data + "/val.bin: token 300 at index 33 is not below the vocabulary size 257");
+  expect_one_line_error(
+      run_cemfrac(train_args(config)),
+      data + "/val.bin: token 300 at index 33 is not below the vocabulary size 257");
   set_token(data + "/val.bin", 33, 'a');
   set_token(data + "/train.bin", 100, 600);  // >= 512: the old code hit "index out of range"
-  expect_one_line_error(run_cemfrac(train_args(config)),
-                        data + "/train.bin: token 600 at index 100 is not below the vocabulary size 257");
+  expect_one_line_error(
+      run_cemfrac(train_args(config)),
+      data + "/train.bin: token 600 at index 100 is not below the vocabulary size 257");
   EXPECT_FALSE(fs::exists(dir + "/run/metrics.jsonl"));
   const std::string ckpt = make_checkpoint("dc_ids_ckpt");
   set_token(data + "/test.bin", 12, 511);
@@ -157,19 +167,23 @@ TEST(DataCheck, HeaderTokenizerAndEndOfTextAreCheckedEverywhere) {
   const std::string ckpt = make_checkpoint("dc_hdr_ckpt");
   for (const char* split : {"train", "test"})
     set_header(data + "/" + split + ".bin", [](ShardHeader& h) { h.tokenizer_id = "sp:257"; });
-  expect_one_line_error(run_cemfrac(train_args(config)),
-                        data + "/train.bin: the shard was prepared with tokenizer 'sp:257', not the model's 'byte'");
-  expect_one_line_error(run_cemfrac({"eval", "--checkpoint", ckpt, "--data", data + ":test"}),
-                        data + "/test.bin: the shard was prepared with tokenizer 'sp:257', not the model's 'byte'");
+  expect_one_line_error(
+      run_cemfrac(train_args(config)),
+      data + "/train.bin: the shard was prepared with tokenizer 'sp:257', not the model's 'byte'");
+  expect_one_line_error(
+      run_cemfrac({"eval", "--checkpoint", ckpt, "--data", data + ":test"}),
+      data + "/test.bin: the shard was prepared with tokenizer 'sp:257', not the model's 'byte'");
   for (const char* split : {"train", "test"})
     set_header(data + "/" + split + ".bin", [](ShardHeader& h) {
       h.tokenizer_id = "byte";
       h.eot_id = 0;
     });
-  expect_one_line_error(run_cemfrac(train_args(config)),
-                        data + "/train.bin: end-of-text id 0 in the header differs from tokenizer 'byte' (256)");
-  expect_one_line_error(run_cemfrac({"eval", "--checkpoint", ckpt, "--data", data + ":test"}),
-                        data + "/test.bin: end-of-text id 0 in the header differs from tokenizer 'byte' (256)");
+  expect_one_line_error(
+      run_cemfrac(train_args(config)),
+      data + "/train.bin: end-of-text id 0 in the header differs from tokenizer 'byte' (256)");
+  expect_one_line_error(
+      run_cemfrac({"eval", "--checkpoint", ckpt, "--data", data + ":test"}),
+      data + "/test.bin: end-of-text id 0 in the header differs from tokenizer 'byte' (256)");
 }
 
 // Item 3: the model has 512 rows but the byte tokenizer 257 ids; an untrained model puts about half
@@ -194,8 +208,10 @@ TEST(DataCheck, NonFiniteWeightsAreRefusedOnLoad) {
   save_safetensors(file, weights.tensors, weights.metadata);
   const std::string text = fs::path(ckpt).parent_path().string() + "/t.txt";
   test::write_file(text, "hello there\n");
-  expect_one_line_error(run_cemfrac({"eval", "--checkpoint", ckpt, "--text", text}),
-                        file + ": tensor '" + name + "' holds 1 non-finite (NaN or Inf) value(s), the first at flat index 3");
+  expect_one_line_error(
+      run_cemfrac({"eval", "--checkpoint", ckpt, "--text", text}),
+      file + ": tensor '" + name +
+          "' holds 1 non-finite (NaN or Inf) value(s), the first at flat index 3");
   weights.tensors.begin()->second.view({-1})[3] = std::numeric_limits<float>::infinity();
   save_safetensors(file, weights.tensors, weights.metadata);
   expect_one_line_error(run_cemfrac({"generate", "--checkpoint", ckpt, "--temperature", "0"}),
@@ -212,9 +228,10 @@ TEST(DataCheck, BadFlagsAreRefusedUpFrontNamingTheFlag) {
   const std::string ckpt = make_checkpoint("dc_flags");
   const std::string text = fs::path(ckpt).parent_path().string() + "/t.txt";
   test::write_file(text, "hello there, general kenobi\n");
-  expect_one_line_error(run_cemfrac({"eval", "--checkpoint", ckpt, "--text", text, "--stride", "-5"}),
-                        "--stride -5");
-  const test::RunResult top_p = run_cemfrac({"generate", "--checkpoint", ckpt, "--prompt", "Hi", "--top-p", "0"});
+  expect_one_line_error(
+      run_cemfrac({"eval", "--checkpoint", ckpt, "--text", text, "--stride", "-5"}), "--stride -5");
+  const test::RunResult top_p =
+      run_cemfrac({"generate", "--checkpoint", ckpt, "--prompt", "Hi", "--top-p", "0"});
   expect_one_line_error(top_p, "--top-p 0: must be in (0, 1]");
   EXPECT_EQ(top_p.out, "") << "nothing is printed before the refusal";
   const test::RunResult top_k = run_cemfrac({"generate", "--checkpoint", ckpt, "--top-k", "-1"});
@@ -224,12 +241,13 @@ TEST(DataCheck, BadFlagsAreRefusedUpFrontNamingTheFlag) {
   // + 1 = 16 tokens = the context.
   expect_one_line_error(
       run_cemfrac({"generate", "--checkpoint", ckpt, "--prompt", "fifteen bytes!!"}),
-      "the prompt is 16 tokens with byte (15 of text + the end-of-text id every document starts after)");
+      "the prompt is 16 tokens with byte (15 of text + the end-of-text id every document starts "
+      "after)");
   const std::string data = make_prepared("dc_flags_data");
   const std::string dir = test::temp_dir("dc_flags_run");
-  expect_one_line_error(
-      run_cemfrac({"train", "--config", make_config(dir, data, dir + "/run"), "--stop-at-step", "-1"}),
-      "--stop-at-step -1: must be a step number >= 1");
+  expect_one_line_error(run_cemfrac({"train", "--config", make_config(dir, data, dir + "/run"),
+                                     "--stop-at-step", "-1"}),
+                        "--stop-at-step -1: must be a step number >= 1");
 }
 
 }  // namespace

@@ -54,16 +54,19 @@ const std::string& data_dir() {
 std::string write_config(const std::string& dir, const std::string& out, int64_t steps,
                          const std::string& extra_train = "") {
   const std::string path = dir + "/run.toml";
-  test::write_file(path, "[model]\nvocab_size = 257\nd_model = 16\nn_layers = 1\nn_heads = 2\n"
-                         "d_ff = 32\ncontext = 16\n\n[data]\npath = \"" + data_dir() +
-                         "\"\n\n[train]\nsteps = " + std::to_string(steps) +
-                         "\nmicro_batch = 2\nwarmup_steps = 2\nlog_every = 1\neval_every = 0\n"
-                         "eval_tokens = 64\ncheckpoint_every = 1\nkeep_checkpoints = 3\nout = \"" +
-                         out + "\"\n" + extra_train);
+  test::write_file(path,
+                   "[model]\nvocab_size = 257\nd_model = 16\nn_layers = 1\nn_heads = 2\n"
+                   "d_ff = 32\ncontext = 16\n\n[data]\npath = \"" +
+                       data_dir() + "\"\n\n[train]\nsteps = " + std::to_string(steps) +
+                       "\nmicro_batch = 2\nwarmup_steps = 2\nlog_every = 1\neval_every = 0\n"
+                       "eval_tokens = 64\ncheckpoint_every = 1\nkeep_checkpoints = 3\nout = \"" +
+                       out + "\"\n" + extra_train);
   return path;
 }
 
-json summary(const std::string& run) { return json::parse(test::read_file(run + "/summary.json")); }
+json summary(const std::string& run) {
+  return json::parse(test::read_file(run + "/summary.json"));
+}
 
 std::vector<double> losses(const std::string& run) {
   std::vector<double> out;
@@ -190,9 +193,10 @@ TEST(TrainCli, ARefusedTrainWritesNothing) {
       "not a prepared dataset");
   EXPECT_FALSE(fs::exists(other));
   // Nor does one refused by the trainer's own checks (validation split shorter than a window).
-  expect_one_line_error(run_cemfrac(train_args(config, {"--out", other, "--set", "model.context=2048",
-                                                        "--set", "train.seq_len=2048"})),
-                        "validation window");
+  expect_one_line_error(
+      run_cemfrac(train_args(
+          config, {"--out", other, "--set", "model.context=2048", "--set", "train.seq_len=2048"})),
+      "validation window");
   EXPECT_FALSE(fs::exists(other));
 }
 
@@ -216,7 +220,8 @@ TEST(TrainCli, InterruptedRunExitsThreeAndSummaryIsAlwaysTrue) {
     EXPECT_TRUE(fs::exists(s["last_checkpoint"].get<std::string>())) << s.dump();
   }
 
-  // A finished run says "completed"; resumed with more steps and killed, it must not keep saying so.
+  // A finished run says "completed"; resumed with more steps and killed, it must not keep saying
+  // so.
   fs::remove_all(run);
   const std::string short_config = write_config(dir, run, 3);
   ASSERT_EQ(run_cemfrac(train_args(short_config)).exit_code, 0);
@@ -249,7 +254,8 @@ TEST(TrainCli, StaleTemporariesAreRemovedAndIncompleteCheckpointsSkipped) {
                                  "--max-new-tokens", "4"}}) {
     const test::RunResult r = run_cemfrac(cmd);
     EXPECT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_NE(r.err.find("skipped incomplete checkpoint " + run + "/checkpoints/step-999999 (empty "
+    EXPECT_NE(r.err.find("skipped incomplete checkpoint " + run +
+                         "/checkpoints/step-999999 (empty "
                          "directory)"),
               std::string::npos)
         << r.err;
@@ -293,11 +299,12 @@ TEST(TrainCli, ResumeContinuesInItsDirectoryAndRefusesChangesThatBreakExactness)
 
   // Another train.out is ignored (warned about): the run goes on in its own directory.
   const std::string elsewhere = dir + "/elsewhere";
-  const test::RunResult r = run_cemfrac(train_args(
-      config, {"--resume", run, "--out", elsewhere, "--set", "train.log_every=2"}));
+  const test::RunResult r = run_cemfrac(
+      train_args(config, {"--resume", run, "--out", elsewhere, "--set", "train.log_every=2"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.err.find("train.out = " + elsewhere + " is ignored: --resume continues the run in " + run),
-            std::string::npos)
+  EXPECT_NE(
+      r.err.find("train.out = " + elsewhere + " is ignored: --resume continues the run in " + run),
+      std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("train.steps changed from 2 to 4"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("train.log_every changed from 1 to 2"), std::string::npos) << r.err;
@@ -355,8 +362,10 @@ TEST(TrainCli, ConfigMustBeANonEmptyRegularFile) {
   const std::string dir = test::temp_dir("train-cli-config");
   const std::string empty = dir + "/empty.toml";
   test::write_file(empty, "");
-  for (const auto& [path, needle] : std::vector<std::pair<std::string, std::string>>{
-           {dir, "is a directory"}, {"/dev/null", "not a regular file"}, {empty, "the file is empty"}}) {
+  for (const auto& [path, needle] :
+       std::vector<std::pair<std::string, std::string>>{{dir, "is a directory"},
+                                                        {"/dev/null", "not a regular file"},
+                                                        {empty, "the file is empty"}}) {
     expect_one_line_error(run_cemfrac({"train", "--config", path, "--out", dir + "/run"}),
                           path + ": " + needle);
     expect_one_line_error(run_cemfrac({"params", "--config", path}), path + ": " + needle);

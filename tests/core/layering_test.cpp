@@ -1,7 +1,8 @@
 // Dependencies point down: every `#include "cemfrac/<dir>/..."` (or "cli/...") in a file under
 // cemfrac/ names its own directory or one on a lower level of the diagram in CONTRIBUTING.md,
-// "Layers of the code". That diagram is the one statement of the order: this test reads it from there,
-// so redrawing the diagram changes what is checked. Directories on one level do not include each other.
+// "Layers of the code". That diagram is the one statement of the order: this test reads it from
+// there, so redrawing the diagram changes what is checked. Directories on one level do not include
+// each other.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -22,7 +23,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Directory name -> level (0 = the bottom) from the diagram: the first fenced block after the heading
+// Directory name -> level (0 = the bottom) from the diagram: the first fenced block after the
+// heading
 // "## Layers of the code"; each line names its directories first ("data/  kernels/  io/   text").
 std::map<std::string, int> levels_from_contributing(const std::string& markdown) {
   std::istringstream in(markdown);
@@ -59,13 +61,15 @@ std::map<std::string, int> levels_from_contributing(const std::string& markdown)
 
 // "file:line: message" for every include under `root` (the cemfrac/ folder) that goes against
 // `levels`, and for every directory or include target the diagram does not place.
-std::vector<std::string> layering_violations(const fs::path& root, const std::map<std::string, int>& levels) {
+std::vector<std::string> layering_violations(const fs::path& root,
+                                             const std::map<std::string, int>& levels) {
   std::vector<std::string> out;
   static const std::regex include_line(R"(^\s*#\s*include\s*"((cemfrac|cli|tools)/([^"]+))\")");
   std::vector<fs::path> files;
   for (const auto& entry : fs::recursive_directory_iterator(root)) {
     const std::string ext = entry.path().extension().string();
-    if (entry.is_regular_file() && (ext == ".h" || ext == ".cpp" || ext == ".cu" || ext == ".hpp")) {
+    if (entry.is_regular_file() &&
+        (ext == ".h" || ext == ".cpp" || ext == ".cu" || ext == ".hpp")) {
       files.push_back(entry.path());
     }
   }
@@ -77,8 +81,8 @@ std::vector<std::string> layering_violations(const fs::path& root, const std::ma
     if (rel.begin() == std::prev(rel.end())) continue;  // a file directly in cemfrac/ (none today)
     auto from_level = levels.find(from);
     if (from_level == levels.end()) {
-      out.push_back(fmt::format("{}: directory {}/ is not in CONTRIBUTING.md's diagram; add it to a level",
-                                shown, from));
+      out.push_back(fmt::format(
+          "{}: directory {}/ is not in CONTRIBUTING.md's diagram; add it to a level", shown, from));
       continue;
     }
     std::ifstream in(file);
@@ -93,13 +97,16 @@ std::vector<std::string> layering_violations(const fs::path& root, const std::ma
       }
       auto to_level = levels.find(to);
       if (to_level == levels.end()) {
-        out.push_back(fmt::format("{}:{}: includes \"{}\" from {}/, which CONTRIBUTING.md's diagram "
-                                  "does not place", shown, number, m[1].str(), to));
+        out.push_back(
+            fmt::format("{}:{}: includes \"{}\" from {}/, which CONTRIBUTING.md's diagram "
+                        "does not place",
+                        shown, number, m[1].str(), to));
       } else if (to != from && to_level->second >= from_level->second) {
-        out.push_back(fmt::format("{}:{}: {}/ includes \"{}\", but {}/ is {} {}/ in CONTRIBUTING.md's "
-                                  "diagram (dependencies point down)",
-                                  shown, number, from, m[1].str(), to,
-                                  to_level->second == from_level->second ? "beside" : "above", from));
+        out.push_back(
+            fmt::format("{}:{}: {}/ includes \"{}\", but {}/ is {} {}/ in CONTRIBUTING.md's "
+                        "diagram (dependencies point down)",
+                        shown, number, from, m[1].str(), to,
+                        to_level->second == from_level->second ? "beside" : "above", from));
       }
     }
   }
@@ -113,7 +120,8 @@ std::string join_lines(const std::vector<std::string>& lines) {
 }
 
 TEST(Layering, DiagramNamesTheLevels) {
-  const auto levels = levels_from_contributing(test::read_file(test::source_path("CONTRIBUTING.md")));
+  const auto levels =
+      levels_from_contributing(test::read_file(test::source_path("CONTRIBUTING.md")));
   ASSERT_GE(levels.size(), 10u) << "the diagram in CONTRIBUTING.md was not found or not read";
   EXPECT_EQ(levels.at("core"), 0);
   EXPECT_LT(levels.at("kernels"), levels.at("ops"));
@@ -125,7 +133,8 @@ TEST(Layering, DiagramNamesTheLevels) {
 }
 
 TEST(Layering, EveryIncludeUnderCemfracPointsDown) {
-  const auto levels = levels_from_contributing(test::read_file(test::source_path("CONTRIBUTING.md")));
+  const auto levels =
+      levels_from_contributing(test::read_file(test::source_path("CONTRIBUTING.md")));
   const auto violations = layering_violations(test::source_path("cemfrac"), levels);
   EXPECT_TRUE(violations.empty()) << join_lines(violations);
 }
@@ -152,14 +161,22 @@ TEST(Layering, FindsPlantedViolations) {
   test::write_file((root / "extra/e.h").string(), "#pragma once\n");
   const auto found = layering_violations(root, levels);
   ASSERT_EQ(found.size(), 4u) << join_lines(found);
-  EXPECT_NE(found[0].find("cemfrac/core/a.h:4: core/ includes \"cemfrac/model/m.h\", but model/ is above core/"),
-            std::string::npos) << found[0];
-  EXPECT_NE(found[1].find("cemfrac/data/d.cpp:2: data/ includes \"cemfrac/kernels/k.h\", but kernels/ is "
-                          "beside data/"),
-            std::string::npos) << found[1];
-  EXPECT_NE(found[2].find("cemfrac/extra/e.h: directory extra/ is not in"), std::string::npos) << found[2];
-  EXPECT_NE(found[3].find("cemfrac/model/m.cpp:2: model/ includes \"cli/commands.h\", but cli/ is above"),
-            std::string::npos) << found[3];
+  EXPECT_NE(
+      found[0].find(
+          "cemfrac/core/a.h:4: core/ includes \"cemfrac/model/m.h\", but model/ is above core/"),
+      std::string::npos)
+      << found[0];
+  EXPECT_NE(
+      found[1].find("cemfrac/data/d.cpp:2: data/ includes \"cemfrac/kernels/k.h\", but kernels/ is "
+                    "beside data/"),
+      std::string::npos)
+      << found[1];
+  EXPECT_NE(found[2].find("cemfrac/extra/e.h: directory extra/ is not in"), std::string::npos)
+      << found[2];
+  EXPECT_NE(
+      found[3].find("cemfrac/model/m.cpp:2: model/ includes \"cli/commands.h\", but cli/ is above"),
+      std::string::npos)
+      << found[3];
 }
 
 }  // namespace

@@ -235,7 +235,9 @@ TEST(Gpt2Pretokenizer, SplitsLikeGpt2) {
 
 // ---- comparison with js-tiktoken at test time ------------------------------------------------
 
-bool have_node() { return std::system("command -v node >/dev/null 2>&1") == 0; }
+bool have_node() {
+  return std::system("command -v node >/dev/null 2>&1") == 0;
+}
 
 // Random texts of every kind, encoded here and by js-tiktoken (through node), must give equal ids.
 TEST(Gpt2Tokenizer, MatchesJsTiktokenOnRandomText) {

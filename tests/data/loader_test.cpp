@@ -43,8 +43,8 @@ LoaderOptions options(int64_t B, int64_t S, uint64_t seed = 7, bool shuffle = tr
   return o;
 }
 
-// Checks every row is a consecutive range starting at a multiple of S with targets = inputs + 1, and
-// returns the rows' window indices.
+// Checks every row is a consecutive range starting at a multiple of S with targets = inputs + 1,
+// and returns the rows' window indices.
 std::vector<int64_t> window_indices(const Batch& batch, int64_t S) {
   std::vector<int64_t> out;
   EXPECT_EQ(batch.inputs.scalar_type(), torch::kInt64);

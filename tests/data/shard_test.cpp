@@ -310,7 +310,8 @@ TEST(ShardReader, VerifyFindsCorruptTokens) {
 // A tokenizer that only has an identity (id, vocabulary, end-of-text): what open_token_shard asks.
 class IdentityTokenizer final : public Tokenizer {
  public:
-  IdentityTokenizer(std::string id, int64_t vocab, TokenId eot) : id_(std::move(id)), vocab_(vocab), eot_(eot) {}
+  IdentityTokenizer(std::string id, int64_t vocab, TokenId eot)
+      : id_(std::move(id)), vocab_(vocab), eot_(eot) {}
   std::string id() const override { return id_; }
   int64_t vocab_size() const override { return vocab_; }
   TokenId eot_id() const override { return eot_; }
@@ -371,8 +372,9 @@ TEST(OpenTokenShard, ChecksTokenizerIdentityAndModelVocabulary) {
   check.tokenizer = &same;
   check.model_vocab_size = 299;
   expect_error([&] { open_token_shard(path, check); },
-               {path, "data's vocabulary (300, tokenizer 'test:300') is larger than the model's "
-                      "vocab_size (299)"});
+               {path,
+                "data's vocabulary (300, tokenizer 'test:300') is larger than the model's "
+                "vocab_size (299)"});
 }
 
 TEST(OpenTokenShard, ScansEveryTokenUnlessOptedOut) {

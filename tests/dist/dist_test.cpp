@@ -7,9 +7,9 @@
 // batch, so 2 ranks x micro-batch b see exactly the micro-batches 1 rank sees with 2 accumulation
 // micro-batches of b, computed by the same kernels at the same thread count. One rank accumulates
 // g0/2 + g1/2 (backward of loss/2: scaling by a power of two is exact in IEEE arithmetic barring
-// under/overflow); two ranks get (g0 + g1)/2 from the all-reduce (one float add per element, which is
-// commutative, then an exact halving). The loss is (l0 + l1)/2 in float64 both ways. So the runs are
-// bitwise equal, and the tests demand that.
+// under/overflow); two ranks get (g0 + g1)/2 from the all-reduce (one float add per element, which
+// is commutative, then an exact halving). The loss is (l0 + l1)/2 in float64 both ways. So the runs
+// are bitwise equal, and the tests demand that.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -47,8 +47,8 @@ using Clock = std::chrono::steady_clock;
 std::string prepared_data() {
   const std::string dir = test::temp_dir("dist_data");
   uint64_t x = 42;
-  const char* words[] = {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far",
-                         "in", "green", "field", "of", "stars", "quietly"};
+  const char* words[] = {"the", "cat", "sat", "on",    "a",     "mat", "and",   "dog",
+                         "ran", "far", "in",  "green", "field", "of",  "stars", "quietly"};
   fs::create_directories(dir + "/corpus");
   for (int doc = 0; doc < 20; ++doc) {
     std::string text;
@@ -68,14 +68,42 @@ std::string prepared_data() {
 // `train` arguments of a tiny Llama: seq_len 16, micro-batch 2, global batch 4 sequences.
 std::vector<std::string> train_args(const std::string& data, const std::string& out, int steps,
                                     std::vector<std::string> extra = {}) {
-  std::vector<std::string> a = {
-      "--threads", "1", "train", "--config", test::source_path("configs/tiny-llama.toml"),
-      "--quiet", "--out", out, "--set", "data.path=" + data, "--set", "model.d_model=32",
-      "--set", "model.d_ff=64", "--set", "model.context=16", "--set", "train.seq_len=16",
-      "--set", "train.micro_batch=2", "--set", "train.tokens_per_step=64", "--set",
-      "train.steps=" + std::to_string(steps), "--set", "train.warmup_steps=2", "--set",
-      "train.log_every=1", "--set", "train.eval_every=0", "--set", "train.eval_tokens=256",
-      "--set", "train.checkpoint_every=0", "--set", "train.keep_checkpoints=100"};
+  std::vector<std::string> a = {"--threads",
+                                "1",
+                                "train",
+                                "--config",
+                                test::source_path("configs/tiny-llama.toml"),
+                                "--quiet",
+                                "--out",
+                                out,
+                                "--set",
+                                "data.path=" + data,
+                                "--set",
+                                "model.d_model=32",
+                                "--set",
+                                "model.d_ff=64",
+                                "--set",
+                                "model.context=16",
+                                "--set",
+                                "train.seq_len=16",
+                                "--set",
+                                "train.micro_batch=2",
+                                "--set",
+                                "train.tokens_per_step=64",
+                                "--set",
+                                "train.steps=" + std::to_string(steps),
+                                "--set",
+                                "train.warmup_steps=2",
+                                "--set",
+                                "train.log_every=1",
+                                "--set",
+                                "train.eval_every=0",
+                                "--set",
+                                "train.eval_tokens=256",
+                                "--set",
+                                "train.checkpoint_every=0",
+                                "--set",
+                                "train.keep_checkpoints=100"};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
 }
@@ -215,14 +243,14 @@ TEST(Distributed, TwoRanksEqualOneRankWithTwoAccumulationStepsBitwise) {
   EXPECT_EQ(s2["accumulation_steps"], 1);
   EXPECT_EQ(s1["tokens_per_step"], s2["tokens_per_step"]);
   EXPECT_EQ(s1["tokens"], s2["tokens"]);
-  const json t2 = json::parse(test::read_file(list_checkpoints(two + "/run").back().second +
-                                              "/trainer.json"));
+  const json t2 =
+      json::parse(test::read_file(list_checkpoints(two + "/run").back().second + "/trainer.json"));
   EXPECT_EQ(t2["world_size"], 2);
 }
 
 // Two ranks as threads of this process (a store from StoreServer, two Gloo groups): after
-// allreduce_mean every parameter's gradient is exactly (g0 + g1) / 2 of the ranks' float64 gradients
-// from one backward pass each, with small buckets so that several parameters share one.
+// allreduce_mean every parameter's gradient is exactly (g0 + g1) / 2 of the ranks' float64
+// gradients from one backward pass each, with small buckets so that several parameters share one.
 TEST(Distributed, AllReducedGradientIsTheMeanOfTheLocalGradients) {
   StoreServer store("127.0.0.1", 0, 10);
   ModelConfig c;
@@ -355,7 +383,8 @@ TEST(Distributed, OverlappedReducerGivesTheMeanOfTheAccumulatedGradients) {
   }
 }
 
-// Rank 1 gets its own --out: a rank other than 0 must not create it (config hashes ignore train.out).
+// Rank 1 gets its own --out: a rank other than 0 must not create it (config hashes ignore
+// train.out).
 TEST(Distributed, ResumeOfTwoRanksIsBitwiseExactAndOnlyRankZeroWrites) {
   const std::string data = prepared_data();
   const std::string dir = test::temp_dir("dist_resume");
@@ -391,9 +420,9 @@ TEST(Distributed, KilledRankStopsTheOthersNamingIt) {
   const std::string run = test::temp_dir("dist_kill") + "/run";
   setenv("CEMFRAC_FAULT", "1:3:kill", 1);
   const auto start = Clock::now();
-  auto r = test::run_cemfrac(
-      launch(2, train_args(data, run, 50, {"--set", "train.checkpoint_every=1"}),
-             {"--collective-timeout", "60", "--grace", "20"}));
+  auto r =
+      test::run_cemfrac(launch(2, train_args(data, run, 50, {"--set", "train.checkpoint_every=1"}),
+                               {"--collective-timeout", "60", "--grace", "20"}));
   unsetenv("CEMFRAC_FAULT");
   // Well under the 60 s collective timeout (process start-up on a loaded machine takes seconds).
   EXPECT_LT(seconds_since(start), 45.0) << "a dead peer must be noticed at once, not by a timeout";
@@ -482,8 +511,10 @@ TEST(Distributed, MismatchedStopAtStepIsRefusedAtStart) {
   const std::string data = prepared_data();
   const std::string dir = test::temp_dir("dist_stop_at");
   const int port = free_port();
-  Proc p0(train_args(data, dir + "/a", 6, {"--stop-at-step", "2"}), rank_env(0, 2, port, false, 20));
-  Proc p1(train_args(data, dir + "/b", 6, {"--stop-at-step", "3"}), rank_env(1, 2, port, false, 20));
+  Proc p0(train_args(data, dir + "/a", 6, {"--stop-at-step", "2"}),
+          rank_env(0, 2, port, false, 20));
+  Proc p1(train_args(data, dir + "/b", 6, {"--stop-at-step", "3"}),
+          rank_env(1, 2, port, false, 20));
   ASSERT_TRUE(p0.wait(60));
   ASSERT_TRUE(p1.wait(60));
   for (const Proc* p : {&p0, &p1}) {
@@ -514,18 +545,18 @@ TEST(Distributed, SigintToTheLauncherStopsAllRanksWithOneCheckpoint) {
   EXPECT_LT(all.back().first, 100000);
 }
 
-// `cemfrac bench train --nproc 2` end to end on the tiny model (1 timed step, no warm-up): the three
-// runs start (the rank programs by the executable's real path), and every reported number is there
-// and positive, in --json and in the text table.
+// `cemfrac bench train --nproc 2` end to end on the tiny model (1 timed step, no warm-up): the
+// three runs start (the rank programs by the executable's real path), and every reported number is
+// there and positive, in --json and in the text table.
 TEST(Distributed, BenchTrainNprocReportsPositiveRates) {
   const std::string data = prepared_data();
-  std::vector<std::string> args = {"bench", "train", "--config",
-                                   test::source_path("configs/tiny-llama.toml"), "--nproc", "2",
-                                   "--steps", "1", "--warmup", "0"};
-  for (const std::string& s :
-       {"data.path=" + data, std::string("model.d_model=32"), std::string("model.d_ff=64"),
-        std::string("model.context=16"), std::string("train.seq_len=16"),
-        std::string("train.micro_batch=2")})
+  std::vector<std::string> args = {
+      "bench",    "train", "--config", test::source_path("configs/tiny-llama.toml"),
+      "--nproc",  "2",     "--steps",  "1",
+      "--warmup", "0"};
+  for (const std::string& s : {"data.path=" + data, std::string("model.d_model=32"),
+                               std::string("model.d_ff=64"), std::string("model.context=16"),
+                               std::string("train.seq_len=16"), std::string("train.micro_batch=2")})
     args.insert(args.end(), {"--set", s});
   std::vector<std::string> as_json = args;
   as_json.push_back("--json");
@@ -561,8 +592,8 @@ TEST(Distributed, TorchrunStartsTheSameTraining) {
   ASSERT_EQ(ours.exit_code, 0) << ours.err;
   // Debian's torchrun under Python 3.11 needs explicit -r/-t (its default 0 fails to parse).
   std::string cmd = fmt::format(
-      "torchrun --standalone --nproc_per_node 2 --no_python -r 2 -t 2 --log_dir {}/logs {}",
-      dir, CEMFRAC_EXE);
+      "torchrun --standalone --nproc_per_node 2 --no_python -r 2 -t 2 --log_dir {}/logs {}", dir,
+      CEMFRAC_EXE);
   for (const auto& a : train_args(data, dir + "/torchrun", 3)) cmd += " '" + a + "'";
   cmd += " >" + dir + "/out.txt 2>&1";
   const int status = std::system(cmd.c_str());
@@ -579,8 +610,8 @@ TEST(Distributed, TwoNetworkNamespacesEqualOneMachine) {
     GTEST_SKIP() << "ip netns does not work here (iproute2 missing or no network namespaces)";
   const std::string data = prepared_data();
   const std::string dir = test::temp_dir("dist_netns");
-  std::string cmd = test::source_path("scripts/netns_demo.sh") + " " + CEMFRAC_EXE + " " + dir +
-                    "/work --";
+  std::string cmd =
+      test::source_path("scripts/netns_demo.sh") + " " + CEMFRAC_EXE + " " + dir + "/work --";
   for (const auto& a : train_args(data, "{out}", 3)) cmd += " '" + a + "'";
   cmd += " >" + dir + "/out.txt 2>&1";
   const int status = std::system(cmd.c_str());

@@ -138,7 +138,9 @@ TEST(Perplexity, BigramModelGivesTheAnalyticLoss) {
   torch::manual_seed(3);
   const torch::Tensor table = torch::randn({V, V}, torch::kFloat64);
   LogitsFn bigram = [&](const torch::Tensor& x) {
-    return table.index_select(0, x.reshape({-1})).reshape({x.size(0), x.size(1), V}).to(torch::kFloat32);
+    return table.index_select(0, x.reshape({-1}))
+        .reshape({x.size(0), x.size(1), V})
+        .to(torch::kFloat32);
   };
   const torch::Tensor tokens = torch::randint(0, V, {57}, torch::kInt64);
   const torch::Tensor logp = torch::log_softmax(table.to(torch::kFloat32).to(torch::kFloat64), 1);
@@ -165,7 +167,8 @@ TEST(Perplexity, HistoryReachesTheModel) {
   const int64_t V = 4, n = 30, C = 6;
   LogitsFn counting = [&](const torch::Tensor& x) {
     torch::Tensor out = torch::zeros({x.size(0), x.size(1), V}, torch::kFloat64);
-    for (int64_t j = 0; j < x.size(1); ++j) out.select(1, j).select(1, 0).fill_(static_cast<double>(j));
+    for (int64_t j = 0; j < x.size(1); ++j)
+      out.select(1, j).select(1, 0).fill_(static_cast<double>(j));
     return out;
   };
   const torch::Tensor tokens = torch::zeros({n}, torch::kInt64);

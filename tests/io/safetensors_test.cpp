@@ -1,5 +1,5 @@
-// safetensors writer/reader: round trips of every dtype, the byte layout of the standard format, and
-// a clear one-line error for every kind of damaged file.
+// safetensors writer/reader: round trips of every dtype, the byte layout of the standard format,
+// and a clear one-line error for every kind of damaged file.
 #include "cemfrac/io/safetensors.h"
 
 #include <gtest/gtest.h>
@@ -51,8 +51,8 @@ TEST(Safetensors, RoundTripsEveryDtypeBitwise) {
   in["i32"] = torch::tensor({-5, 6}, torch::kInt32);
   in["u8"] = torch::tensor({0, 255, 17}, torch::kUInt8);
   in["bool"] = torch::tensor({true, false, true});
-  in["scalar"] = torch::tensor(3.5);         // shape []
-  in["empty"] = torch::zeros({0, 3});        // zero bytes
+  in["scalar"] = torch::tensor(3.5);                        // shape []
+  in["empty"] = torch::zeros({0, 3});                       // zero bytes
   in["strided"] = torch::arange(12.0).reshape({3, 4}).t();  // non-contiguous input
   const std::string dir = test::temp_dir("safetensors");
   const std::string path = dir + "/t.safetensors";
@@ -96,9 +96,8 @@ TEST(Safetensors, WritesTheStandardLayout) {
 TEST(Safetensors, ReadsAHandWrittenFile) {
   // As another writer (huggingface's) would lay it out: no padding, different key order.
   const float v[2] = {1.5f, -2.0f};
-  const std::string file =
-      make_file(R"({"w":{"data_offsets":[0,8],"shape":[2],"dtype":"F32"}})",
-                std::string(reinterpret_cast<const char*>(v), 8));
+  const std::string file = make_file(R"({"w":{"data_offsets":[0,8],"shape":[2],"dtype":"F32"}})",
+                                     std::string(reinterpret_cast<const char*>(v), 8));
   const SafetensorsFile f = decode_safetensors(file, "hand.safetensors");
   EXPECT_TRUE(torch::equal(f.tensors.at("w"), torch::tensor({1.5f, -2.0f})));
   EXPECT_TRUE(f.metadata.empty());
@@ -115,7 +114,7 @@ TEST(Safetensors, RejectsDamagedFiles) {
   expect_error("", "too short");
   expect_error(good.substr(0, 5), "too short");
   expect_error(good.substr(0, 8 + n / 2), "exceeds the file size");            // header cut
-  expect_error(good.substr(0, good.size() - 3), "truncated");                 // data cut
+  expect_error(good.substr(0, good.size() - 3), "truncated");                  // data cut
   expect_error(good + "xyz", "after the last tensor");                         // trailing bytes
   expect_error("CEMFTOKS" + std::string(200, '\0'), "exceeds the file size");  // another format
   std::string not_json = good;
@@ -230,8 +229,10 @@ TEST(Safetensors, RefusesDuplicateKeys) {
   EXPECT_NO_THROW(decode_safetensors(file(one), "ok.safetensors"));
   const std::string twice =
       R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
-  const std::string inner = R"({"a":{"dtype":"I32","dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
-  const std::string meta = R"({"__metadata__":{"k":"1","k":"2"},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  const std::string inner =
+      R"({"a":{"dtype":"I32","dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  const std::string meta =
+      R"({"__metadata__":{"k":"1","k":"2"},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
   for (const auto& [header, key] : std::vector<std::pair<std::string, std::string>>{
            {twice, "a"}, {inner, "dtype"}, {meta, "k"}}) {
     try {
@@ -259,8 +260,8 @@ TEST(Safetensors, CheckFiniteNamesTheTensorAndTheFirstBadIndex) {
     check_finite(t, "m.safetensors");
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(
-                  "m.safetensors: tensor 'b' holds 2 non-finite (NaN or Inf) value(s), the first at flat index 2"),
+    EXPECT_NE(std::string(e.what()).find("m.safetensors: tensor 'b' holds 2 non-finite (NaN or "
+                                         "Inf) value(s), the first at flat index 2"),
               std::string::npos)
         << e.what();
   }
@@ -268,8 +269,9 @@ TEST(Safetensors, CheckFiniteNamesTheTensorAndTheFirstBadIndex) {
     check_finite(t, "buffers.safetensors", /*allow_inf=*/true);
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("tensor 'b' holds 1 NaN value(s), the first at flat index 4"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("tensor 'b' holds 1 NaN value(s), the first at flat index 4"),
+        std::string::npos)
         << e.what();
   }
   t["b"][4] = 0.0f;
@@ -286,15 +288,21 @@ namespace {
 // made the element count 0, so a dim of 2^64 - 1 passed the size check and reached torch::empty as
 // -1, which threw c10::Error ("internal error") instead of the one-line error.
 TEST(Safetensors, HugeDimBesideAZeroDimIsAClearError) {
-  expect_error(make_file(R"({"z":{"dtype":"F32","shape":[0,18446744073709551615],"data_offsets":[0,0]}})", ""),
-               "absurdly large");
-  expect_error(make_file(R"({"z":{"dtype":"F32","shape":[4611686018427387905,0],"data_offsets":[0,0]}})", ""),
-               "absurdly large");
-  expect_error(make_file(R"({"z":{"dtype":"U8","shape":[4294967296,4294967296,0],"data_offsets":[0,0]}})", ""),
-               "absurdly large");
+  expect_error(
+      make_file(R"({"z":{"dtype":"F32","shape":[0,18446744073709551615],"data_offsets":[0,0]}})",
+                ""),
+      "absurdly large");
+  expect_error(
+      make_file(R"({"z":{"dtype":"F32","shape":[4611686018427387905,0],"data_offsets":[0,0]}})",
+                ""),
+      "absurdly large");
+  expect_error(
+      make_file(R"({"z":{"dtype":"U8","shape":[4294967296,4294967296,0],"data_offsets":[0,0]}})",
+                ""),
+      "absurdly large");
   // Zero-sized tensors with ordinary dims still load.
-  const SafetensorsFile f =
-      decode_safetensors(make_file(R"({"z":{"dtype":"F32","shape":[3,0,5],"data_offsets":[0,0]}})", ""), "ok");
+  const SafetensorsFile f = decode_safetensors(
+      make_file(R"({"z":{"dtype":"F32","shape":[3,0,5],"data_offsets":[0,0]}})", ""), "ok");
   EXPECT_EQ(f.tensors.at("z").sizes(), torch::IntArrayRef({3, 0, 5}));
 }
 

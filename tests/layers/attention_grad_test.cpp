@@ -1,7 +1,7 @@
-// The fused causal attention (offset 0, the training path of causal_attention) against autograd through
-// a plain ATen formulation: outputs and the gradients of q, k and v, for multi-head, grouped-query and
-// multi-query shapes, in float64 and float32, with 1 and 2 threads, in one and in several query blocks;
-// and the fused RoPE against its reference.
+// The fused causal attention (offset 0, the training path of causal_attention) against autograd
+// through a plain ATen formulation: outputs and the gradients of q, k and v, for multi-head,
+// grouped-query and multi-query shapes, in float64 and float32, with 1 and 2 threads, in one and in
+// several query blocks; and the fused RoPE against its reference.
 #include <gtest/gtest.h>
 #include <torch/autograd.h>
 #include <torch/types.h>
@@ -17,19 +17,21 @@
 namespace cemfrac {
 namespace {
 
-torch::Tensor plain_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+torch::Tensor plain_attention(const torch::Tensor& q, const torch::Tensor& k,
+                              const torch::Tensor& v) {
   const int64_t H = q.size(1), N = q.size(2), d_h = q.size(3), group = H / k.size(1);
   const torch::Tensor kk = k.repeat_interleave(group, 1), vv = v.repeat_interleave(group, 1);
   const torch::Tensor scores = torch::matmul(q, kk.transpose(-2, -1)) / std::sqrt(double(d_h));
-  const torch::Tensor hidden = torch::ones({N, N}, torch::TensorOptions().dtype(torch::kBool)).triu(1);
+  const torch::Tensor hidden =
+      torch::ones({N, N}, torch::TensorOptions().dtype(torch::kBool)).triu(1);
   return torch::matmul(
       torch::softmax(scores.masked_fill(hidden, -std::numeric_limits<double>::infinity()), -1), vv);
 }
 
 // N = 37 fits one block of queries; N = 150 takes three (64, 64, 22 rows).
 void check(torch::ScalarType dtype, int64_t h_kv, int threads, double tol, int64_t N) {
-  SCOPED_TRACE(::testing::Message() << c10::toString(dtype) << " H_kv=" << h_kv << " threads=" << threads
-                                    << " N=" << N);
+  SCOPED_TRACE(::testing::Message()
+               << c10::toString(dtype) << " H_kv=" << h_kv << " threads=" << threads << " N=" << N);
   set_threads(threads);
   torch::manual_seed(3);
   const auto o = torch::TensorOptions().dtype(dtype);
@@ -43,8 +45,8 @@ void check(torch::ScalarType dtype, int64_t h_kv, int threads, double tol, int64
   ASSERT_EQ(fused.sizes(), plain.sizes());
   EXPECT_TRUE(torch::allclose(fused, plain, tol, tol));
   {
-    // Leave NaN-filled blocks of the gradients' sizes on the heap: a gradient block that the backward
-    // accumulates into without writing it first would pick one up.
+    // Leave NaN-filled blocks of the gradients' sizes on the heap: a gradient block that the
+    // backward accumulates into without writing it first would pick one up.
     std::vector<torch::Tensor> poison;
     for (int i = 0; i < 4; ++i) poison.push_back(torch::full({B, H, N, d_h}, std::nan(""), o));
   }
@@ -70,12 +72,12 @@ TEST(FusedAttention, EqualsAutogradFloat32) {
 }
 
 // Tied values (v is the key tensor itself, as in CEM attention): the kernel returns one gradient
-// dS^T q + P^T dO; autograd through the plain form adds the key and value paths. Queries come in the
-// merged-heads layout the layers give it, (B, N, H, d_h) seen as (B, H, N, d_h), so the row stride is
-// H d_h rather than d_h.
+// dS^T q + P^T dO; autograd through the plain form adds the key and value paths. Queries come in
+// the merged-heads layout the layers give it, (B, N, H, d_h) seen as (B, H, N, d_h), so the row
+// stride is H d_h rather than d_h.
 void check_tied(torch::ScalarType dtype, int64_t h_kv, int threads, double tol, int64_t N) {
-  SCOPED_TRACE(::testing::Message() << c10::toString(dtype) << " tied H_kv=" << h_kv << " threads=" << threads
-                                    << " N=" << N);
+  SCOPED_TRACE(::testing::Message() << c10::toString(dtype) << " tied H_kv=" << h_kv
+                                    << " threads=" << threads << " N=" << N);
   set_threads(threads);
   torch::manual_seed(5);
   const auto o = torch::TensorOptions().dtype(dtype);
@@ -112,14 +114,17 @@ TEST(FusedAttention, TiedValuesEqualAutograd) {
 TEST(FusedAttention, MaskedProbabilitiesAreExactZeros) {
   // Changing the last key and value never changes the outputs of earlier queries, bitwise.
   torch::manual_seed(4);
-  torch::Tensor q = torch::randn({2, 2, 9, 8}), k = torch::randn({2, 2, 9, 8}), v = torch::randn({2, 2, 9, 8});
+  torch::Tensor q = torch::randn({2, 2, 9, 8}), k = torch::randn({2, 2, 9, 8}),
+                v = torch::randn({2, 2, 9, 8});
   const torch::Tensor before = causal_attention(q, k, v, 0);
   k.select(2, 8).fill_(1e4);
   v.select(2, 8).fill_(-1e4);
   const torch::Tensor after = causal_attention(q, k, v, 0);
   EXPECT_TRUE(torch::equal(before.narrow(2, 0, 8), after.narrow(2, 0, 8)));
-  // Across query blocks (N = 130: blocks of 64, 64, 2 rows), changing key 100 leaves rows 0..99 alone.
-  q = torch::randn({1, 2, 130, 8}), k = torch::randn({1, 2, 130, 8}), v = torch::randn({1, 2, 130, 8});
+  // Across query blocks (N = 130: blocks of 64, 64, 2 rows), changing key 100 leaves rows 0..99
+  // alone.
+  q = torch::randn({1, 2, 130, 8}), k = torch::randn({1, 2, 130, 8}),
+  v = torch::randn({1, 2, 130, 8});
   const torch::Tensor long_before = causal_attention(q, k, v, 0);
   k.select(2, 100).fill_(1e4);
   v.select(2, 100).fill_(-1e4);
@@ -128,9 +133,10 @@ TEST(FusedAttention, MaskedProbabilitiesAreExactZeros) {
   EXPECT_FALSE(torch::equal(long_before.narrow(2, 100, 30), long_after.narrow(2, 100, 30)));
 }
 
-// The fused RoPE (one pass, layout-preserving, inverse rotation as its backward) against the reference
-// made of tensor ops: bitwise forward, gradients and second derivatives, for a contiguous input, a
-// transposed view (what split_heads gives) and a strided slice (what a fused QKV split gives).
+// The fused RoPE (one pass, layout-preserving, inverse rotation as its backward) against the
+// reference made of tensor ops: bitwise forward, gradients and second derivatives, for a contiguous
+// input, a transposed view (what split_heads gives) and a strided slice (what a fused QKV split
+// gives).
 TEST(FusedRope, EqualsReferenceWithGradients) {
   torch::manual_seed(5);
   const int64_t B = 2, H = 3, N = 7, d_h = 8;
@@ -140,7 +146,10 @@ TEST(FusedRope, EqualsReferenceWithGradients) {
   std::vector<std::pair<const char*, torch::Tensor>> inputs = {
       {"contiguous", torch::randn({B, H, N, d_h}, o)},
       {"transposed view", torch::randn({B, N, H, d_h}, o).transpose(1, 2)},
-      {"strided slice", torch::randn({B, N, 3 * H * d_h}, o).narrow(-1, H * d_h, H * d_h).view({B, N, H, d_h}).transpose(1, 2)},
+      {"strided slice", torch::randn({B, N, 3 * H * d_h}, o)
+                            .narrow(-1, H * d_h, H * d_h)
+                            .view({B, N, H, d_h})
+                            .transpose(1, 2)},
   };
   for (const auto& [name, base] : inputs) {
     for (bool inverse : {false, true}) {
@@ -154,12 +163,15 @@ TEST(FusedRope, EqualsReferenceWithGradients) {
       }
       // An output gradient whose last dimension is not contiguous (as matmul backward can produce).
       const torch::Tensor g = torch::randn({B, H, d_h, N}, o).transpose(2, 3);
-      const auto gf = torch::autograd::grad({fused}, {x}, {g}, /*retain_graph=*/true, /*create_graph=*/true);
-      const auto gr = torch::autograd::grad({ref}, {x}, {g}, /*retain_graph=*/true, /*create_graph=*/true);
+      const auto gf =
+          torch::autograd::grad({fused}, {x}, {g}, /*retain_graph=*/true, /*create_graph=*/true);
+      const auto gr =
+          torch::autograd::grad({ref}, {x}, {g}, /*retain_graph=*/true, /*create_graph=*/true);
       EXPECT_TRUE(torch::allclose(gf[0], gr[0], 0, 1e-14));
-      // Second order, through the backward's own graph: the gradient of sum(y^2 w1) depends on x, and
-      // the gradient of <that gradient, w2> runs the Function's backward of the backward.
-      const torch::Tensor w1 = torch::randn({B, H, N, d_h}, o), w2 = torch::randn({B, H, N, d_h}, o);
+      // Second order, through the backward's own graph: the gradient of sum(y^2 w1) depends on x,
+      // and the gradient of <that gradient, w2> runs the Function's backward of the backward.
+      const torch::Tensor w1 = torch::randn({B, H, N, d_h}, o),
+                          w2 = torch::randn({B, H, N, d_h}, o);
       const auto d1f = torch::autograd::grad({(fused * fused * w1).sum()}, {x}, {}, true, true);
       const auto d1r = torch::autograd::grad({(ref * ref * w1).sum()}, {x}, {}, true, true);
       const auto d2f = torch::autograd::grad({(d1f[0] * w2).sum()}, {x});

@@ -1,6 +1,6 @@
-// The fast mixer/FFN/norm layers against straightforward references written from the formulas: loops
-// over batch, heads and positions, an explicit softmax, RoPE from cos/sin of p * theta^(-2i/d_h), all
-// in float64.
+// The fast mixer/FFN/norm layers against straightforward references written from the formulas:
+// loops over batch, heads and positions, an explicit softmax, RoPE from cos/sin of p *
+// theta^(-2i/d_h), all in float64.
 #include <gtest/gtest.h>
 #include <torch/types.h>
 #include <torch/utils.h>
@@ -97,7 +97,11 @@ void check_attention(const Flavour& f) {
   torch::manual_seed(7);
   const double theta = 10000.0;
   const int64_t B = 2, N = 7, D = 24, H = 4, context = 16;
-  MhaImpl mha(MhaOptions(D, H).n_kv_heads(f.n_kv_heads).bias(f.bias).rope(f.rope).init_std(0.3)
+  MhaImpl mha(MhaOptions(D, H)
+                  .n_kv_heads(f.n_kv_heads)
+                  .bias(f.bias)
+                  .rope(f.rope)
+                  .init_std(0.3)
                   .out_init_std(0.3));
   mha.to(torch::kFloat64);
   if (f.bias) {  // non-zero biases so that they are checked too
@@ -116,12 +120,21 @@ void check_attention(const Flavour& f) {
       << "max abs error " << (fast - slow).abs().max().item<double>();
 }
 
-TEST(Attention, Gpt2FlavourEqualsReference) { check_attention({"gpt2", true, false, 0}); }
-TEST(Attention, LlamaFlavourEqualsReference) { check_attention({"llama", false, true, 0}); }
-TEST(Attention, GroupedQueryEqualsReference) { check_attention({"gqa", false, true, 2}); }
-TEST(Attention, MultiQueryEqualsReference) { check_attention({"mqa", false, true, 1}); }
+TEST(Attention, Gpt2FlavourEqualsReference) {
+  check_attention({"gpt2", true, false, 0});
+}
+TEST(Attention, LlamaFlavourEqualsReference) {
+  check_attention({"llama", false, true, 0});
+}
+TEST(Attention, GroupedQueryEqualsReference) {
+  check_attention({"gqa", false, true, 2});
+}
+TEST(Attention, MultiQueryEqualsReference) {
+  check_attention({"mqa", false, true, 1});
+}
 
-// The reference itself must notice a wrong answer: perturb one output weight and the results differ.
+// The reference itself must notice a wrong answer: perturb one output weight and the results
+// differ.
 TEST(Attention, ReferenceDetectsAChange) {
   torch::manual_seed(3);
   MhaImpl mha(MhaOptions(8, 2).rope(true).init_std(0.3));
@@ -176,7 +189,8 @@ TEST(Norms, RmsNormEqualsFormula) {
       double ms = 0;
       for (int64_t i = 0; i < 6; ++i) ms += std::pow(x[b][n][i].item<double>(), 2) / 6;
       for (int64_t i = 0; i < 6; ++i) {
-        expected[b][n][i] = x[b][n][i].item<double>() / std::sqrt(ms + 1e-5) * norm.weight[i].item<double>();
+        expected[b][n][i] =
+            x[b][n][i].item<double>() / std::sqrt(ms + 1e-5) * norm.weight[i].item<double>();
       }
     }
   }
@@ -202,8 +216,9 @@ TEST(Norms, LayerNormEqualsFormulaWithAndWithoutBias) {
 }
 
 // Llama 3.2's published scaling (factor 32, low/high 1/4, original context 8192) at d_h = 128,
-// theta = 500000: frequency 0 (wavelength 2 pi) is kept, frequency 63 (wavelength ~2.6e6) is divided
-// by 32, and frequency 33 (wavelength ~5.45e3, between 8192 / 4 and 8192 / 1) is interpolated.
+// theta = 500000: frequency 0 (wavelength 2 pi) is kept, frequency 63 (wavelength ~2.6e6) is
+// divided by 32, and frequency 33 (wavelength ~5.45e3, between 8192 / 4 and 8192 / 1) is
+// interpolated.
 TEST(Rope, Llama3ScalingKeepsShortStretchesLongAndBlendsBetween) {
   RopeScaling s;
   s.type = "llama3";

@@ -40,7 +40,8 @@ std::vector<Variant> variants() {
   v.push_back({"distance_shared", false, CemRopeMode::kExact, CemDiagonal::kShared, true});
   v.push_back({"rope_exact", true});
   v.push_back({"rope_exact_dlr_per_head", true, CemRopeMode::kExact, CemDiagonal::kPerHead});
-  v.push_back({"rope_exact_distance_shared", true, CemRopeMode::kExact, CemDiagonal::kShared, true});
+  v.push_back(
+      {"rope_exact_distance_shared", true, CemRopeMode::kExact, CemDiagonal::kShared, true});
   v.push_back({"precond", false, CemRopeMode::kExact, CemDiagonal::kNone, false, true});
   v.push_back({"precond_psd", false, CemRopeMode::kExact, CemDiagonal::kNone, false, true, true});
   v.push_back({"rope_dlr_precond", true, CemRopeMode::kExact, CemDiagonal::kPerHead, true, true});
@@ -51,14 +52,17 @@ std::vector<Variant> variants() {
 // random preconditioner factors and eta = 0.7 (when learnable).
 std::shared_ptr<CemAttentionImpl> make(const Variant& v, int64_t steps = 1, uint64_t seed = 1) {
   torch::manual_seed(seed);
-  auto m = std::make_shared<CemAttentionImpl>(
-      CemAttentionOptions(kD, kH)
-          .rope(v.rope)
-          .rope_mode(v.rope_mode)
-          .dlr(v.dlr)
-          .dlr_distance(v.distance)
-          .step(CemStepOptions().steps(steps).learn_eta(v.learn_eta).precond(v.precond)
-                    .precond_rank(kRank).precond_psd(v.psd)));
+  auto m = std::make_shared<CemAttentionImpl>(CemAttentionOptions(kD, kH)
+                                                  .rope(v.rope)
+                                                  .rope_mode(v.rope_mode)
+                                                  .dlr(v.dlr)
+                                                  .dlr_distance(v.distance)
+                                                  .step(CemStepOptions()
+                                                            .steps(steps)
+                                                            .learn_eta(v.learn_eta)
+                                                            .precond(v.precond)
+                                                            .precond_rank(kRank)
+                                                            .precond_psd(v.psd)));
   m->to(torch::kFloat64);
   torch::NoGradGuard no_grad;
   for (auto& p : m->named_parameters()) {
@@ -83,8 +87,8 @@ MixerContext context(bool rope, int64_t offset, int64_t n) {
 using test::rel_err;
 
 // -eta P grad_x E(x; h), with P formed densely here (the module never forms it).
-torch::Tensor expected_displacement(CemAttentionImpl& m, const torch::Tensor& x0, const torch::Tensor& h,
-                                    const MixerContext& ctx) {
+torch::Tensor expected_displacement(CemAttentionImpl& m, const torch::Tensor& x0,
+                                    const torch::Tensor& h, const MixerContext& ctx) {
   torch::Tensor x = x0.detach().clone().requires_grad_(true);
   torch::Tensor g = torch::autograd::grad({m.energy(x, h, ctx).sum()}, {x})[0];
   if (m.preconditioner() != nullptr) g = torch::matmul(g, m.preconditioner()->dense().t());
@@ -133,9 +137,9 @@ TEST(CemAttention, StepAgainstACacheIsTheGradientToo) {
       x = h.narrow(1, first, rest) + 0.3 * torch::randn({kB, rest, kD}, kF64);
       got = m->step(x, c) - x;
     }
-    const torch::Tensor want =
-        expected_displacement(*m, torch::cat({h.narrow(1, 0, first), x}, 1), h, context(v.rope, 0, kN))
-            .narrow(1, first, rest);
+    const torch::Tensor want = expected_displacement(*m, torch::cat({h.narrow(1, 0, first), x}, 1),
+                                                     h, context(v.rope, 0, kN))
+                                   .narrow(1, first, rest);
     EXPECT_LT(rel_err(got, want), 1e-11);
   }
 }
@@ -198,7 +202,8 @@ TEST(CemAttention, OneStepEqualsTiedMhaAndSharesGradients) {
     (a * w).sum().backward();
     (b * w).sum().backward();
     const torch::Tensor gq = mha->w_qkv.grad().narrow(0, 0, kD) + mha->w_o.grad().t();
-    const torch::Tensor gk = mha->w_qkv.grad().narrow(0, kD, kD) + mha->w_qkv.grad().narrow(0, 2 * kD, kD);
+    const torch::Tensor gk =
+        mha->w_qkv.grad().narrow(0, kD, kD) + mha->w_qkv.grad().narrow(0, 2 * kD, kD);
     EXPECT_LT((m->w_q.grad() - gq).abs().max().item<double>(), 1e-12);
     EXPECT_LT((m->w_k.grad() - gk).abs().max().item<double>(), 1e-12);
   }
@@ -237,9 +242,11 @@ TEST(CemAttention, Causal) {
           h2.narrow(1, i + 1, kN - i - 1).add_(torch::randn({1, kN - i - 1, kD}, kF64));
         }
         const torch::Tensor y2 = m->forward(h2, ctx);
-        EXPECT_TRUE(torch::equal(y.narrow(1, 0, i + 1), y2.narrow(1, 0, i + 1))) << "position " << i;
+        EXPECT_TRUE(torch::equal(y.narrow(1, 0, i + 1), y2.narrow(1, 0, i + 1)))
+            << "position " << i;
         const torch::Tensor g = torch::autograd::grad({y[0][i].sum()}, {h}, {}, true)[0];
-        EXPECT_EQ(g.narrow(1, i + 1, kN - i - 1).abs().max().item<double>(), 0.0) << "position " << i;
+        EXPECT_EQ(g.narrow(1, i + 1, kN - i - 1).abs().max().item<double>(), 0.0)
+            << "position " << i;
       }
     }
   }
@@ -276,7 +283,8 @@ TEST(CemAttention, GramPathEqualsDirectLoop) {
   for (const Variant& v : variants())
     if (v.dlr == CemDiagonal::kNone) vs.push_back(v);
   vs.push_back({"rope_naive", true, CemRopeMode::kNaive});
-  vs.push_back({"frozen_eta", false, CemRopeMode::kExact, CemDiagonal::kNone, false, false, false, false});
+  vs.push_back(
+      {"frozen_eta", false, CemRopeMode::kExact, CemDiagonal::kNone, false, false, false, false});
   ASSERT_EQ(vs.size(), 6u);
   for (const Variant& v : vs) {
     for (int64_t T : {2, 3, 5}) {
@@ -328,7 +336,8 @@ TEST(CemAttention, GramPathEqualsDirectLoop) {
   EXPECT_FALSE(dlr->uses_gram(1000));  // not available under D+LR
 }
 
-// Property 9: decoding in chunks with the K-only cache gives the full forward's output, T = 1, 2, 4.
+// Property 9: decoding in chunks with the K-only cache gives the full forward's output, T = 1,
+// 2, 4.
 TEST(CemAttention, DecodingEqualsFullForward) {
   Variant naive{"rope_naive", true, CemRopeMode::kNaive};
   std::vector<Variant> vs = variants();
@@ -379,7 +388,8 @@ TEST(CemAttention, SmallStepsDescend) {
     // Position 0 sees only itself: its energy is linear in x, so it strictly descends too.
     for (int t = 0; t < 5; ++t) {
       const torch::Tensor next = m->step(x, c);
-      EXPECT_TRUE((m->energy(next, h, ctx) < m->energy(x, h, ctx)).all().item<bool>()) << "step " << t;
+      EXPECT_TRUE((m->energy(next, h, ctx) < m->energy(x, h, ctx)).all().item<bool>())
+          << "step " << t;
       x = next;
     }
   }
@@ -433,7 +443,8 @@ TEST(CemAttention, ParameterCounts) {
   frozen.learn_eta = false;
   EXPECT_EQ(count(frozen), 2 * kD * kH * kDh);
   EXPECT_EQ(count({"plain"}), 2 * kD * kH * kDh + 1);
-  EXPECT_EQ(count({"h", false, CemRopeMode::kExact, CemDiagonal::kPerHead}), 2 * kD * kD + 1 + kH * kD);
+  EXPECT_EQ(count({"h", false, CemRopeMode::kExact, CemDiagonal::kPerHead}),
+            2 * kD * kD + 1 + kH * kD);
   EXPECT_EQ(count({"s", false, CemRopeMode::kExact, CemDiagonal::kShared}), 2 * kD * kD + 1 + kD);
   EXPECT_EQ(count({"p", false, CemRopeMode::kExact, CemDiagonal::kNone, false, true}),
             2 * kD * kD + kD + 2 * kD * kRank);  // eta fixed at 1 with P

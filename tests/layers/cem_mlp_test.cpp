@@ -34,8 +34,11 @@ std::vector<Variant> variants() {
 std::shared_ptr<CemMlpImpl> make(const Variant& v, int64_t steps = 1, uint64_t seed = 1) {
   torch::manual_seed(seed);
   auto m = std::make_shared<CemMlpImpl>(
-      CemMlpOptions(kD, kM).form_b(v.form_b).step(CemStepOptions().steps(steps).learn_eta(v.learn_eta)
-                                                      .precond(v.precond).precond_rank(kRank)
+      CemMlpOptions(kD, kM).form_b(v.form_b).step(CemStepOptions()
+                                                      .steps(steps)
+                                                      .learn_eta(v.learn_eta)
+                                                      .precond(v.precond)
+                                                      .precond_rank(kRank)
                                                       .precond_psd(v.psd)));
   m->to(torch::kFloat64);
   torch::NoGradGuard no_grad;
@@ -82,14 +85,16 @@ TEST(CemMlp, PhiClosedFormMatchesQuadratureAndDifferentiatesToSilu) {
   torch::Tensor phi = cem_phi(u);
   for (size_t i = 0; i < us.size(); ++i) {
     const double want = us[i] < -30 ? M_PI * M_PI / 12 : phi_quadrature(us[i]);
-    EXPECT_NEAR(phi[i].item<double>(), want, 1e-13 * std::max(1.0, std::abs(want))) << "u = " << us[i];
+    EXPECT_NEAR(phi[i].item<double>(), want, 1e-13 * std::max(1.0, std::abs(want)))
+        << "u = " << us[i];
   }
   EXPECT_NEAR(phi[7].item<double>(), 0.0, 1e-15);  // Phi(0) = 0
   const torch::Tensor g = torch::autograd::grad({phi.sum()}, {u})[0];
   EXPECT_LT((g - torch::silu(u.detach())).abs().max().item<double>(), 1e-14);
 }
 
-torch::Tensor expected_displacement(CemMlpImpl& m, const torch::Tensor& x0, const torch::Tensor& h) {
+torch::Tensor expected_displacement(CemMlpImpl& m, const torch::Tensor& x0,
+                                    const torch::Tensor& h) {
   torch::Tensor x = x0.detach().clone().requires_grad_(true);
   torch::Tensor g = torch::autograd::grad({m.energy(x, h).sum()}, {x})[0];
   if (m.preconditioner() != nullptr) g = torch::matmul(g, m.preconditioner()->dense().t());
@@ -109,8 +114,8 @@ TEST(CemMlp, StepIsMinusEtaPGradientOfEnergy) {
     }
     // The explicit option-A formula: eta W_U^T [SiLU(W_U x) * W_G h].
     if (!v.form_b && !v.precond) {
-      const torch::Tensor d = torch::matmul(torch::silu(torch::matmul(h, m->w_u.t())) *
-                                                torch::matmul(h, m->w_g.t()), m->w_u);
+      const torch::Tensor d = torch::matmul(
+          torch::silu(torch::matmul(h, m->w_u.t())) * torch::matmul(h, m->w_g.t()), m->w_u);
       EXPECT_LT(rel_err((m->step(h, gate) - h).detach(), m->eta() * d), 1e-14);
     }
   }
@@ -137,7 +142,8 @@ TEST(CemMlp, OneStepEqualsSwiGluAndSharesGradients) {
     EXPECT_LT((a - b).abs().max().item<double>(), 1e-12);
     (a * w).sum().backward();
     (b * w).sum().backward();
-    const torch::Tensor gu = (form_b ? ref->w_up.grad() : ref->w_gate.grad()) + ref->w_down.grad().t();
+    const torch::Tensor gu =
+        (form_b ? ref->w_up.grad() : ref->w_gate.grad()) + ref->w_down.grad().t();
     const torch::Tensor gg = form_b ? ref->w_gate.grad() : ref->w_up.grad();
     EXPECT_LT((m->w_u.grad() - gu).abs().max().item<double>(), 1e-12);
     EXPECT_LT((m->w_g.grad() - gg).abs().max().item<double>(), 1e-12);
@@ -164,7 +170,8 @@ TEST(CemMlp, RecursionSemantics) {
       // Per position: A = I + eta W_U^T diag(S) W_U, x^(3) = A^3 h.
       for (int64_t n = 0; n < kN; ++n) {
         const torch::Tensor S = torch::silu(torch::matmul(m->w_g, h[0][n]));
-        const torch::Tensor A = torch::eye(kD, kF64) + m->eta() * torch::matmul(m->w_u.t() * S, m->w_u);
+        const torch::Tensor A =
+            torch::eye(kD, kF64) + m->eta() * torch::matmul(m->w_u.t() * S, m->w_u);
         const torch::Tensor want = torch::matmul(torch::matrix_power(A, 3), h[0][n]);
         EXPECT_LT(rel_err(x[0][n], want), 1e-13);
       }
@@ -223,7 +230,8 @@ TEST(CemMlp, ParameterCountsAndPreconditioner) {
   auto fresh = std::make_shared<CemMlpImpl>(
       CemMlpOptions(kD, kM).step(CemStepOptions().precond(true).precond_rank(kRank)));
   fresh->to(torch::kFloat64);
-  EXPECT_LT((fresh->preconditioner()->dense() - torch::eye(kD, kF64)).abs().max().item<double>(), 1e-7);
+  EXPECT_LT((fresh->preconditioner()->dense() - torch::eye(kD, kF64)).abs().max().item<double>(),
+            1e-7);
   fresh->forward(torch::randn({kB, kN, kD}, kF64)).pow(2).sum().backward();
   auto params = fresh->named_parameters();
   EXPECT_GT(params["precond.p"].grad().abs().max().item<double>(), 0.0);

@@ -1,7 +1,7 @@
 // CEM kinds inside whole models: the presets' parameter counts (CEM spec §4.2 / §7 property
-// 12), the parameter table (one entry per tied tensor, kinds and optimizer groups), cached decoding of a
-// whole model at T = 1, 2, 4 (property 9), config checks, and the checkpoint overrides of test-time
-// scaling (--set model.cem.steps=4).
+// 12), the parameter table (one entry per tied tensor, kinds and optimizer groups), cached decoding
+// of a whole model at T = 1, 2, 4 (property 9), config checks, and the checkpoint overrides of
+// test-time scaling (--set model.cem.steps=4).
 #include <gtest/gtest.h>
 #include <torch/optim/adam.h>
 #include <torch/types.h>
@@ -138,7 +138,8 @@ TEST(CemModel, DecodingEqualsFullForward) {
         DecodeState state = model->new_decode_state();
         std::vector<torch::Tensor> parts;
         parts.push_back(model->forward(tokens.narrow(1, 0, 3), &state));
-        for (int64_t n = 3; n < 12; ++n) parts.push_back(model->forward(tokens.narrow(1, n, 1), &state));
+        for (int64_t n = 3; n < 12; ++n)
+          parts.push_back(model->forward(tokens.narrow(1, n, 1), &state));
         const double err = (torch::cat(parts, 1) - full).abs().max().item<double>();
         EXPECT_LT(err, dtype == torch::kFloat64 ? 1e-10 : 1e-5);
         const auto& s = static_cast<const CemAttentionState&>(*state.layers[0]);
@@ -198,23 +199,30 @@ TEST(CemModel, ConfigErrorsNameTheKeyAndTheValue) {
   };
   EXPECT_NE(with([](ModelConfig& x) { x.cem.steps = 0; }).find("cem.steps = 0: must be in 1..64"),
             std::string::npos);
-  EXPECT_NE(with([](ModelConfig& x) { x.cem.dlr = "diag"; })
-                .find("cem.dlr = \"diag\": unknown; valid: none, per_head, shared"),
+  EXPECT_NE(with([](ModelConfig& x) {
+              x.cem.dlr = "diag";
+            }).find("cem.dlr = \"diag\": unknown; valid: none, per_head, shared"),
             std::string::npos);
-  EXPECT_NE(with([](ModelConfig& x) { x.cem.rope_mode = "rotary"; }).find("valid: exact, naive, none"),
-            std::string::npos);
+  EXPECT_NE(
+      with([](ModelConfig& x) { x.cem.rope_mode = "rotary"; }).find("valid: exact, naive, none"),
+      std::string::npos);
   EXPECT_NE(with([](ModelConfig& x) { x.cem.dlr_distance = true; }).find("cem.dlr_distance"),
             std::string::npos);
   EXPECT_NE(with([](ModelConfig& x) { x.cem.precond_rank = 0; }).find("cem.precond_rank = 0"),
             std::string::npos);
   EXPECT_NE(with([](ModelConfig& x) { x.cem.mlp_form = "c"; }).find("cem.mlp_form = \"c\""),
             std::string::npos);
-  EXPECT_NE(with([](ModelConfig& x) { x.cem.recursion_keys = "h"; })
-                .find("cem.recursion_keys = \"h\": unknown; valid: fixed, iterate"),
+  EXPECT_NE(with([](ModelConfig& x) {
+              x.cem.recursion_keys = "h";
+            }).find("cem.recursion_keys = \"h\": unknown; valid: fixed, iterate"),
             std::string::npos);
-  EXPECT_NE(with([](ModelConfig& x) { x.cem.prox = "on"; }).find("cem.prox = \"on\": unknown; valid: none, learned, fixed"),
+  EXPECT_NE(with([](ModelConfig& x) {
+              x.cem.prox = "on";
+            }).find("cem.prox = \"on\": unknown; valid: none, learned, fixed"),
             std::string::npos);
-  EXPECT_NE(with([](ModelConfig& x) { x.cem.step_norm = "layer"; }).find("cem.step_norm = \"layer\": unknown; valid: none, rms"),
+  EXPECT_NE(with([](ModelConfig& x) {
+              x.cem.step_norm = "layer";
+            }).find("cem.step_norm = \"layer\": unknown; valid: none, rms"),
             std::string::npos);
   EXPECT_NE(with([](ModelConfig& x) { x.n_kv_heads = 2; }).find("n_kv_heads = 2: cem_attention"),
             std::string::npos);
@@ -234,7 +242,8 @@ TEST(CemModel, ConfigErrorsNameTheKeyAndTheValue) {
 TEST(CemModel, CheckpointOverridesChangeOnlyShapeFreeFields) {
   const ModelConfig c = preset("tiny-cem-full");
   const nlohmann::json j = to_json(c);
-  const ModelConfig t4 = apply_model_overrides(j, {"model.cem.steps=4", "model.cem.rope_mode=none"}, "x");
+  const ModelConfig t4 =
+      apply_model_overrides(j, {"model.cem.steps=4", "model.cem.rope_mode=none"}, "x");
   EXPECT_EQ(t4.cem.steps, 4);
   EXPECT_EQ(t4.cem.rope_mode, "none");
   LmModel a(c, torch::kMeta), b(t4, torch::kMeta);
@@ -252,9 +261,12 @@ TEST(CemModel, CheckpointOverridesChangeOnlyShapeFreeFields) {
     }
     return std::string();
   };
-  EXPECT_NE(error("model.cem.dlr=shared").find("--set model.cem.dlr=shared: a checkpoint's architecture"),
-            std::string::npos);
-  EXPECT_NE(error("model.cem.precond_rank=4").find("model.cem.{steps, rope_mode, dlr_distance, mlp_form, recursion, recursion_keys, step_norm}"),
+  EXPECT_NE(
+      error("model.cem.dlr=shared").find("--set model.cem.dlr=shared: a checkpoint's architecture"),
+      std::string::npos);
+  EXPECT_NE(error("model.cem.precond_rank=4")
+                .find("model.cem.{steps, rope_mode, dlr_distance, mlp_form, recursion, "
+                      "recursion_keys, step_norm}"),
             std::string::npos);
   EXPECT_NE(error("model.d_model=32").find("--set model.d_model=32"), std::string::npos);
   EXPECT_NE(error("model.cem.steps=0").find("cem.steps = 0: must be in 1..64"), std::string::npos);
@@ -277,7 +289,8 @@ TEST(CemModel, EvalAndGenerateAtAnotherT) {
   auto tok = make_tokenizer("byte");
   ASSERT_LE(tok->vocab_size(), c.vocab_size);
   CheckpointContents contents;
-  for (const auto& p : model->named_parameters()) contents.model[p.key()] = p.value().detach().contiguous();
+  for (const auto& p : model->named_parameters())
+    contents.model[p.key()] = p.value().detach().contiguous();
   contents.config = to_json(c);
   contents.tokenizer = tok.get();
   contents.trainer.step = 1;
@@ -316,8 +329,9 @@ TEST(CemModel, EvalAndGenerateAtAnotherT) {
   EXPECT_EQ(at2, at2_again);
   EXPECT_NE(at2, at4);
   // The energy diagnostic: every CEM sub-layer, T + 1 values (before and after each step).
-  const test::RunResult traced = test::run_cemfrac(
-      {"eval", "--checkpoint", dir, "--text", text, "--json", "--cem-energy", "--set", "model.cem.steps=3"});
+  const test::RunResult traced =
+      test::run_cemfrac({"eval", "--checkpoint", dir, "--text", text, "--json", "--cem-energy",
+                         "--set", "model.cem.steps=3"});
   ASSERT_EQ(traced.exit_code, 0) << traced.err;
   const nlohmann::json energy = nlohmann::json::parse(traced.out)["cem_energy"];
   EXPECT_EQ(energy.size(), 2u * c.n_layers);
@@ -325,13 +339,13 @@ TEST(CemModel, EvalAndGenerateAtAnotherT) {
     ASSERT_TRUE(energy.contains(name)) << energy.dump();
     EXPECT_EQ(energy[name].size(), 4u) << name;
   }
-  const test::RunResult gen = test::run_cemfrac({"generate", "--checkpoint", dir, "--prompt", "The",
-                                                 "--max-new-tokens", "8", "--temperature", "0",
-                                                 "--set", "model.cem.steps=4"});
+  const test::RunResult gen =
+      test::run_cemfrac({"generate", "--checkpoint", dir, "--prompt", "The", "--max-new-tokens",
+                         "8", "--temperature", "0", "--set", "model.cem.steps=4"});
   EXPECT_EQ(gen.exit_code, 0) << gen.err;
-  test::expect_one_line_error(
-      test::run_cemfrac({"eval", "--checkpoint", dir, "--text", text, "--set", "model.cem.dlr=shared"}),
-      "--set model.cem.dlr=shared: a checkpoint's architecture is fixed");
+  test::expect_one_line_error(test::run_cemfrac({"eval", "--checkpoint", dir, "--text", text,
+                                                 "--set", "model.cem.dlr=shared"}),
+                              "--set model.cem.dlr=shared: a checkpoint's architecture is fixed");
   test::expect_one_line_error(
       test::run_cemfrac({"generate", "--checkpoint", dir, "--set", "model.cem.steps=0"}),
       "cem.steps = 0: must be in 1..64");

@@ -27,7 +27,9 @@ const auto kF64 = torch::TensorOptions().dtype(torch::kFloat64);
 constexpr int64_t kB = 2, kN = 6, kD = 8, kH = 2, kDh = 4, kM = 10, kRank = 2;
 
 // softplus^-1(y) = y + log(1 - e^-y), without overflow for large y.
-double softplus_inv(double y) { return y + std::log(-std::expm1(-y)); }
+double softplus_inv(double y) {
+  return y + std::log(-std::expm1(-y));
+}
 
 struct Attn {
   std::string name;
@@ -45,15 +47,18 @@ struct Attn {
 std::shared_ptr<CemAttentionImpl> make_attn(const Attn& v, int64_t steps, double w_std = 0.6,
                                             uint64_t seed = 1) {
   torch::manual_seed(seed);
-  auto m = std::make_shared<CemAttentionImpl>(
-      CemAttentionOptions(kD, kH)
-          .rope(v.rope)
-          .rope_mode(v.rope_mode)
-          .dlr(v.dlr)
-          .dlr_distance(v.distance)
-          .recursion_keys(v.keys)
-          .step(CemStepOptions().steps(steps).precond(v.precond).precond_rank(kRank).prox(v.prox)
-                    .step_norm(v.step_norm)));
+  auto m = std::make_shared<CemAttentionImpl>(CemAttentionOptions(kD, kH)
+                                                  .rope(v.rope)
+                                                  .rope_mode(v.rope_mode)
+                                                  .dlr(v.dlr)
+                                                  .dlr_distance(v.distance)
+                                                  .recursion_keys(v.keys)
+                                                  .step(CemStepOptions()
+                                                            .steps(steps)
+                                                            .precond(v.precond)
+                                                            .precond_rank(kRank)
+                                                            .prox(v.prox)
+                                                            .step_norm(v.step_norm)));
   m->to(torch::kFloat64);
   torch::NoGradGuard no_grad;
   for (auto& p : m->named_parameters()) {
@@ -81,7 +86,9 @@ MixerContext context(bool rope, int64_t offset, int64_t n) {
   return ctx;
 }
 
-double max_abs(const torch::Tensor& t) { return t.abs().max().item<double>(); }
+double max_abs(const torch::Tensor& t) {
+  return t.abs().max().item<double>();
+}
 using test::rel_err;
 
 std::vector<Attn> iterate_variants() {
@@ -106,11 +113,13 @@ torch::Tensor minus_eta_p_grad(const CemAttentionImpl& m, const torch::Tensor& x
   return -m.eta() * g;
 }
 
-// ---- recursion_keys = iterate ----------------------------------------------------------------------
+// ---- recursion_keys = iterate
+// ----------------------------------------------------------------------
 
-// Semantics: T steps with keys from the iterates are T applications of the one-step sub-layer to its
-// own iterate, x <- x + mixer_(T=1)(x) (the weight-shared sub-layer repeated without re-normalising);
-// T = 1 is bitwise the fixed-key layer; T = 2 differs from it; one key projection per step.
+// Semantics: T steps with keys from the iterates are T applications of the one-step sub-layer to
+// its own iterate, x <- x + mixer_(T=1)(x) (the weight-shared sub-layer repeated without
+// re-normalising); T = 1 is bitwise the fixed-key layer; T = 2 differs from it; one key projection
+// per step.
 TEST(CemRecursionKeys, IterateIsTheOneStepSubLayerRepeatedOnTheIterate) {
   for (const Attn& v : iterate_variants()) {
     SCOPED_TRACE(v.name);
@@ -138,8 +147,9 @@ TEST(CemRecursionKeys, IterateIsTheOneStepSubLayerRepeatedOnTheIterate) {
 }
 
 // Every step t is -eta P times the gradient, at x = x^(t), of the conditional energy whose keys are
-// the current iterates held fixed: F_t(x) = sum_i E_i(x_i; x^(t)_1..i) (+ 1/2 lambda |x - h|^2). This
-// is what the update is the gradient of; it is not the gradient of one energy of x (next test).
+// the current iterates held fixed: F_t(x) = sum_i E_i(x_i; x^(t)_1..i) (+ 1/2 lambda |x - h|^2).
+// This is what the update is the gradient of; it is not the gradient of one energy of x (next
+// test).
 TEST(CemRecursionKeys, EachStepIsTheGradientOfTheEnergyConditionedOnTheCurrentIterates) {
   std::vector<Attn> vs = iterate_variants();
   vs.erase(vs.begin() + 2);  // naive RoPE is not a gradient by design
@@ -159,8 +169,8 @@ TEST(CemRecursionKeys, EachStepIsTheGradientOfTheEnergyConditionedOnTheCurrentIt
       c.anchor = h;
       const torch::Tensor got = m->step(x, c) - x;
       const torch::Tensor keys = x.clone();
-      const torch::Tensor want =
-          minus_eta_p_grad(*m, x, [&](const torch::Tensor& y) { return m->energy(y, keys, ctx, h); });
+      const torch::Tensor want = minus_eta_p_grad(
+          *m, x, [&](const torch::Tensor& y) { return m->energy(y, keys, ctx, h); });
       EXPECT_LT(rel_err(got, want), 1e-11) << "step " << t;
       x = x + got;
     }
@@ -169,8 +179,8 @@ TEST(CemRecursionKeys, EachStepIsTheGradientOfTheEnergyConditionedOnTheCurrentIt
 
 // The update field v(x) = -grad_x F(x; keys = x) with keys from the iterates is causal with real
 // cross-token coupling: dv_i/dx_j != 0 for some j < i but == 0 for every j > i. Its Jacobian is
-// therefore not symmetric, and no scalar energy U(x) has v = -grad U (a gradient field's Jacobian is
-// the Hessian, symmetric). docs/layers/cem.md §8.1.
+// therefore not symmetric, and no scalar energy U(x) has v = -grad U (a gradient field's Jacobian
+// is the Hessian, symmetric). docs/layers/cem.md §8.1.
 TEST(CemRecursionKeys, IterateUpdateIsNotAGradientField) {
   Attn v{"plain"};
   v.keys = CemRecursionKeys::kIterate;
@@ -193,13 +203,13 @@ TEST(CemRecursionKeys, IterateUpdateIsNotAGradientField) {
       if (j > i) upper = std::max(upper, b);
     }
   }
-  EXPECT_GT(lower, 1e-2);    // token i's update depends on earlier iterates (through their keys)
-  EXPECT_EQ(upper, 0.0);     // and on no later one (causal, exactly)
+  EXPECT_GT(lower, 1e-2);  // token i's update depends on earlier iterates (through their keys)
+  EXPECT_EQ(upper, 0.0);   // and on no later one (causal, exactly)
   EXPECT_GT(max_abs(J - J.t()), 1e-2);  // so J is not a Hessian
 }
 
-// Decoding in chunks with the per-step key cache equals the full forward; the state holds T caches of
-// the fixed-key cache's shape (steps 1..T-1 in `iterate`).
+// Decoding in chunks with the per-step key cache equals the full forward; the state holds T caches
+// of the fixed-key cache's shape (steps 1..T-1 in `iterate`).
 TEST(CemRecursionKeys, DecodingWithPerStepKeysEqualsFullForward) {
   for (const Attn& v : iterate_variants()) {
     for (int64_t T : {1, 2, 4}) {
@@ -229,10 +239,11 @@ TEST(CemRecursionKeys, DecodingWithPerStepKeysEqualsFullForward) {
   }
 }
 
-// ---- T = 1 unchanged ---------------------------------------------------------------------------------
+// ---- T = 1 unchanged
+// ---------------------------------------------------------------------------------
 
-// With prox (learned or fixed), step_norm or iterate keys, the T = 1 sub-layer computes bitwise what
-// the default one computes (same weights), and so do its input gradients.
+// With prox (learned or fixed), step_norm or iterate keys, the T = 1 sub-layer computes bitwise
+// what the default one computes (same weights), and so do its input gradients.
 TEST(CemRecursionOptions, TOneLayerIsUnchanged) {
   std::vector<Attn> opts(4);
   opts[0].keys = CemRecursionKeys::kIterate;
@@ -267,7 +278,8 @@ TEST(CemRecursionOptions, TOneLayerIsUnchanged) {
   }
 }
 
-// ---- prox ----------------------------------------------------------------------------------------------
+// ---- prox
+// ----------------------------------------------------------------------------------------------
 
 // The step with the proximal term is -eta P grad of E + 1/2 lambda |x - h|^2 (learned and fixed
 // lambda, attention and both MLP forms), at a perturbed x (at x = h the term's gradient is 0).
@@ -321,11 +333,11 @@ TEST(CemProx, StepIsMinusEtaPGradientOfEnergyWithProximalTerm) {
 
 // Convergence on a fixed h (docs/layers/cem.md §8.2). With P = I the step map is
 //   S(x) = x - eta lambda (x - h) + eta d(x),   d = -grad E,
-// and if d is L-Lipschitz, |S(x) - S(y)| <= (|1 - eta lambda| + eta L) |x - y|: a contraction, so the
-// iterate converges (geometrically, rate rho), whenever lambda > L and 0 < eta < 2 / (lambda + L).
-// Attention: dd/dx_i = beta sum_k W_Qk^T Cov_p(W_Kk h) W_Qk, so L <= beta sum_k |W_Qk|^2 max_j |W_Kk h_j|^2.
-// The test sets lambda = 2 L and eta = 1/lambda (rho = 1/2) or eta = 1.2/lambda (rho = 0.8) and checks
-// |x^(t+1) - x^(t)| <= rho^t |x^(1) - x^(0)| up to rounding for t < 48.
+// and if d is L-Lipschitz, |S(x) - S(y)| <= (|1 - eta lambda| + eta L) |x - y|: a contraction, so
+// the iterate converges (geometrically, rate rho), whenever lambda > L and 0 < eta < 2 / (lambda +
+// L). Attention: dd/dx_i = beta sum_k W_Qk^T Cov_p(W_Kk h) W_Qk, so L <= beta sum_k |W_Qk|^2 max_j
+// |W_Kk h_j|^2. The test sets lambda = 2 L and eta = 1/lambda (rho = 1/2) or eta = 1.2/lambda (rho
+// = 0.8) and checks |x^(t+1) - x^(t)| <= rho^t |x^(1) - x^(0)| up to rounding for t < 48.
 TEST(CemProx, AttentionIterateConvergesInsideTheDerivedStepRange) {
   Attn v{"prox"};
   v.prox = CemProxMode::kLearned;
@@ -336,8 +348,9 @@ TEST(CemProx, AttentionIterateConvergesInsideTheDerivedStepRange) {
   double L = 0;
   for (int64_t k = 0; k < kH; ++k) {
     const torch::Tensor wq = m->w_q.narrow(0, k * kDh, kDh), wk = m->w_k.narrow(0, k * kDh, kDh);
-    const double nq = torch::linalg_svdvals(wq).max().item<double>();        // |W_Qk|_2
-    const double vk2 = torch::linear(h, wk).pow(2).sum(-1).max().item<double>();  // max_j |W_Kk h_j|^2
+    const double nq = torch::linalg_svdvals(wq).max().item<double>();  // |W_Qk|_2
+    const double vk2 =
+        torch::linear(h, wk).pow(2).sum(-1).max().item<double>();  // max_j |W_Kk h_j|^2
     L += beta * nq * nq * vk2;
   }
   ASSERT_GT(L, 0.1);  // a non-trivial energy
@@ -403,17 +416,18 @@ TEST(CemProx, MlpIterateConvergesInsideTheDerivedStepRange) {
   }
 }
 
-// ---- step_norm -----------------------------------------------------------------------------------------
+// ---- step_norm
+// -----------------------------------------------------------------------------------------
 
-// Attention with fixed keys and P = I: per token, E(x) = -1/beta sum_k lse(beta s_k(x)) is concave in
-// x (s linear in x). Let r = |h_i| and x^ on the sphere |x^| = r, g = -grad E(x^), y = x^ + eta g and
-// x^' = r y / |y| (the next normalised iterate). Convexity of -E gives
+// Attention with fixed keys and P = I: per token, E(x) = -1/beta sum_k lse(beta s_k(x)) is concave
+// in x (s linear in x). Let r = |h_i| and x^ on the sphere |x^| = r, g = -grad E(x^), y = x^ + eta
+// g and x^' = r y / |y| (the next normalised iterate). Convexity of -E gives
 //   E(x^') <= E(x^) - g.(x^' - x^),   and   g.(x^' - x^) = (r|y| - y.x^ + r^2 - x^.x^') / eta
 //   >= (r^2 - x^.x^') / eta = |x^' - x^|^2 / (2 eta)    (Cauchy-Schwarz: r|y| >= y.x^).
 // So every step lowers the energy by at least |x^' - x^|^2 / (2 eta), for ANY eta > 0: the energy
-// (bounded below on the sphere) converges and the steps are square-summable, hence go to 0. The test
-// checks that inequality at each of 64 steps per token (rounding allowance 1e-12 (1 + |E|)), and that
-// the module's forward is the iteration it describes.
+// (bounded below on the sphere) converges and the steps are square-summable, hence go to 0. The
+// test checks that inequality at each of 64 steps per token (rounding allowance 1e-12 (1 + |E|)),
+// and that the module's forward is the iteration it describes.
 TEST(CemStepNorm, AttentionEnergyFallsBySufficientDecreaseAtAnyStepSize) {
   for (bool dlr : {false, true}) {
     Attn v{"step_norm"};

@@ -1,7 +1,7 @@
 // The CoFrGeNet layers (cffn, cattn_u, cattn_m) and the paper's baselines (synthesizer_dense,
 // sparse_attention) against slow references written from the formulas of CoFrGeNet spec §3
-// (loops, literal nested fractions, float64), plus spec §8 properties 11-17: parameter counts, shapes,
-// causality (bitwise), CAttnM attention rows, the CAttnU mask after optimizer steps, Cffn
+// (loops, literal nested fractions, float64), plus spec §8 properties 11-17: parameter counts,
+// shapes, causality (bitwise), CAttnM attention rows, the CAttnU mask after optimizer steps, Cffn
 // degenerations, pole hits at initialisation, and decoding through the state.
 #include <gtest/gtest.h>
 #include <torch/autograd.h>
@@ -35,7 +35,9 @@ double literal_fraction(const std::vector<double>& a) {
   return t;
 }
 
-double sigmoid(double v) { return 1.0 / (1.0 + std::exp(-v)); }
+double sigmoid(double v) {
+  return 1.0 / (1.0 + std::exp(-v));
+}
 
 int64_t numel_of(const torch::nn::Module& m, const std::function<bool(const std::string&)>& pick) {
   int64_t n = 0;
@@ -44,10 +46,13 @@ int64_t numel_of(const torch::nn::Module& m, const std::function<bool(const std:
   return n;
 }
 
-bool is_bias(const std::string& name) { return name.rfind("b_", 0) == 0; }
+bool is_bias(const std::string& name) {
+  return name.rfind("b_", 0) == 0;
+}
 
 // Layer-normalised Gaussian rows (B, N, p): what a block feeds its sub-layers.
-torch::Tensor normalised_input(int64_t B, int64_t N, int64_t p, torch::Dtype dtype = torch::kFloat32) {
+torch::Tensor normalised_input(int64_t B, int64_t N, int64_t p,
+                               torch::Dtype dtype = torch::kFloat32) {
   torch::Tensor x = torch::randn({B, N, p}, torch::TensorOptions().dtype(dtype));
   return torch::layer_norm(x, {p});
 }
@@ -152,7 +157,8 @@ TEST(Cffn, MatchesFormulaReferenceFloat64) {
     if (variant == 2) o.glu(true);
     if (variant == 3) o.direct_raw(true);
     if (variant == 4) o.univariate(true);
-    if (variant == 5) o.ladder(LadderOptions().continuant(ContinuantOptions().impl(ContinuantImpl::kLiteral)));
+    if (variant == 5)
+      o.ladder(LadderOptions().continuant(ContinuantOptions().impl(ContinuantImpl::kLiteral)));
     CffnImpl f(o);
     f.to(torch::kFloat64);
     const torch::Tensor x = normalised_input(2, 5, 6, torch::kFloat64);
@@ -170,8 +176,8 @@ TEST(Cffn, GradientsMatchCentralDifferencesFloat64) {
   const torch::Tensor probe = torch::randn({1, 4, 5}, kF64);
   auto loss = [&] { return (f.forward(x) * probe).sum(); };
   loss().backward();
-  std::vector<torch::Tensor> checked = {x, f.w_gate, f.w_direct, f.w_out, f.w_ladder[0], f.w_ladder[2],
-                                        f.b_ladder[1]};
+  std::vector<torch::Tensor> checked = {
+      x, f.w_gate, f.w_direct, f.w_out, f.w_ladder[0], f.w_ladder[2], f.b_ladder[1]};
   const double h = 1e-6;
   for (torch::Tensor& t : checked) {
     const torch::Tensor g = t.grad().clone();
@@ -218,8 +224,8 @@ TEST(Cffn, Degenerations) {
   }
 }
 
-// Property 17: fewer than 0.1 % of the p-variate ladder evaluations start inside the pole guard, for
-// odd and even depths (and the hazard of spec §2.8 is real: no biases, odd d).
+// Property 17: fewer than 0.1 % of the p-variate ladder evaluations start inside the pole guard,
+// for odd and even depths (and the hazard of spec §2.8 is real: no biases, odd d).
 TEST(Cffn, PoleHitsAtInitialisationBelowOneInAThousand) {
   const int64_t p = 64;
   const torch::Tensor x = normalised_input(8, 64, p);
@@ -247,8 +253,8 @@ TEST(Cffn, LiteralAndFusedAgreeWhenNoGuardIsActive) {
   EXPECT_TRUE(torch::allclose(fused.forward(x), literal.forward(x), 1e-5, 1e-6));
 }
 
-// Dyadic stages with `truncate`: stage m evaluates a_1..a_m (stage 0: no fraction); without it every
-// stage evaluates all depths. Recording starts with the trainer's first call.
+// Dyadic stages with `truncate`: stage m evaluates a_1..a_m (stage 0: no fraction); without it
+// every stage evaluates all depths. Recording starts with the trainer's first call.
 TEST(LadderRuntime, TruncateEvaluatesTheActiveDepthsOnly) {
   torch::manual_seed(13);
   const torch::Tensor a = torch::rand({5, 3, 4}) + 0.5;  // (rows, d = 3, L = 4)
@@ -256,7 +262,8 @@ TEST(LadderRuntime, TruncateEvaluatesTheActiveDepthsOnly) {
   LadderRuntime truncating(LadderOptions().truncate(true), 3);
   LadderRuntime keeping(LadderOptions(), 3);
   const int64_t t = 16;  // starts 8, 12, 14
-  const std::vector<std::pair<int64_t, int64_t>> stages = {{0, 0}, {7, 0}, {8, 1}, {12, 2}, {15, 3}};
+  const std::vector<std::pair<int64_t, int64_t>> stages = {
+      {0, 0}, {7, 0}, {8, 1}, {12, 2}, {15, 3}};
   for (const auto& [step, m] : stages) {
     TrainProgress progress;
     progress.step = step;
@@ -296,7 +303,9 @@ torch::Tensor cattn_u_reference(CAttnUImpl& u, const torch::Tensor& x) {
   const int64_t B = x.size(0), N = x.size(1), p = x.size(2), d = o.depth();
   auto xa = x.accessor<double, 3>();
   // Unpack the triangles by their documented layout: row j at offset j (j + 1) / 2.
-  auto T = [&](int64_t e, int64_t j, int64_t i) { return u.t_mix[e][j * (j + 1) / 2 + i].item<double>(); };
+  auto T = [&](int64_t e, int64_t j, int64_t i) {
+    return u.t_mix[e][j * (j + 1) / 2 + i].item<double>();
+  };
   std::vector<double> y(static_cast<size_t>(2 * B * N * p));
   auto Y = [&](int64_t e, int64_t b, int64_t i, int64_t c) -> double& {
     return y[static_cast<size_t>(((e * B + b) * N + i) * p + c)];
@@ -453,7 +462,8 @@ TEST(CAttnM, ParameterCountIsExact) {
   for (int64_t L : {1, 3}) {
     for (int64_t d : {1, 3}) {
       CAttnMImpl m(CAttnMOptions(p, l, L, d));
-      EXPECT_EQ(numel_of(m, [](const std::string& n) { return !is_bias(n); }), L * p * d + L * l + p * p);
+      EXPECT_EQ(numel_of(m, [](const std::string& n) { return !is_bias(n); }),
+                L * p * d + L * l + p * p);
       EXPECT_EQ(numel_of(m, is_bias), L * d);
       if (d == 1) {
         EXPECT_EQ(L * p * d + L * l + p * p, L * (p + l) + p * p) << "the paper's formula";
@@ -467,7 +477,8 @@ TEST(CAttnM, ParameterCountIsExact) {
 
 torch::Tensor cattn_m_reference(CAttnMImpl& m, const torch::Tensor& x) {
   const auto& o = m.options();
-  const int64_t B = x.size(0), N = x.size(1), p = x.size(2), L = o.ladders(), d = o.depth(), H = o.heads();
+  const int64_t B = x.size(0), N = x.size(1), p = x.size(2), L = o.ladders(), d = o.depth(),
+                H = o.heads();
   const int64_t dh = p / H;
   auto xa = x.accessor<double, 3>();
   auto F = m.w_logits.accessor<double, 3>();
@@ -475,7 +486,8 @@ torch::Tensor cattn_m_reference(CAttnMImpl& m, const torch::Tensor& x) {
   torch::Tensor out = torch::zeros({B, N, p}, kF64);
   auto oa = out.accessor<double, 3>();
   for (int64_t b = 0; b < B; ++b) {
-    std::vector<std::vector<double>> z(N, std::vector<double>(L)), v(N, std::vector<double>(p, 0.0));
+    std::vector<std::vector<double>> z(N, std::vector<double>(L)),
+        v(N, std::vector<double>(p, 0.0));
     for (int64_t t = 0; t < N; ++t) {
       for (int64_t j = 0; j < L; ++j) {
         std::vector<double> a(d);

@@ -32,9 +32,12 @@ ModelConfig tiny(const std::string& mixer, const std::string& ffn) {
 }
 
 TEST(CofrGeNetModel, EveryVariantIsCausalBitwise) {
-  const std::vector<std::pair<std::string, std::string>> kinds = {
-      {"mha", "cffn"},          {"cattn_m", "cffn"},          {"cattn_u", "cffn"},
-      {"cattn_m", "gelu_mlp"},  {"synthesizer_dense", "gelu_mlp"}, {"sparse_attention", "cffn"}};
+  const std::vector<std::pair<std::string, std::string>> kinds = {{"mha", "cffn"},
+                                                                  {"cattn_m", "cffn"},
+                                                                  {"cattn_u", "cffn"},
+                                                                  {"cattn_m", "gelu_mlp"},
+                                                                  {"synthesizer_dense", "gelu_mlp"},
+                                                                  {"sparse_attention", "cffn"}};
   for (const auto& [mixer, ffn] : kinds) {
     ModelConfig c = tiny(mixer, ffn);
     torch::manual_seed(1);
@@ -51,7 +54,8 @@ TEST(CofrGeNetModel, EveryVariantIsCausalBitwise) {
     }
     // Prefix consistency (n < l uses the leading blocks).
     const torch::Tensor prefix = model->forward(tokens.narrow(1, 0, 7));
-    EXPECT_TRUE(torch::allclose(prefix, logits.narrow(1, 0, 7), 1e-5, 1e-5)) << mixer << " + " << ffn;
+    EXPECT_TRUE(torch::allclose(prefix, logits.narrow(1, 0, 7), 1e-5, 1e-5))
+        << mixer << " + " << ffn;
   }
 }
 
@@ -64,16 +68,23 @@ TEST(CofrGeNetModel, BadSettingsNameKeyValueAndAllowed) {
   const std::vector<Case> cases = {
       {[](CofrConfig& c) { c.impl = "fast"; }, "cofrgenet.impl",
        "impl = \"fast\": unknown; valid: fused, reference, literal"},
-      {[](CofrConfig& c) { c.backward = "approx"; }, "cofrgenet.backward", "valid: surrogate, exact"},
+      {[](CofrConfig& c) { c.backward = "approx"; }, "cofrgenet.backward",
+       "valid: surrogate, exact"},
       {[](CofrConfig& c) { c.depth = 0; }, "cofrgenet.depth", "depth = 0: must be in 1..62"},
-      {[](CofrConfig& c) { c.eps = -1; }, "cofrgenet.eps", "eps = -1: must be a finite number >= 0"},
+      {[](CofrConfig& c) { c.eps = -1; }, "cofrgenet.eps",
+       "eps = -1: must be a finite number >= 0"},
       {[](CofrConfig& c) { c.gate = "relu"; }, "cofrgenet.gate", "valid: sigmoid, silu"},
-      {[](CofrConfig& c) { c.glu = c.direct_raw = true; }, "cofrgenet.direct_raw", "glu = true removes"},
-      {[](CofrConfig& c) { c.length = 8; }, "cofrgenet.length", "must be at least model.context = 16"},
-      {[](CofrConfig& c) { c.m_heads = 3; }, "cofrgenet.m_heads", "m_heads = 3: must be >= 1 and divide d_model = 16"},
+      {[](CofrConfig& c) { c.glu = c.direct_raw = true; }, "cofrgenet.direct_raw",
+       "glu = true removes"},
+      {[](CofrConfig& c) { c.length = 8; }, "cofrgenet.length",
+       "must be at least model.context = 16"},
+      {[](CofrConfig& c) { c.m_heads = 3; }, "cofrgenet.m_heads",
+       "m_heads = 3: must be >= 1 and divide d_model = 16"},
       {[](CofrConfig& c) { c.u_depth = 0; }, "cofrgenet.u_depth", "u_depth = 0"},
-      {[](CofrConfig& c) { c.synth_hidden = 7; }, "cofrgenet.synth_hidden", "multiple of n_heads = 2"},
-      {[](CofrConfig& c) { c.sparse_pattern = "random"; }, "cofrgenet.sparse_pattern", "valid: fixed, strided"},
+      {[](CofrConfig& c) { c.synth_hidden = 7; }, "cofrgenet.synth_hidden",
+       "multiple of n_heads = 2"},
+      {[](CofrConfig& c) { c.sparse_pattern = "random"; }, "cofrgenet.sparse_pattern",
+       "valid: fixed, strided"},
       {[](CofrConfig& c) { c.sparse_summary = 9; }, "cofrgenet.sparse_summary", "must be in 1..4"},
   };
   for (const Case& k : cases) {
@@ -100,9 +111,9 @@ TEST(CofrGeNetModel, GptXlPresetsMatchTheFormulas) {
   ASSERT_EQ(total(preset("gpt2-xl")), base);
   const int64_t mlp = 8 * p * p + 5 * p, mha = 4 * p * p + 4 * p;
   const int64_t L = 3, d = 5, mL = 3, md = 3, ud = 5;
-  const int64_t cffn = L * p * (d + 1) + 2 * p * p + L * d;              // + ladder biases
-  const int64_t cattn_m = mL * p * md + mL * l + p * p + mL * md;        // + ladder biases
-  const int64_t cattn_u = l * (2 * ud + l + 1) + 2 * (ud - 1) * l;       // + per-position biases
+  const int64_t cffn = L * p * (d + 1) + 2 * p * p + L * d;         // + ladder biases
+  const int64_t cattn_m = mL * p * md + mL * l + p * p + mL * md;   // + ladder biases
+  const int64_t cattn_u = l * (2 * ud + l + 1) + 2 * (ud - 1) * l;  // + per-position biases
   const int64_t synth = p * p + p + l * p + 25 * l + 2 * (p * p + p);
   EXPECT_EQ(total(preset("gpt2-xl-cofrgenet-f")), base + layers * (cffn - mlp));
   EXPECT_EQ(total(preset("gpt2-xl-cofrgenet-a")), base + layers * (cattn_m - mha));
@@ -124,7 +135,8 @@ TEST(CofrGeNetModel, GptXlPresetsMatchTheFormulas) {
       const ModelConfig c = preset(std::string(size) + "-" + v);
       LmModel model(c, torch::kMeta);
       int64_t deepest = 0;
-      for (const ParamInfo& info : model->parameter_table()) deepest = std::max(deepest, info.depth);
+      for (const ParamInfo& info : model->parameter_table())
+        deepest = std::max(deepest, info.depth);
       const bool ladders = c.ffn == "cffn" || c.mixer == "cattn_m" || c.mixer == "cattn_u";
       EXPECT_EQ(deepest > 0, ladders) << size << "-" << v;
     }
@@ -138,11 +150,11 @@ TEST(CofrGeNetModel, GptXlPresetsMatchTheFormulas) {
 // trajectories differ only by rounding; to first order that difference is A * u, where u is the
 // unit roundoff and A is the amplification of the 100 training steps (a property of the dynamics,
 // not of the precision or the CPU). In float32 (u = 2^-24 = 6.0e-8) the relative loss difference
-// reached 1.2e-4 on an AVX-512 machine (OpenBLAS Cooperlake kernels: |dloss| = 3.6e-5 at loss 0.29),
-// i.e. A ~ 2e3, and it depends on the BLAS kernel's summation order, so no fixed float32 bound is
-// safe. In float64 (u = 2^-53 = 1.1e-16) the same A gives ~2e-13; the bound 1e-9 below leaves a
-// factor 5e3 on A (any kernel, any thread count), while ladders that computed different functions
-// would differ at the first step by far more than rounding.
+// reached 1.2e-4 on an AVX-512 machine (OpenBLAS Cooperlake kernels: |dloss| = 3.6e-5 at loss
+// 0.29), i.e. A ~ 2e3, and it depends on the BLAS kernel's summation order, so no fixed float32
+// bound is safe. In float64 (u = 2^-53 = 1.1e-16) the same A gives ~2e-13; the bound 1e-9 below
+// leaves a factor 5e3 on A (any kernel, any thread count), while ladders that computed different
+// functions would differ at the first step by far more than rounding.
 TEST(CofrGeNetModel, LiteralAndContinuantTrainToEqualLosses) {
   ModelConfig fused_config = tiny("cattn_m", "cffn");
   fused_config.cofrgenet.depth = 4;
@@ -156,7 +168,8 @@ TEST(CofrGeNetModel, LiteralAndContinuantTrainToEqualLosses) {
   literal->to(torch::kFloat64);
   // Plain SGD: AdamW's per-coordinate normalisation turns rounding differences of near-zero
   // gradients into O(lr) different updates, after which any two runs drift apart (the same happens
-  // between two summation orders of one implementation); SGD keeps the comparison about the ladders.
+  // between two summation orders of one implementation); SGD keeps the comparison about the
+  // ladders.
   torch::optim::SGD opt_f(fused->parameters(), torch::optim::SGDOptions(0.3));
   torch::optim::SGD opt_l(literal->parameters(), torch::optim::SGDOptions(0.3));
   torch::manual_seed(8);
@@ -167,7 +180,8 @@ TEST(CofrGeNetModel, LiteralAndContinuantTrainToEqualLosses) {
   for (int step = 0; step < 100; ++step) {
     double losses[2];
     int i = 0;
-    for (auto [model, opt] : {std::pair<LmModel*, torch::optim::SGD*>{&fused, &opt_f}, {&literal, &opt_l}}) {
+    for (auto [model, opt] :
+         {std::pair<LmModel*, torch::optim::SGD*>{&fused, &opt_f}, {&literal, &opt_l}}) {
       opt->zero_grad();
       const torch::Tensor logits = (*model)->forward(x);
       ASSERT_EQ(logits.scalar_type(), torch::kFloat64);

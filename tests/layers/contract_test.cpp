@@ -1,10 +1,11 @@
-// The contract every mixer and FFN kind keeps, checked for every kind the registry knows (a new kind is
-// picked up without editing this file) under one or more tiny configs:
-//   mixers: shapes; causality (bitwise outputs and exactly-zero gradients towards the future); batch
-//           independence; every trainable parameter gets a finite, non-zero gradient; determinism of
-//           init and forward; decoding through the state (chunks and single tokens) equals the full
-//           forward; the meta-device module has the same parameters; and, in a whole model, cached
-//           decoding gives the full forward's logits in float32 and float64.
+// The contract every mixer and FFN kind keeps, checked for every kind the registry knows (a new
+// kind is picked up without editing this file) under one or more tiny configs:
+//   mixers: shapes; causality (bitwise outputs and exactly-zero gradients towards the future);
+//   batch
+//           independence; every trainable parameter gets a finite, non-zero gradient; determinism
+//           of init and forward; decoding through the state (chunks and single tokens) equals the
+//           full forward; the meta-device module has the same parameters; and, in a whole model,
+//           cached decoding gives the full forward's logits in float32 and float64.
 //   FFNs:   shapes; position-wise (bitwise); gradients; determinism; meta device.
 // A kind that needs settings the base tiny config lacks, or that has flavours worth checking, adds
 // variants in mixer_variants() / ffn_variants() below (the only per-kind code in this file).
@@ -34,14 +35,19 @@ struct Variant {
   ModelConfig config;
 };
 
-void PrintTo(const Variant& v, std::ostream* os) { *os << v.kind << " (" << v.name << ")"; }
+void PrintTo(const Variant& v, std::ostream* os) {
+  *os << v.kind << " (" << v.name << ")";
+}
 
 // Small enough for float64 loops over every position, big enough for two heads and a context the
 // decode checks can split.
-ModelConfig tiny_base() { return test::tiny_model(37, 24, 12); }  // Llama flavour
+ModelConfig tiny_base() {
+  return test::tiny_model(37, 24, 12);
+}  // Llama flavour
 using test::gpt2_flavour;
 
-// ---- Per-kind hooks ------------------------------------------------------------------------------
+// ---- Per-kind hooks
+// ------------------------------------------------------------------------------
 
 std::vector<Variant> mixer_variants(const std::string& kind) {
   ModelConfig base = tiny_base();
@@ -104,7 +110,8 @@ std::vector<Variant> ffn_variants(const std::string& kind) {
   ModelConfig base = tiny_base();
   base.ffn = kind;
   std::vector<Variant> variants{{kind, "base", base}};
-  if (kind == "gelu_mlp" || kind == "swiglu") variants.push_back({kind, "bias", gpt2_flavour(base)});
+  if (kind == "gelu_mlp" || kind == "swiglu")
+    variants.push_back({kind, "bias", gpt2_flavour(base)});
   if (kind == "cem_mlp") {
     ModelConfig t3 = base;
     t3.cem.steps = 3;
@@ -128,7 +135,8 @@ std::vector<Variant> ffn_variants(const std::string& kind) {
   return variants;
 }
 
-// ---- Shared machinery ----------------------------------------------------------------------------
+// ---- Shared machinery
+// ----------------------------------------------------------------------------
 
 template <typename Hook>
 std::vector<Variant> all_variants(const std::vector<std::string>& kinds, Hook hook) {
@@ -184,10 +192,12 @@ struct MixerRunner {
 
   MixerRunner(const ModelConfig& c, MixerImpl& m) : config(c), mixer(m) {
     if (c.positions == "rope") {
-      rope = std::make_unique<RotaryEmbedding>(c.head_dim(), c.context, c.rope_theta, c.rope_scaling);
+      rope =
+          std::make_unique<RotaryEmbedding>(c.head_dim(), c.context, c.rope_theta, c.rope_scaling);
     }
   }
-  torch::Tensor operator()(const torch::Tensor& x, int64_t offset = 0, MixerState* state = nullptr) {
+  torch::Tensor operator()(const torch::Tensor& x, int64_t offset = 0,
+                           MixerState* state = nullptr) {
     MixerContext ctx;
     ctx.offset = offset;
     ctx.state = state;
@@ -198,7 +208,8 @@ struct MixerRunner {
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> parameter_shapes(torch::nn::Module& m) {
   std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
-  for (const auto& item : m.named_parameters()) shapes.emplace_back(item.key(), item.value().sizes().vec());
+  for (const auto& item : m.named_parameters())
+    shapes.emplace_back(item.key(), item.value().sizes().vec());
   return shapes;
 }
 
@@ -210,11 +221,13 @@ void expect_gradients_reach_every_parameter(torch::nn::Module& module, const tor
     if (!p.requires_grad()) continue;  // frozen by design (e.g. a depth before its dyadic step)
     ASSERT_TRUE(p.grad().defined()) << item.key() << " received no gradient";
     EXPECT_TRUE(torch::isfinite(p.grad()).all().item<bool>()) << item.key();
-    EXPECT_GT(p.grad().abs().max().item<double>(), 0.0) << item.key() << " has an all-zero gradient";
+    EXPECT_GT(p.grad().abs().max().item<double>(), 0.0)
+        << item.key() << " has an all-zero gradient";
   }
 }
 
-// ---- Mixers --------------------------------------------------------------------------------------
+// ---- Mixers
+// --------------------------------------------------------------------------------------
 
 class MixerContract : public testing::TestWithParam<Variant> {};
 
@@ -247,7 +260,8 @@ TEST_P(MixerContract, IsCausalBitwise) {
     torch::Tensor y2 = run(x2);
     EXPECT_TRUE(bitwise_equal(y.narrow(1, 0, j), y2.narrow(1, 0, j)))
         << "changing position " << j << " changed an earlier output";
-    EXPECT_FALSE(torch::equal(y.select(1, j), y2.select(1, j))) << "position " << j << " ignores its input";
+    EXPECT_FALSE(torch::equal(y.select(1, j), y2.select(1, j)))
+        << "position " << j << " ignores its input";
   }
 }
 
@@ -260,7 +274,8 @@ TEST_P(MixerContract, HasNoGradientTowardsTheFuture) {
     torch::Tensor x = torch::randn({kBatch, N, c.d_model}, kF64).requires_grad_();
     run(x).select(1, i).pow(2).sum().backward();
     torch::Tensor future = x.grad().narrow(1, i + 1, N - i - 1);
-    EXPECT_EQ(future.abs().max().item<double>(), 0.0) << "output " << i << " has a gradient from later inputs";
+    EXPECT_EQ(future.abs().max().item<double>(), 0.0)
+        << "output " << i << " has a gradient from later inputs";
     EXPECT_GT(x.grad().select(1, i).abs().max().item<double>(), 0.0);
   }
 }
@@ -273,7 +288,8 @@ TEST_P(MixerContract, BatchItemsAreIndependent) {
   torch::Tensor x = torch::randn({3, c.context, c.d_model}, kF64);
   torch::Tensor y = run(x);
   for (int64_t b = 0; b < 3; ++b) {
-    EXPECT_TRUE(torch::allclose(y.narrow(0, b, 1), run(x.narrow(0, b, 1)), 1e-12, 1e-12)) << "item " << b;
+    EXPECT_TRUE(torch::allclose(y.narrow(0, b, 1), run(x.narrow(0, b, 1)), 1e-12, 1e-12))
+        << "item " << b;
   }
 }
 
@@ -281,7 +297,8 @@ TEST_P(MixerContract, EveryParameterGetsAGradient) {
   const ModelConfig& c = GetParam().config;
   auto mixer = build_mixer(c);
   MixerRunner run(c, *mixer);
-  expect_gradients_reach_every_parameter(*mixer, run(torch::randn({kBatch, c.context, c.d_model}, kF64)));
+  expect_gradients_reach_every_parameter(*mixer,
+                                         run(torch::randn({kBatch, c.context, c.d_model}, kF64)));
 }
 
 TEST_P(MixerContract, IsDeterministic) {
@@ -289,7 +306,8 @@ TEST_P(MixerContract, IsDeterministic) {
   auto a = build_mixer(c, 5), b = build_mixer(c, 5);
   const auto pa = a->named_parameters(), pb = b->named_parameters();
   ASSERT_EQ(pa.size(), pb.size());
-  for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(bitwise_equal(pa[i].value(), pb[i].value())) << pa[i].key();
+  for (size_t i = 0; i < pa.size(); ++i)
+    EXPECT_TRUE(bitwise_equal(pa[i].value(), pb[i].value())) << pa[i].key();
   MixerRunner run(c, *a);
   torch::NoGradGuard no_grad;
   torch::Tensor x = torch::randn({kBatch, c.context, c.d_model}, kF64);
@@ -305,7 +323,8 @@ TEST_P(MixerContract, DecodingThroughTheStateEqualsTheFullForward) {
   torch::Tensor x = torch::randn({kBatch, N, c.d_model}, kF64);
   torch::Tensor full = run(x);
   // Uneven chunks (a prompt, then one token, then the rest) and single tokens.
-  for (const std::vector<int64_t>& chunks : {std::vector<int64_t>{3, 1, N - 4}, std::vector<int64_t>(N, 1)}) {
+  for (const std::vector<int64_t>& chunks :
+       {std::vector<int64_t>{3, 1, N - 4}, std::vector<int64_t>(N, 1)}) {
     auto state = mixer->new_state();
     ASSERT_NE(state, nullptr);
     std::vector<torch::Tensor> parts;
@@ -316,7 +335,8 @@ TEST_P(MixerContract, DecodingThroughTheStateEqualsTheFullForward) {
     }
     torch::Tensor decoded = torch::cat(parts, 1);
     EXPECT_TRUE(torch::allclose(decoded, full, 1e-10, 1e-10))
-        << chunks.size() << " chunks: max difference " << (decoded - full).abs().max().item<double>();
+        << chunks.size() << " chunks: max difference "
+        << (decoded - full).abs().max().item<double>();
   }
 }
 
@@ -341,18 +361,22 @@ TEST_P(MixerContract, ModelDecodingEqualsFullForward) {
     torch::Tensor full = model->forward(tokens);
     DecodeState state = model->new_decode_state();
     std::vector<torch::Tensor> parts{model->forward(tokens.narrow(1, 0, 4), &state)};
-    for (int64_t n = 4; n < c.context; ++n) parts.push_back(model->forward(tokens.narrow(1, n, 1), &state));
+    for (int64_t n = 4; n < c.context; ++n)
+      parts.push_back(model->forward(tokens.narrow(1, n, 1), &state));
     torch::Tensor decoded = torch::cat(parts, 1);
     const double tol = dtype == torch::kFloat64 ? 1e-10 : 1e-5;
     EXPECT_TRUE(torch::allclose(decoded, full, tol, tol))
-        << c10::toString(dtype) << ": max difference " << (decoded - full).abs().max().item<double>();
+        << c10::toString(dtype) << ": max difference "
+        << (decoded - full).abs().max().item<double>();
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllKinds, MixerContract,
-                         testing::ValuesIn(all_variants(mixer_kind_names(), mixer_variants)), variant_name);
+                         testing::ValuesIn(all_variants(mixer_kind_names(), mixer_variants)),
+                         variant_name);
 
-// ---- FFNs ----------------------------------------------------------------------------------------
+// ---- FFNs
+// ----------------------------------------------------------------------------------------
 
 class FfnContract : public testing::TestWithParam<Variant> {};
 
@@ -371,7 +395,8 @@ TEST_P(FfnContract, KeepsShapeAndIsPositionWise) {
     torch::Tensor y2 = ffn->forward(x2);
     torch::Tensor changed = (y2 != y).any(-1).any(0);  // (N): which positions moved
     for (int64_t n = 0; n < N; ++n) {
-      EXPECT_EQ(changed[n].item<bool>(), n == j) << "changing position " << j << " moved position " << n;
+      EXPECT_EQ(changed[n].item<bool>(), n == j)
+          << "changing position " << j << " moved position " << n;
     }
   }
   ffn->to(torch::kFloat32);
@@ -381,7 +406,8 @@ TEST_P(FfnContract, KeepsShapeAndIsPositionWise) {
 TEST_P(FfnContract, EveryParameterGetsAGradient) {
   const ModelConfig& c = GetParam().config;
   auto ffn = build_ffn(c);
-  expect_gradients_reach_every_parameter(*ffn, ffn->forward(torch::randn({kBatch, c.context, c.d_model}, kF64)));
+  expect_gradients_reach_every_parameter(
+      *ffn, ffn->forward(torch::randn({kBatch, c.context, c.d_model}, kF64)));
 }
 
 TEST_P(FfnContract, IsDeterministic) {
@@ -389,7 +415,8 @@ TEST_P(FfnContract, IsDeterministic) {
   auto a = build_ffn(c, 5), b = build_ffn(c, 5);
   const auto pa = a->named_parameters(), pb = b->named_parameters();
   ASSERT_EQ(pa.size(), pb.size());
-  for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(bitwise_equal(pa[i].value(), pb[i].value())) << pa[i].key();
+  for (size_t i = 0; i < pa.size(); ++i)
+    EXPECT_TRUE(bitwise_equal(pa[i].value(), pb[i].value())) << pa[i].key();
   torch::NoGradGuard no_grad;
   torch::Tensor x = torch::randn({kBatch, c.context, c.d_model}, kF64);
   EXPECT_TRUE(bitwise_equal(a->forward(x), a->forward(x)));
@@ -403,7 +430,8 @@ TEST_P(FfnContract, MetaDeviceModuleHasTheSameParameters) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllKinds, FfnContract,
-                         testing::ValuesIn(all_variants(ffn_kind_names(), ffn_variants)), variant_name);
+                         testing::ValuesIn(all_variants(ffn_kind_names(), ffn_variants)),
+                         variant_name);
 
 // Every registered kind is covered: the hooks must not drop one.
 TEST(Contract, CoversEveryRegisteredKind) {

@@ -1,7 +1,7 @@
-// Every mixer and FFN kind's forward FLOPs per token (docs/flops.md) against a count written out here
-// from the layer's formulas, at shapes where each term has its own size (D = 64, H = 4, d_h = 16,
-// M = 96, context S = 32), so a missing or doubled term changes the total. The numbers below are
-// products of the shape numbers, written out by hand, not calls into the layers' code.
+// Every mixer and FFN kind's forward FLOPs per token (docs/flops.md) against a count written out
+// here from the layer's formulas, at shapes where each term has its own size (D = 64, H = 4, d_h =
+// 16, M = 96, context S = 32), so a missing or doubled term changes the total. The numbers below
+// are products of the shape numbers, written out by hand, not calls into the layers' code.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -28,8 +28,12 @@ ModelConfig flops_base() {
   return c;
 }
 
-double mixer_flops(const ModelConfig& c) { return make_mixer(c, 0, torch::kMeta)->forward_flops_per_token(kS); }
-double ffn_flops(const ModelConfig& c) { return make_ffn(c, 0, torch::kMeta)->forward_flops_per_token(); }
+double mixer_flops(const ModelConfig& c) {
+  return make_mixer(c, 0, torch::kMeta)->forward_flops_per_token(kS);
+}
+double ffn_flops(const ModelConfig& c) {
+  return make_ffn(c, 0, torch::kMeta)->forward_flops_per_token();
+}
 
 TEST(Flops, Mha) {
   ModelConfig c = flops_base();
@@ -88,7 +92,8 @@ TEST(Flops, CemAttention) {
   EXPECT_DOUBLE_EQ(mixer_flops(c), 3 * keys + 3 * step);
   c.cem.recursion_keys = "fixed";
   c.cem.steps = 2;
-  c.cem.dlr = "per_head";  // per step and head: delta x, read-out delta 2*64 each; logits, P h 2*64*32 each
+  c.cem.dlr =
+      "per_head";  // per step and head: delta x, read-out delta 2*64 each; logits, P h 2*64*32 each
   const double per_head = 4 * (256.0 + 8192.0);
   EXPECT_DOUBLE_EQ(mixer_flops(c), keys + 2 * (step + per_head));
   c.cem.dlr_distance = true;  // key bias 2*64*4 once, query term 2*64 per step
@@ -141,16 +146,16 @@ TEST(Flops, Cffn) {
 
 TEST(Flops, EveryKindHasACase) {
   // The cases above; a new kind must add its own.
-  const std::set<std::string> mixers{"mha", "sparse_attention", "synthesizer_dense", "cattn_m", "cattn_u",
-                                     "cem_attention"};
+  const std::set<std::string> mixers{"mha",     "sparse_attention", "synthesizer_dense",
+                                     "cattn_m", "cattn_u",          "cem_attention"};
   const std::set<std::string> ffns{"gelu_mlp", "swiglu", "cem_mlp", "cffn"};
   for (const std::string& k : mixer_kind_names()) EXPECT_TRUE(mixers.count(k)) << k;
   for (const std::string& k : ffn_kind_names()) EXPECT_TRUE(ffns.count(k)) << k;
 }
 
 TEST(Flops, MhaPlusSwiGluModelIsTheOlderPalmFormula) {
-  // For mha + swiglu the per-kind sum plus the head, times 3, equals 6 P_mm + 12 L H d_h S with P_mm
-  // every 2-D non-embedding parameter and the head: the convention bench train used before.
+  // For mha + swiglu the per-kind sum plus the head, times 3, equals 6 P_mm + 12 L H d_h S with
+  // P_mm every 2-D non-embedding parameter and the head: the convention bench train used before.
   ModelConfig c = flops_base();
   c.n_layers = 2;
   c.n_kv_heads = 2;
@@ -161,7 +166,8 @@ TEST(Flops, MhaPlusSwiGluModelIsTheOlderPalmFormula) {
   if (c.tie_embeddings) p_mm += c.vocab_size * c.d_model;
   double sum = 2.0 * double(c.vocab_size * c.d_model);
   for (int64_t l = 0; l < c.n_layers; ++l)
-    sum += model->block(l).mixer().forward_flops_per_token(kS) + model->block(l).ffn().forward_flops_per_token();
+    sum += model->block(l).mixer().forward_flops_per_token(kS) +
+           model->block(l).ffn().forward_flops_per_token();
   EXPECT_DOUBLE_EQ(3.0 * sum, 6.0 * double(p_mm) + 12.0 * 2 * 4 * 16 * kS);
 }
 

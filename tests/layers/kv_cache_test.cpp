@@ -48,16 +48,19 @@ TEST(KvCache, RefusesOverflowBatchAndOffsetMismatches) {
   const torch::Tensor x = torch::randn({2, 5, 3});  // (B, T, D), time along dimension 1
   KvCache cache;
   cache.append(x.narrow(1, 0, 4), 0, 4, 1, "test_kind");
-  const std::string overflow = error_of([&] { cache.append(x.narrow(1, 4, 1), 4, 4, 1, "test_kind"); });
+  const std::string overflow =
+      error_of([&] { cache.append(x.narrow(1, 4, 1), 4, 4, 1, "test_kind"); });
   EXPECT_NE(overflow.find("test_kind"), std::string::npos) << overflow;
   EXPECT_NE(overflow.find("capacity of 4"), std::string::npos) << overflow;
   EXPECT_EQ(cache.size(), 4) << "a refused append leaves the cache as it was";
 
   KvCache other;
   other.append(x.narrow(1, 0, 2), 0, 5, 1, "test_kind");
-  const std::string batch = error_of([&] { other.append(x.narrow(0, 0, 1).narrow(1, 2, 1), 2, 5, 1, "test_kind"); });
+  const std::string batch =
+      error_of([&] { other.append(x.narrow(0, 0, 1).narrow(1, 2, 1), 2, 5, 1, "test_kind"); });
   EXPECT_NE(batch.find("batch 2"), std::string::npos) << batch;
-  const std::string offset = error_of([&] { other.append(x.narrow(1, 3, 1), 3, 5, 1, "test_kind"); });
+  const std::string offset =
+      error_of([&] { other.append(x.narrow(1, 3, 1), 3, 5, 1, "test_kind"); });
   EXPECT_NE(offset.find("2 positions"), std::string::npos) << offset;
   EXPECT_NE(offset.find("position 3"), std::string::npos) << offset;
 }

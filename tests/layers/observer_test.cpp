@@ -1,7 +1,7 @@
-// LayerObserver (cemfrac/layers/mixer.h) through LmModelImpl::set_observer: every CEM sub-layer of a
-// model reports its energies under its module name, and attaching or detaching an observer does not
-// change the logits (cemfrac eval --cem-energy reads the energies this way; cem_model_test checks the
-// CLI's output).
+// LayerObserver (cemfrac/layers/mixer.h) through LmModelImpl::set_observer: every CEM sub-layer of
+// a model reports its energies under its module name, and attaching or detaching an observer does
+// not change the logits (cemfrac eval --cem-energy reads the energies this way; cem_model_test
+// checks the CLI's output).
 #include <gtest/gtest.h>
 #include <torch/types.h>
 
@@ -26,12 +26,15 @@ TEST(LayerObserver, CemSubLayersReportEnergiesByModuleName) {
   const torch::Tensor plain = model->forward(tokens);
 
   std::map<std::string, std::vector<int64_t>> seen;  // name -> shape
-  model->set_observer([&](const std::string& name, const torch::Tensor& value) { seen[name] = value.sizes().vec(); });
+  model->set_observer([&](const std::string& name, const torch::Tensor& value) {
+    seen[name] = value.sizes().vec();
+  });
   const torch::Tensor observed = model->forward(tokens);
   for (int64_t l = 0; l < c.n_layers; ++l) {
     for (const char* sub : {"attn", "mlp"}) {
       for (int t = 0; t <= 2; ++t) {
-        const std::string name = "blocks." + std::to_string(l) + "." + sub + ".energy." + std::to_string(t);
+        const std::string name =
+            "blocks." + std::to_string(l) + "." + sub + ".energy." + std::to_string(t);
         ASSERT_TRUE(seen.count(name)) << name;
         EXPECT_EQ(seen[name], (std::vector<int64_t>{2, 8})) << name;
       }

@@ -105,7 +105,8 @@ TEST_P(Generate, SameSeedSameTokensOtherSeedOthers) {
 }
 
 // Item 3 of issue 14: with vocab_limit (the tokenizer's vocabulary inside a padded model), no id at
-// or above it is ever drawn, greedy or sampled; an untrained model would draw one within a few steps.
+// or above it is ever drawn, greedy or sampled; an untrained model would draw one within a few
+// steps.
 TEST_P(Generate, NeverDrawsPaddingIds) {
   const int64_t vocab = model_->config().vocab_size, limit = vocab / 3;
   for (double temperature : {1.0, 0.0}) {

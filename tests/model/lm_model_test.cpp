@@ -1,5 +1,6 @@
 // The whole model: causality, tied embeddings, cached decoding, initialisation, the parameter table
-// (exact counts of the published shapes, equality with an instantiated model) and a one-batch overfit.
+// (exact counts of the published shapes, equality with an instantiated model) and a one-batch
+// overfit.
 #include <gtest/gtest.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/sgd.h>
@@ -86,8 +87,12 @@ void check_cached_decoding(const std::string& name) {
   EXPECT_LE(worst, 1e-5) << "max |cached - full| = " << worst;
 }
 
-TEST(LmModel, CachedDecodingEqualsFullForwardLlama) { check_cached_decoding("tiny-llama"); }
-TEST(LmModel, CachedDecodingEqualsFullForwardGpt2) { check_cached_decoding("tiny-gpt2"); }
+TEST(LmModel, CachedDecodingEqualsFullForwardLlama) {
+  check_cached_decoding("tiny-llama");
+}
+TEST(LmModel, CachedDecodingEqualsFullForwardGpt2) {
+  check_cached_decoding("tiny-gpt2");
+}
 
 TEST(LmModel, LongerThanContextIsAClearError) {
   LmModel model(preset("tiny-gpt2"));  // context 64
@@ -156,7 +161,8 @@ TEST(LmModel, InitIsDeterministicAndFollowsTheRules) {
       const torch::Tensor& t = pa[i].value();
       EXPECT_TRUE(torch::equal(t, pb[i].value())) << key;
       const bool is_norm = key.find("norm") != std::string::npos;
-      const bool is_bias = key.find(".b_") != std::string::npos || key.find(".bias") != std::string::npos;
+      const bool is_bias =
+          key.find(".b_") != std::string::npos || key.find(".bias") != std::string::npos;
       if (is_norm && !is_bias) {
         EXPECT_TRUE(torch::equal(t, torch::ones_like(t))) << key;
       } else if (is_bias) {
@@ -190,15 +196,15 @@ TEST(ParameterTable, KindsAndGroups) {
         EXPECT_EQ(p.group, ParamGroup::kNoDecay);
       } else {
         EXPECT_EQ(p.kind, p.name.find(".attn.") != std::string::npos ? ParamKind::kAttention
-                                                                      : ParamKind::kFfn);
+                                                                     : ParamKind::kFfn);
         EXPECT_EQ(p.group, p.shape.size() == 2 ? ParamGroup::kDecay : ParamGroup::kNoDecay);
       }
     }
   }
 }
 
-// The table of a shape-only (meta) model equals that of an instantiated one, and its sum is the sum of
-// numel over the instantiated model's tensors.
+// The table of a shape-only (meta) model equals that of an instantiated one, and its sum is the sum
+// of numel over the instantiated model's tensors.
 TEST(ParameterTable, MetaModelEqualsInstantiatedModel) {
   for (const char* name : {"tiny-llama", "tiny-gpt2", "small-llama", "small-gpt2"}) {
     SCOPED_TRACE(name);
@@ -249,12 +255,14 @@ TEST(ParameterTable, Gpt2ParameterNames) {
   std::vector<std::string> names;
   for (const ParamInfo& p : model->parameter_table()) names.push_back(p.name);
   const std::vector<std::string> first_block = {
-      "wte.weight",          "wpe.weight",          "blocks.0.norm1.weight", "blocks.0.norm1.bias",
-      "blocks.0.attn.w_qkv", "blocks.0.attn.b_qkv", "blocks.0.attn.w_o",     "blocks.0.attn.b_o",
-      "blocks.0.norm2.weight", "blocks.0.norm2.bias", "blocks.0.mlp.w_fc",   "blocks.0.mlp.b_fc",
+      "wte.weight",          "wpe.weight",          "blocks.0.norm1.weight",
+      "blocks.0.norm1.bias", "blocks.0.attn.w_qkv", "blocks.0.attn.b_qkv",
+      "blocks.0.attn.w_o",   "blocks.0.attn.b_o",   "blocks.0.norm2.weight",
+      "blocks.0.norm2.bias", "blocks.0.mlp.w_fc",   "blocks.0.mlp.b_fc",
       "blocks.0.mlp.w_proj", "blocks.0.mlp.b_proj"};
   ASSERT_GE(names.size(), first_block.size());
-  EXPECT_EQ(std::vector<std::string>(names.begin(), names.begin() + first_block.size()), first_block);
+  EXPECT_EQ(std::vector<std::string>(names.begin(), names.begin() + first_block.size()),
+            first_block);
   EXPECT_EQ(names[names.size() - 2], "norm_f.weight");
   EXPECT_EQ(names.back(), "norm_f.bias");
 }

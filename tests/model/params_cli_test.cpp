@@ -1,5 +1,5 @@
-// cemfrac params: exact counts of the published shapes, the table adds up, --set applies, errors are
-// one line.
+// cemfrac params: exact counts of the published shapes, the table adds up, --set applies, errors
+// are one line.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -15,8 +15,8 @@ namespace {
 using test::run_cemfrac;
 
 nlohmann::json params_json(const std::string& preset, std::vector<std::string> extra = {}) {
-  std::vector<std::string> args = {"params", "--config", test::source_path("configs/" + preset + ".toml"),
-                                   "--json"};
+  std::vector<std::string> args = {"params", "--config",
+                                   test::source_path("configs/" + preset + ".toml"), "--json"};
   args.insert(args.end(), extra.begin(), extra.end());
   const test::RunResult r = run_cemfrac(args);
   EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -77,9 +77,9 @@ TEST(ParamsCli, TextTableAndOverrides) {
 }
 
 TEST(ParamsCli, ErrorsAreOneLine) {
-  const test::RunResult r = run_cemfrac({"params", "--config",
-                                         test::source_path("configs/gpt2-124m.toml"), "--set",
-                                         "model.n_heads=7"});
+  const test::RunResult r =
+      run_cemfrac({"params", "--config", test::source_path("configs/gpt2-124m.toml"), "--set",
+                   "model.n_heads=7"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_EQ(r.err.rfind("cemfrac: error: ", 0), 0u) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
@@ -99,7 +99,8 @@ TEST(ParamsCli, AbsurdSizesAreRefusedAndLargeOnesCostNoMemory) {
            {"model.n_layers=100000000", "model.n_layers = 100000000: must be at most 4096"},
            {"model.d_model=2147483648", "model.d_model = 2147483648: must be at most 131072"},
            {"model.context=99999999", "model.context = 99999999: must be at most 1048576"},
-           {"model.vocab_size=1000000000", "model.vocab_size = 1000000000: must be at most 16777216"}}) {
+           {"model.vocab_size=1000000000",
+            "model.vocab_size = 1000000000: must be at most 16777216"}}) {
     const test::RunResult r = run_cemfrac({"params", "--config", config, "--set", set});
     test::expect_one_line_error(r, needle);
   }

@@ -32,13 +32,14 @@ at::Tensor central_differences(const at::Tensor& a, const ContinuantOptions& opt
   return at::stack(cols, 1);
 }
 
-// Ladders whose pole K_d = 0 is at least 1e-2 away along every coordinate a_k (K_d is affine in a_k,
-// so that distance is |K_d| / |dK_d/da_k|) and whose |K_d| >= eps (guard inactive). The truncation
-// error of a central difference with step h is then about (h / 1e-2)^2 relative, 1e-8 at h = 1e-6.
+// Ladders whose pole K_d = 0 is at least 1e-2 away along every coordinate a_k (K_d is affine in
+// a_k, so that distance is |K_d| / |dK_d/da_k|) and whose |K_d| >= eps (guard inactive). The
+// truncation error of a central difference with step h is then about (h / 1e-2)^2 relative, 1e-8 at
+// h = 1e-6.
 at::Tensor away_from_poles(const at::Tensor& a_in) {
   at::Tensor a = a_in.detach().to(at::kDouble).requires_grad_(true);
   const at::Tensor kd = continuant_tails_reference(a).select(-2, a.size(-2));  // (R, L)
-  const at::Tensor dkd = torch::autograd::grad({kd.sum()}, {a})[0];           // (R, d, L)
+  const at::Tensor dkd = torch::autograd::grad({kd.sum()}, {a})[0];            // (R, d, L)
   const at::Tensor distance = kd.detach().abs().unsqueeze(-2) / dkd.abs();
   return (std::get<0>(distance.min(-2)) >= 1e-2) & (kd.detach().abs() >= 0.01);
 }
@@ -54,11 +55,14 @@ TEST(ContinuantGrad, CentralDifferencesFloat64) {
     const at::Tensor keep = (away_from_poles(a) & (f.abs() <= 10)).unsqueeze(1).expand({4, d, 97});
     ASSERT_GT(keep.sum().item<int64_t>(), 4 * 97 / 4) << "d=" << d;
     const at::Tensor fd = central_differences(a, ContinuantOptions(), 1e-6);
-    expect_close(grad, fd, 1e-6, 1e-8, "fused vs central differences, d=" + std::to_string(d), keep);
+    expect_close(grad, fd, 1e-6, 1e-8, "fused vs central differences, d=" + std::to_string(d),
+                 keep);
     // The reference's autograd gradient passes the same check.
-    auto [fr, gr] = test::value_and_grad([](const at::Tensor& x) { return continuant_reference(x); },
-                                         a, at::ones({4, 97}, at::kDouble));
-    expect_close(gr, fd, 1e-6, 1e-8, "reference vs central differences, d=" + std::to_string(d), keep);
+    auto [fr, gr] =
+        test::value_and_grad([](const at::Tensor& x) { return continuant_reference(x); }, a,
+                             at::ones({4, 97}, at::kDouble));
+    expect_close(gr, fd, 1e-6, 1e-8, "reference vs central differences, d=" + std::to_string(d),
+                 keep);
   }
 }
 
@@ -70,7 +74,8 @@ TEST(ContinuantGrad, MatchesAutogradThroughLiteralFloat64) {
     const at::Tensor g = uniform({4, 131}, -1, 1, at::kDouble, 2200 + d);
     auto [f, grad] = test::value_and_grad([](const at::Tensor& x) { return continuant(x); }, a, g);
     auto [fl, gl] = test::value_and_grad(
-        [](const at::Tensor& x) { return continuant_literal(x, ContinuantOptions().eps(0)); }, a, g);
+        [](const at::Tensor& x) { return continuant_literal(x, ContinuantOptions().eps(0)); }, a,
+        g);
     expect_close(grad, gl, 1e-10, 0, "fused vs literal autograd, d=" + std::to_string(d), keep);
   }
 }
@@ -82,14 +87,16 @@ TEST(ContinuantGrad, DirectionalGradcheckFloat64) {
     const auto options = ContinuantOptions().impl(impl);
     at::Tensor a = uniform({2, 3, 5, 17}, 0.3, 2.5, at::kDouble, 2300);  // positive: far from poles
     const at::Tensor g = uniform({2, 3, 17}, -1, 1, at::kDouble, 2301);
-    auto [f, grad] = test::value_and_grad([&](const at::Tensor& x) { return continuant(x, options); }, a, g);
+    auto [f, grad] =
+        test::value_and_grad([&](const at::Tensor& x) { return continuant(x, options); }, a, g);
     for (int trial = 0; trial < 5; ++trial) {
       const at::Tensor v = uniform({2, 3, 5, 17}, -1, 1, at::kDouble, 2400 + trial);
       const double h = 1e-6;
       at::NoGradGuard no_grad;
-      const double numeric =
-          ((continuant(a + h * v, options) - continuant(a - h * v, options)) * g).sum().item<double>() /
-          (2 * h);
+      const double numeric = ((continuant(a + h * v, options) - continuant(a - h * v, options)) * g)
+                                 .sum()
+                                 .item<double>() /
+                             (2 * h);
       const double analytic = (grad * v).sum().item<double>();
       EXPECT_NEAR(analytic, numeric, 1e-6 * std::abs(numeric) + 1e-8)
           << to_string(impl) << " trial " << trial;
@@ -110,7 +117,8 @@ TEST(ContinuantGrad, SignPatternAndFirstDerivative) {
         const at::Tensor gk = grad.select(1, k - 1);
         const at::Tensor nonzero = gk != 0;
         const at::Tensor expected_sign = at::full_like(gk, k % 2 == 1 ? -1.0 : 1.0);
-        EXPECT_TRUE(at::equal(gk.sign().masked_select(nonzero), expected_sign.masked_select(nonzero)))
+        EXPECT_TRUE(
+            at::equal(gk.sign().masked_select(nonzero), expected_sign.masked_select(nonzero)))
             << "sign of df/da_" << k << " d=" << d;
       }
       const at::Tensor g1 = grad.select(1, 0);
@@ -121,12 +129,13 @@ TEST(ContinuantGrad, SignPatternAndFirstDerivative) {
 }
 
 // Exact mode: inside the clamp K̂_d is constant, so df/da_1 = 0 and the rest is the derivative of
-// K_{d-1}/(+-eps); checked against central differences of the clamped map, which are valid while the
-// perturbation keeps |K_d| < eps. Surrogate mode there is Proposition 1 with K̂_d = +-eps.
+// K_{d-1}/(+-eps); checked against central differences of the clamped map, which are valid while
+// the perturbation keeps |K_d| < eps. Surrogate mode there is Proposition 1 with K̂_d = +-eps.
 TEST(ContinuantGrad, ExactModeInsideClamp) {
   const double eps = 0.01;
   for (int64_t d = 2; d <= 6; ++d) {
-    // Choose a_2..a_d freely and a_1 so that K_d = a_1 K_{d-1} + K_{d-2} = target, |target| < eps/2.
+    // Choose a_2..a_d freely and a_1 so that K_d = a_1 K_{d-1} + K_{d-2} = target, |target| <
+    // eps/2.
     at::Tensor a = uniform({1, d, 64}, 0.5, 2.0, at::kDouble, 2600 + d);
     const at::Tensor target = uniform({64}, -eps / 2, eps / 2, at::kDouble, 2700 + d);
     const at::Tensor tail = continuant_tails_reference(a.slice(1, 1, d));  // tails of a_2..a_d
@@ -137,15 +146,15 @@ TEST(ContinuantGrad, ExactModeInsideClamp) {
     ASSERT_TRUE((kd.abs() < eps * 0.6).all().item<bool>()) << "setup, d=" << d;
 
     const auto exact = ContinuantOptions().backward(ContinuantBackward::kExact);
-    auto [f, grad] = test::value_and_grad([&](const at::Tensor& x) { return continuant(x, exact); }, a,
-                                          at::ones({1, 64}, at::kDouble));
+    auto [f, grad] = test::value_and_grad([&](const at::Tensor& x) { return continuant(x, exact); },
+                                          a, at::ones({1, 64}, at::kDouble));
     // h small enough that K_d moves by far less than eps/2 (|dK_d/da_k| <= ~10 here).
     const at::Tensor fd = central_differences(a, exact, 1e-7);
     expect_close(grad, fd, 1e-6, 1e-6, "exact mode vs central differences, d=" + std::to_string(d));
     EXPECT_TRUE((grad.select(1, 0) == 0).all().item<bool>()) << "df/da_1 = 0 inside the clamp";
-    auto [fr, gr] = test::value_and_grad(
-        [&](const at::Tensor& x) { return continuant_reference(x, exact); }, a,
-        at::ones({1, 64}, at::kDouble));
+    auto [fr, gr] =
+        test::value_and_grad([&](const at::Tensor& x) { return continuant_reference(x, exact); }, a,
+                             at::ones({1, 64}, at::kDouble));
     expect_close(grad, gr, 1e-10, 1e-10, "exact mode fused vs reference, d=" + std::to_string(d));
 
     // Surrogate: (-1)^k (K_{d-k} / K̂_d)^2 with K̂_d = sgn(K_d) eps.
@@ -172,7 +181,8 @@ TEST(ContinuantGrad, QuotientRuleAutogradCancelsButReferenceDoesNot) {
     return t.select(-2, x.size(-2) - 1) / t.select(-2, x.size(-2));
   };
   auto [fn, gn] = test::value_and_grad(naive, a, g);
-  auto [fr, gr] = test::value_and_grad([](const at::Tensor& x) { return continuant_reference(x); }, a, g);
+  auto [fr, gr] =
+      test::value_and_grad([](const at::Tensor& x) { return continuant_reference(x); }, a, g);
   auto [f64, g64] = test::value_and_grad([](const at::Tensor& x) { return continuant(x); },
                                          a.to(at::kDouble), g.to(at::kDouble));
   const at::Tensor truth = g64.select(1, d - 1);

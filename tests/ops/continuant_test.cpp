@@ -47,8 +47,8 @@ TEST(ContinuantForward, MatchesLiteralFloat64) {
   }
 }
 
-// Property 1, float32: both evaluation orders against a float64 reference; the tolerance follows the
-// smallest tail because cancellation near small tails is inherent in float32.
+// Property 1, float32: both evaluation orders against a float64 reference; the tolerance follows
+// the smallest tail because cancellation near small tails is inherent in float32.
 TEST(ContinuantForward, Float32AgainstFloat64) {
   for (int64_t d = 1; d <= 8; ++d) {
     const at::Tensor a = uniform({16, d, 263}, -3, 3, at::kFloat, 200 + d);
@@ -110,8 +110,8 @@ TEST(ContinuantIdentities, ReversalAndDeterminantOnSmallIntegers) {
     EXPECT_TRUE(at::equal(full, K(a.flip(-2)))) << "reversal, d=" << d;
     if (d >= 2) {
       // K(a_1..a_d) K(a_2..a_{d-1}) - K(a_1..a_{d-1}) K(a_2..a_d) = (-1)^d
-      const at::Tensor lhs = full * K(a.slice(-2, 1, d - 1)) -
-                             K(a.slice(-2, 0, d - 1)) * K(a.slice(-2, 1, d));
+      const at::Tensor lhs =
+          full * K(a.slice(-2, 1, d - 1)) - K(a.slice(-2, 0, d - 1)) * K(a.slice(-2, 1, d));
       EXPECT_TRUE(at::equal(lhs, at::full_like(lhs, d % 2 == 0 ? 1.0 : -1.0)))
           << "determinant identity, d=" << d;
     }
@@ -129,7 +129,8 @@ TEST(ContinuantIdentities, ReversalAndDeterminantOnSmallIntegers) {
 TEST(ContinuantPoleGuard, ClampValueAndSign) {
   for (auto dtype : {at::kFloat, at::kDouble}) {
     // d = 1: K_1 = a_1.
-    const std::vector<double> values = {0.0, -0.0, 0.005, -0.005, 0.01, -0.01, 0.02, -0.02, 1e-30, 3.0};
+    const std::vector<double> values = {0.0,   -0.0, 0.005, -0.005, 0.01,
+                                        -0.01, 0.02, -0.02, 1e-30,  3.0};
     const at::Tensor a = at::tensor(values, at::kDouble).to(dtype).reshape({1, 1, -1});
     const KernelOut out = run_kernel(a);
     const double inv_eps = 1.0 / static_cast<double>(at::tensor(0.01, dtype).item<double>());
@@ -144,8 +145,10 @@ TEST(ContinuantPoleGuard, ClampValueAndSign) {
         EXPECT_NEAR(r, inv_eps, inv_eps * 1e-6);
       }
     }
-    // d = 3 on the pole K_3 = a_1 a_2 a_3 + a_1 + a_3 = 0 with a = (1, -2, 1): f = K_2 / eps = -1/eps.
-    const at::Tensor on_pole = at::tensor({1.0, -2.0, 1.0}, at::kDouble).to(dtype).reshape({1, 3, 1});
+    // d = 3 on the pole K_3 = a_1 a_2 a_3 + a_1 + a_3 = 0 with a = (1, -2, 1): f = K_2 / eps =
+    // -1/eps.
+    const at::Tensor on_pole =
+        at::tensor({1.0, -2.0, 1.0}, at::kDouble).to(dtype).reshape({1, 3, 1});
     const at::Tensor f = continuant(on_pole);
     EXPECT_NEAR(f.item<double>(), -inv_eps, inv_eps * 1e-6);
   }
@@ -170,19 +173,19 @@ TEST(ContinuantPoleGuard, InactiveGuardIsBitwiseUnguarded) {
 }
 
 // Property 6: finite outputs and gradients for exact zeros and very large finite inputs, where the
-// intermediate continuants overflow the dtype although f is representable. Where zeros and huge values
-// mix, the exact gradient itself can exceed the dtype (a = (0, 1e30): f = 1e30, df/da_1 = -f^2 =
-// -1e60): there the float32 gradient must be finite wherever a float64 evaluation says the exact
-// value fits in float32, and inf only where it does not.
+// intermediate continuants overflow the dtype although f is representable. Where zeros and huge
+// values mix, the exact gradient itself can exceed the dtype (a = (0, 1e30): f = 1e30, df/da_1 =
+// -f^2 = -1e60): there the float32 gradient must be finite wherever a float64 evaluation says the
+// exact value fits in float32, and inf only where it does not.
 TEST(ContinuantPoleGuard, ZerosAndHugeInputsStayFinite) {
   for (auto dtype : {at::kFloat, at::kDouble}) {
     const double big = dtype == at::kFloat ? std::numeric_limits<float>::max()
                                            : std::numeric_limits<double>::max();
     for (int64_t d = 1; d <= 8; ++d) {
       std::vector<at::Tensor> cases;
-      cases.push_back(at::zeros({1, d, 5}, dtype));                 // exact zeros
-      cases.push_back(at::full({1, d, 5}, -0.0, dtype));            // negative zeros
-      cases.push_back(at::full({1, d, 5}, big, dtype));             // the largest finite value
+      cases.push_back(at::zeros({1, d, 5}, dtype));       // exact zeros
+      cases.push_back(at::full({1, d, 5}, -0.0, dtype));  // negative zeros
+      cases.push_back(at::full({1, d, 5}, big, dtype));   // the largest finite value
       cases.push_back(at::full({1, d, 5}, -big, dtype));
       // Random signs at magnitude 1e30: continuants up to 1e240 overflow float32 (and double at d=8
       // with 1e300); f ~ 1/a_1.
@@ -230,8 +233,8 @@ TEST(ContinuantPoleGuard, ZerosAndHugeInputsStayFinite) {
   }
 }
 
-// Non-finite inputs (stated behaviour, not guarded): a NaN anywhere in a ladder makes that ladder's f
-// and gradient NaN and leaves the other ladders bitwise unchanged. +-inf follows IEEE arithmetic
+// Non-finite inputs (stated behaviour, not guarded): a NaN anywhere in a ladder makes that ladder's
+// f and gradient NaN and leaves the other ladders bitwise unchanged. +-inf follows IEEE arithmetic
 // through the recurrence: at d = 1, f(+-inf) = +-0; deeper ladders give inf/inf = NaN.
 TEST(ContinuantPoleGuard, NonFiniteInputs) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
@@ -241,8 +244,10 @@ TEST(ContinuantPoleGuard, NonFiniteInputs) {
     at::Tensor dirty = clean.clone();
     dirty[1][2][7] = nan;
     const at::Tensor g = at::ones({2, 33}, dtype);
-    auto [f0, g0] = test::value_and_grad([](const at::Tensor& x) { return continuant(x); }, clean, g);
-    auto [f1, g1] = test::value_and_grad([](const at::Tensor& x) { return continuant(x); }, dirty, g);
+    auto [f0, g0] =
+        test::value_and_grad([](const at::Tensor& x) { return continuant(x); }, clean, g);
+    auto [f1, g1] =
+        test::value_and_grad([](const at::Tensor& x) { return continuant(x); }, dirty, g);
     EXPECT_TRUE(std::isnan(f1[1][7].item<double>()));
     EXPECT_TRUE(g1.select(0, 1).select(-1, 7).isnan().all().item<bool>());
     at::Tensor other = at::ones({2, 33}, at::kBool);
@@ -293,9 +298,8 @@ TEST(ContinuantFusedVsReference, ForwardAndGradients) {
   struct Case {
     std::vector<int64_t> shape;  // (..., d, L)
   };
-  const std::vector<Case> cases = {{{1, 1, 1}},       {{1, 8, 1}},    {{3, 5, 7}},
-                                   {{13, 4, 97}},     {{2, 8, 1031}}, {{64, 6, 600}},
-                                   {{2, 3, 2, 513}},  {{5, 1, 9}}};
+  const std::vector<Case> cases = {{{1, 1, 1}},    {{1, 8, 1}},    {{3, 5, 7}},      {{13, 4, 97}},
+                                   {{2, 8, 1031}}, {{64, 6, 600}}, {{2, 3, 2, 513}}, {{5, 1, 9}}};
   for (auto dtype : {at::kFloat, at::kDouble}) {
     for (auto mode : {ContinuantBackward::kSurrogate, ContinuantBackward::kExact}) {
       for (size_t c = 0; c < cases.size(); ++c) {
@@ -306,11 +310,12 @@ TEST(ContinuantFusedVsReference, ForwardAndGradients) {
         out_shape.erase(out_shape.end() - 2);
         const at::Tensor g = uniform(out_shape, -1, 1, dtype, 800 + c);
         auto opts = ContinuantOptions().backward(mode);
-        auto [f1, g1] = test::value_and_grad([&](const at::Tensor& x) { return continuant(x, opts); }, a, g);
+        auto [f1, g1] =
+            test::value_and_grad([&](const at::Tensor& x) { return continuant(x, opts); }, a, g);
         auto [f2, g2] = test::value_and_grad(
             [&](const at::Tensor& x) { return continuant_reference(x, opts); }, a, g);
-        const std::string tag = std::string(" dtype=") + c10::toString(dtype) + " mode=" +
-                                to_string(mode) + " case=" + std::to_string(c);
+        const std::string tag = std::string(" dtype=") + c10::toString(dtype) +
+                                " mode=" + to_string(mode) + " case=" + std::to_string(c);
         // Surrogate mode: the same operations in the same order, so bitwise equal.
         if (mode == ContinuantBackward::kSurrogate) {
           EXPECT_TRUE(bitwise_equal(f1, f2)) << "f" << tag;
@@ -349,7 +354,8 @@ TEST(ContinuantFusedVsReference, BFloat16ComputesInFloat32) {
   EXPECT_TRUE(bitwise_equal(f, f32.to(at::kBFloat16)));
   EXPECT_TRUE(bitwise_equal(grad, grad32.to(at::kBFloat16)));
   // The reference does the same.
-  auto [fr, gr] = test::value_and_grad([](const at::Tensor& x) { return continuant_reference(x); }, a, g);
+  auto [fr, gr] =
+      test::value_and_grad([](const at::Tensor& x) { return continuant_reference(x); }, a, g);
   EXPECT_TRUE(bitwise_equal(f, fr));
   EXPECT_TRUE(bitwise_equal(grad, gr));
 }
@@ -400,8 +406,10 @@ TEST(ContinuantRecompute, StoredAndRecomputedGiveSameBits) {
         const at::Tensor g = uniform({9, 301}, -1, 1, dtype, 1200 + d);
         auto base = ContinuantOptions().backward(mode);
         auto saved = ContinuantOptions().backward(mode).save_continuants(true);
-        auto x = test::value_and_grad([&](const at::Tensor& y) { return continuant(y, base); }, a, g);
-        auto y = test::value_and_grad([&](const at::Tensor& z) { return continuant(z, saved); }, a, g);
+        auto x =
+            test::value_and_grad([&](const at::Tensor& y) { return continuant(y, base); }, a, g);
+        auto y =
+            test::value_and_grad([&](const at::Tensor& z) { return continuant(z, saved); }, a, g);
         EXPECT_TRUE(bitwise_equal(x.first, y.first)) << "f d=" << d;
         EXPECT_TRUE(bitwise_equal(x.second, y.second)) << "grad d=" << d << " " << to_string(mode);
       }

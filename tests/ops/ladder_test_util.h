@@ -25,7 +25,8 @@ inline at::Tensor uniform(std::vector<int64_t> shape, double lo, double hi, at::
 
 // dLoss/da for Loss = sum(f * g): runs f = fn(a) and its backward.
 template <typename Fn>
-std::pair<at::Tensor, at::Tensor> value_and_grad(Fn fn, const at::Tensor& a_in, const at::Tensor& g) {
+std::pair<at::Tensor, at::Tensor> value_and_grad(Fn fn, const at::Tensor& a_in,
+                                                 const at::Tensor& g) {
   at::Tensor a = a_in.detach().clone().set_requires_grad(true);
   at::Tensor f = fn(a);
   at::Tensor grad = torch::autograd::grad({f}, {a}, {g})[0];
@@ -35,11 +36,11 @@ std::pair<at::Tensor, at::Tensor> value_and_grad(Fn fn, const at::Tensor& a_in, 
 // Every ladder's tails |K_1|..|K_d| are >= bound: mask of shape (..., L).
 inline at::Tensor tails_at_least(const at::Tensor& a, double bound) {
   at::Tensor tails = continuant_tails_reference(a.to(at::kDouble)).abs();  // (..., d+1, L)
-  return std::get<0>(tails.min(-2)) >= bound;  // K_0 = 1 never decides
+  return std::get<0>(tails.min(-2)) >= bound;                              // K_0 = 1 never decides
 }
 
-// EXPECTs |actual - expected| <= rtol |expected| + atol elementwise over `mask` (all when undefined);
-// on failure prints the worst element with both values and the max abs / rel errors.
+// EXPECTs |actual - expected| <= rtol |expected| + atol elementwise over `mask` (all when
+// undefined); on failure prints the worst element with both values and the max abs / rel errors.
 inline void expect_close(const at::Tensor& actual_in, const at::Tensor& expected_in, double rtol,
                          double atol, const std::string& what, const at::Tensor& mask = {}) {
   at::Tensor actual = actual_in.detach().to(at::kDouble).reshape(-1);
@@ -73,8 +74,14 @@ inline bool bitwise_equal(const at::Tensor& x, const at::Tensor& y) {
   return std::memcmp(xc.data_ptr(), yc.data_ptr(), xc.nbytes()) == 0;
 }
 
-inline ContinuantOptions fused() { return ContinuantOptions(); }
-inline ContinuantOptions reference() { return ContinuantOptions().impl(ContinuantImpl::kReference); }
-inline ContinuantOptions literal() { return ContinuantOptions().impl(ContinuantImpl::kLiteral); }
+inline ContinuantOptions fused() {
+  return ContinuantOptions();
+}
+inline ContinuantOptions reference() {
+  return ContinuantOptions().impl(ContinuantImpl::kReference);
+}
+inline ContinuantOptions literal() {
+  return ContinuantOptions().impl(ContinuantImpl::kLiteral);
+}
 
 }  // namespace cemfrac::test

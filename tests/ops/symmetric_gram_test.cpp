@@ -23,9 +23,11 @@ TEST(SymmetricGram, EqualsTheReferenceAndIsSymmetric) {
 TEST(SymmetricGram, GradientEqualsAutogradThroughTheReference) {
   at::manual_seed(2);
   const at::Tensor w = at::randn({12, 20}, at::TensorOptions().dtype(at::kDouble)).requires_grad_();
-  const at::Tensor up = at::randn({12, 12}, at::TensorOptions().dtype(at::kDouble));  // not symmetric
+  const at::Tensor up =
+      at::randn({12, 12}, at::TensorOptions().dtype(at::kDouble));  // not symmetric
   const at::Tensor fused = torch::autograd::grad({(symmetric_gram(w) * up).sum()}, {w})[0];
-  const at::Tensor reference = torch::autograd::grad({(symmetric_gram_reference(w) * up).sum()}, {w})[0];
+  const at::Tensor reference =
+      torch::autograd::grad({(symmetric_gram_reference(w) * up).sum()}, {w})[0];
   EXPECT_TRUE(at::allclose(fused, reference, 1e-12, 1e-12));
 }
 
@@ -42,7 +44,8 @@ TEST(SymmetricGram, Float64GradientCheck) {
       plus[i][j] += h;
       minus[i][j] -= h;
       const double numeric =
-          ((symmetric_gram(plus) * up).sum() - (symmetric_gram(minus) * up).sum()).item<double>() / (2 * h);
+          ((symmetric_gram(plus) * up).sum() - (symmetric_gram(minus) * up).sum()).item<double>() /
+          (2 * h);
       EXPECT_NEAR(analytic[i][j].item<double>(), numeric, 1e-7) << i << "," << j;
     }
   }

@@ -231,9 +231,9 @@ TEST(GpExperiment, RowsJsonAndSvg) {
   EXPECT_EQ(again.rows[1].eval.rmse_posterior, r.rows[1].eval.rmse_posterior);
 }
 
-// Issue 20: --variants trains each reading at each T. At T = 1 a variant's training would repeat the
-// first variant's exactly (same function, weights and batches): the test trains one alone and gets
-// the copied row's numbers bit for bit, which is what justifies the copy.
+// Issue 20: --variants trains each reading at each T. At T = 1 a variant's training would repeat
+// the first variant's exactly (same function, weights and batches): the test trains one alone and
+// gets the copied row's numbers bit for bit, which is what justifies the copy.
 TEST(GpExperiment, VariantsAreRowsAndShareTheTOneModel) {
   GpExperimentOptions o = default_gp_experiment();
   o.task.n_points = 12;
@@ -247,8 +247,8 @@ TEST(GpExperiment, VariantsAreRowsAndShareTheTOneModel) {
   o.variants = {"fixed", "iterate+prox", "step_norm"};
   const GpExperimentResult r = run_gp_experiment(o);
   ASSERT_EQ(r.rows.size(), 7u);
-  const std::vector<std::string> want = {"fixed", "fixed", "iterate+prox", "iterate+prox",
-                                         "step_norm", "step_norm", ""};
+  const std::vector<std::string> want = {
+      "fixed", "fixed", "iterate+prox", "iterate+prox", "step_norm", "step_norm", ""};
   for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(r.rows[i].variant, want[i]) << i;
   EXPECT_EQ(r.rows[2].eval.rmse_posterior, r.rows[0].eval.rmse_posterior);
   EXPECT_EQ(r.rows[2].params, r.rows[0].params + 2 * 2);  // a lambda per CEM sub-layer, L = 2

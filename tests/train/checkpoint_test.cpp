@@ -98,13 +98,15 @@ TEST(Checkpoint, RoundTrip) {
 // Fuzz finding (trainer_json): a 'format' that is a number made j.value("format", std::string())
 // throw nlohmann's type_error 302, an "internal error", instead of naming the file.
 TEST(Checkpoint, NonStringFormatIsAClearError) {
-  for (const char* text : {R"({"format": 10240, "data_seed": 5071, "best_val_loss": 4.75})",
-                           R"({"format": null})", R"({"format": ["cemfrac-checkpoint"]})", R"({})"}) {
+  for (const char* text :
+       {R"({"format": 10240, "data_seed": 5071, "best_val_loss": 4.75})", R"({"format": null})",
+        R"({"format": ["cemfrac-checkpoint"]})", R"({})"}) {
     try {
       (void)trainer_state_from_json(nlohmann::json::parse(text), "trainer.json");
       ADD_FAILURE() << "accepted " << text;
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("trainer.json: 'format' is not"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("trainer.json: 'format' is not"), std::string::npos)
+          << e.what();
     }
   }
 }
@@ -146,7 +148,8 @@ TEST(Checkpoint, KeepsTheLastNAndResolvesTheNewest) {
   save_checkpoint(run, contents(1000000), 0);
   EXPECT_EQ(resolve_checkpoint(run), run + "/checkpoints/step-1000000");
   EXPECT_EQ(list_checkpoints(run).size(), 3u) << "keep = 0 keeps all";
-  expect_error([&] { resolve_checkpoint(test::temp_dir("ckpt_empty")); }, {"ckpt_empty", "run directory"});
+  expect_error([&] { resolve_checkpoint(test::temp_dir("ckpt_empty")); },
+               {"ckpt_empty", "run directory"});
   expect_error([] { resolve_checkpoint("/nonexistent/run"); }, {"/nonexistent/run", "no such"});
 }
 
@@ -168,7 +171,9 @@ class DamagedCheckpoint : public ::testing::Test {
   CheckpointContents c_;
 };
 
-TEST_F(DamagedCheckpoint, IntactLoads) { EXPECT_NO_THROW(load()); }
+TEST_F(DamagedCheckpoint, IntactLoads) {
+  EXPECT_NO_THROW(load());
+}
 
 TEST_F(DamagedCheckpoint, MissingFiles) {
   for (const char* f : {kCheckpointModelFile, kCheckpointOptimizerFile, kCheckpointConfigFile,
@@ -239,15 +244,15 @@ TEST(Checkpoint, IncompleteCheckpointsAreSkippedAndStaleTemporariesRemoved) {
   save_checkpoint(run, contents(2), 0);
   save_checkpoint(run, contents(5), 0);
   fs::remove(ck + "step-000005/model.safetensors");  // cut short (by a copy, say)
-  fs::create_directories(ck + "step-000009");          // made by hand
+  fs::create_directories(ck + "step-000009");        // made by hand
   EXPECT_EQ(checkpoint_problem(ck + "step-000002"), "");
   EXPECT_EQ(checkpoint_problem(ck + "step-000005"), "model.safetensors is missing");
   EXPECT_EQ(checkpoint_problem(ck + "step-000009"), "empty directory");
   testing::internal::CaptureStderr();
   EXPECT_EQ(resolve_checkpoint(run), ck + "step-000002");
   const std::string err = testing::internal::GetCapturedStderr();
-  EXPECT_NE(err.find("skipped incomplete checkpoint " + ck + "step-000009 (empty directory); using " +
-                     ck + "step-000002"),
+  EXPECT_NE(err.find("skipped incomplete checkpoint " + ck +
+                     "step-000009 (empty directory); using " + ck + "step-000002"),
             std::string::npos)
       << err;
   EXPECT_NE(err.find(ck + "step-000005 (model.safetensors is missing)"), std::string::npos) << err;
@@ -263,8 +268,8 @@ TEST(Checkpoint, IncompleteCheckpointsAreSkippedAndStaleTemporariesRemoved) {
 
   // Temporaries of dead writers go (pid 99999999 is above any pid_max); a live writer's stay.
   const std::string live = fmt::format("{}step-000012.tmp-{}-abc", ck, getppid());
-  for (const std::string& d : {ck + "step-000010.tmp-99999999-abc",
-                               ck + "step-000011.tmp-99999999-abc.old", live})
+  for (const std::string& d :
+       {ck + "step-000010.tmp-99999999-abc", ck + "step-000011.tmp-99999999-abc.old", live})
     fs::create_directories(d + "/inner");
   test::write_file(ck + "notes.tmp-99999999-abc", "not a checkpoint temporary");
   EXPECT_EQ(clean_stale_temporaries(run),

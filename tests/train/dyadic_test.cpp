@@ -1,8 +1,8 @@
 // The dyadic depth schedule of CoFrGeNet ladders in the trainer (CoFrGeNet spec §4, spec §8
-// property 18) and eval-time clipping of ladder outputs with its checkpoint round trip (property 20):
-// depth-i tensors are bitwise unchanged (no update, no decay, no optimizer state) until step
-// ceil(t (1 - 2^-i)) and change after it; depth 0 changes from the first step; resuming gives the same
-// steps bit for bit, with and without `truncate`.
+// property 18) and eval-time clipping of ladder outputs with its checkpoint round trip (property
+// 20): depth-i tensors are bitwise unchanged (no update, no decay, no optimizer state) until step
+// ceil(t (1 - 2^-i)) and change after it; depth 0 changes from the first step; resuming gives the
+// same steps bit for bit, with and without `truncate`.
 #include <gtest/gtest.h>
 #include <torch/types.h>
 #include <torch/utils.h>
@@ -77,9 +77,9 @@ TEST(Dyadic, FrozenDepthsAreBitwiseUnchangedUntilTheirStep) {
   std::map<std::string, int64_t> depth_of;
   for (const ParamInfo& p : tm.params) depth_of[p.name] = p.depth;
   const std::vector<std::string> watched = {
-      "blocks.0.mlp.w_gate",       "blocks.0.mlp.w_out",        "blocks.0.mlp.w_ladder_1",
-      "blocks.0.mlp.w_ladder_2",   "blocks.1.mlp.w_ladder_3",   "blocks.1.mlp.b_ladder_2",
-      "blocks.0.attn.w_ladder_1",  "blocks.0.attn.b_ladder_2",  "blocks.1.attn.w_logits"};
+      "blocks.0.mlp.w_gate",      "blocks.0.mlp.w_out",       "blocks.0.mlp.w_ladder_1",
+      "blocks.0.mlp.w_ladder_2",  "blocks.1.mlp.w_ladder_3",  "blocks.1.mlp.b_ladder_2",
+      "blocks.0.attn.w_ladder_1", "blocks.0.attn.b_ladder_2", "blocks.1.attn.w_logits"};
   ASSERT_EQ(depth_of.at("blocks.0.mlp.w_gate"), 0);
   ASSERT_EQ(depth_of.at("blocks.1.mlp.w_ladder_3"), 3);
   ASSERT_EQ(depth_of.at("blocks.0.attn.b_ladder_2"), 2);
@@ -100,7 +100,8 @@ TEST(Dyadic, FrozenDepthsAreBitwiseUnchangedUntilTheirStep) {
         EXPECT_FALSE(has_state) << n << " has AdamW state at step " << m.step;
         EXPECT_TRUE(trainer.optimizer().is_frozen(n) || start == 0);
       } else {
-        EXPECT_FALSE(same) << n << " unchanged after its start " << start << " (step " << m.step << ")";
+        EXPECT_FALSE(same) << n << " unchanged after its start " << start << " (step " << m.step
+                           << ")";
         EXPECT_TRUE(has_state) << n;
       }
       ++checks;
@@ -149,7 +150,8 @@ TEST_P(DyadicResume, ResumeIsBitwiseAcrossUnfreezingSteps) {
   for (const auto& item : pa) EXPECT_TRUE(torch::equal(item.value(), pb[item.key()])) << item.key();
   const auto ba = state_buffers(*ma), bb = state_buffers(*mb);
   ASSERT_EQ(ba.size(), bb.size());
-  for (size_t i = 0; i < ba.size(); ++i) EXPECT_TRUE(torch::equal(ba[i].second, bb[i].second)) << ba[i].first;
+  for (size_t i = 0; i < ba.size(); ++i)
+    EXPECT_TRUE(torch::equal(ba[i].second, bb[i].second)) << ba[i].first;
 }
 
 INSTANTIATE_TEST_SUITE_P(Truncate, DyadicResume, ::testing::Values(false, true),
@@ -189,7 +191,8 @@ TEST(EvalClipping, RangesRoundTripAndClipOnlyInEval) {
   Checkpoint c = load_checkpoint(ckpt, LoadOptions{false, nullptr});
   load_state_buffers(c, *fresh);
   const auto loaded = state_buffers(*fresh);
-  for (size_t i = 0; i < loaded.size(); ++i) EXPECT_TRUE(torch::equal(loaded[i].second, buffers[i].second));
+  for (size_t i = 0; i < loaded.size(); ++i)
+    EXPECT_TRUE(torch::equal(loaded[i].second, buffers[i].second));
   // What eval and generate load (train/model_loader) carries the ranges too.
   const LoadedModel for_eval = load_model(ckpt);
   const auto eval_buffers = state_buffers(*for_eval.model);
@@ -205,13 +208,16 @@ TEST(EvalClipping, RangesRoundTripAndClipOnlyInEval) {
   const torch::Tensor z = ffn.ladders().evaluate(ffn.ladder_inputs(x_hat));  // (2, 16, L)
   ffn.eval();
   const torch::Tensor clipped = ffn.ladders().range(z, false, ffn.z_min, ffn.z_max);
-  EXPECT_TRUE((clipped >= ffn.z_min).all().item<bool>() && (clipped <= ffn.z_max).all().item<bool>());
+  EXPECT_TRUE((clipped >= ffn.z_min).all().item<bool>() &&
+              (clipped <= ffn.z_max).all().item<bool>());
   EXPECT_FALSE(torch::equal(clipped, z)) << "the test input leaves the recorded range";
-  const torch::Tensor expected = torch::linear(clipped, ffn.w_out) + torch::linear(x_hat, ffn.w_direct);
+  const torch::Tensor expected =
+      torch::linear(clipped, ffn.w_out) + torch::linear(x_hat, ffn.w_direct);
   EXPECT_TRUE(torch::allclose(ffn.forward(x), expected, 1e-6, 1e-6));
   ffn.train();
   EXPECT_TRUE(torch::equal(ffn.ladders().range(z, true, ffn.z_min, ffn.z_max), z));
-  EXPECT_TRUE(torch::allclose(ffn.forward(x), torch::linear(z, ffn.w_out) + torch::linear(x_hat, ffn.w_direct),
+  EXPECT_TRUE(torch::allclose(ffn.forward(x),
+                              torch::linear(z, ffn.w_out) + torch::linear(x_hat, ffn.w_direct),
                               1e-6, 1e-6));
 }
 

@@ -103,7 +103,8 @@ TEST(Optimizer, StateRestoresByNameNotByIndex) {
     oa.step();
     if (i == 0) oa.unfreeze("gate", ParamGroup::kNoDecay);
   }
-  // b's table lists the parameters in another order, and gate is frozen there: loading unfreezes it.
+  // b's table lists the parameters in another order, and gate is frozen there: loading unfreezes
+  // it.
   auto table = b->table(/*freeze_gate=*/true);
   std::reverse(table.begin(), table.end());
   Optimizer ob(*b, table, config());
@@ -187,10 +188,11 @@ TEST(Optimizer, FusedAdamWMatchesTorchAdamW) {
     std::vector<torch::Tensor> no_decay{ref_params.at("embed.weight"), ref_params.at("gate"),
                                         ref_params.at("head.bias")};
     auto options = [&](double wd) {
-      return std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(c.lr)
-                                                              .betas(std::make_tuple(c.beta1, c.beta2))
-                                                              .eps(c.eps)
-                                                              .weight_decay(wd));
+      return std::make_unique<torch::optim::AdamWOptions>(
+          torch::optim::AdamWOptions(c.lr)
+              .betas(std::make_tuple(c.beta1, c.beta2))
+              .eps(c.eps)
+              .weight_decay(wd));
     };
     std::vector<torch::optim::OptimizerParamGroup> groups;
     groups.emplace_back(decay, options(c.weight_decay));
@@ -211,15 +213,16 @@ TEST(Optimizer, FusedAdamWMatchesTorchAdamW) {
     const double tol = dtype == torch::kFloat64 ? 1e-12 : 1e-6;
     for (const auto& [name, p] : parameters_by_name(*mine, mine->table())) {
       const torch::Tensor& q = ref_params.at(name);
-      EXPECT_TRUE(torch::allclose(p, q, tol, tol)) << name << ": " << (p - q).abs().max().item<double>();
+      EXPECT_TRUE(torch::allclose(p, q, tol, tol))
+          << name << ": " << (p - q).abs().max().item<double>();
       EXPECT_FALSE(torch::equal(p, p.detach().clone().zero_())) << name;
     }
   }
 }
 
 TEST(Optimizer, AtenFallbackEqualsFusedUpdate) {
-  // The same parameter values once as a contiguous tensor (fused kernel) and once as a transposed view
-  // of a buffer (non-contiguous: the ATen formulas).
+  // The same parameter values once as a contiguous tensor (fused kernel) and once as a transposed
+  // view of a buffer (non-contiguous: the ATen formulas).
   torch::manual_seed(7);
   torch::Tensor init = torch::randn({5, 3}, torch::kFloat64);
   torch::Tensor fused = init.clone().requires_grad_();
@@ -268,11 +271,13 @@ TEST(Optimizer, ClipGradNormReturnsThePreClipNorm) {
   EXPECT_DOUBLE_EQ(clip_grad_norm({a, b, c}, 10.0), 5.0);
   EXPECT_TRUE(torch::equal(a.grad(), torch::tensor({3.0f, 0.0f}))) << "below the limit: untouched";
   EXPECT_DOUBLE_EQ(clip_grad_norm({a, b, c}, 1.0), 5.0);
-  const double after = std::sqrt(a.grad().pow(2).sum().item<double>() + b.grad().pow(2).sum().item<double>());
+  const double after =
+      std::sqrt(a.grad().pow(2).sum().item<double>() + b.grad().pow(2).sum().item<double>());
   EXPECT_NEAR(after, 1.0, 1e-6) << "clipped to the limit";
   EXPECT_NEAR(clip_grad_norm({a, b}, 0.0), after, 1e-7) << "0 = no clipping";
-  EXPECT_NEAR(after, std::sqrt(a.grad().pow(2).sum().item<double>() +
-                               b.grad().pow(2).sum().item<double>()), 0.0)
+  EXPECT_NEAR(
+      after, std::sqrt(a.grad().pow(2).sum().item<double>() + b.grad().pow(2).sum().item<double>()),
+      0.0)
       << "max_norm 0 leaves the gradients alone";
   b.mutable_grad() = torch::tensor({std::numeric_limits<float>::quiet_NaN()});
   EXPECT_TRUE(std::isnan(clip_grad_norm({a, b}, 1.0)));

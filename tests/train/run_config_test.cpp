@@ -1,6 +1,6 @@
-// Run configs: every preset loads; print -> parse gives the same config; unknown keys, wrong types and
-// bad values are one-line errors naming the key, the value and file:line; --set overrides with the
-// same checks; config.json round trip.
+// Run configs: every preset loads; print -> parse gives the same config; unknown keys, wrong types
+// and bad values are one-line errors naming the key, the value and file:line; --set overrides with
+// the same checks; config.json round trip.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -15,7 +15,8 @@ namespace {
 
 std::string write_config(const std::string& text) {
   static int counter = 0;
-  const std::string path = test::temp_dir("run-config") + "/c" + std::to_string(counter++) + ".toml";
+  const std::string path =
+      test::temp_dir("run-config") + "/c" + std::to_string(counter++) + ".toml";
   test::write_file(path, text);
   return path;
 }
@@ -36,8 +37,9 @@ std::string load_error(const std::string& text, const std::vector<std::string>& 
   return "";
 }
 
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE((haystack).find(needle), std::string::npos) << "expected '" << (needle) << "' in: " << (haystack)
+#define EXPECT_CONTAINS(haystack, needle)               \
+  EXPECT_NE((haystack).find(needle), std::string::npos) \
+      << "expected '" << (needle) << "' in: " << (haystack)
 
 const char kSmall[] = "[model]\nd_model = 64\nn_heads = 4\nn_layers = 2\n\n[train]\nsteps = 7\n";
 
@@ -125,7 +127,8 @@ TEST(RunConfig, SyntaxErrorGivesLine) {
 }
 
 // toml++ 3.3.0 has undefined behaviour on a non-ASCII character where it skips whitespace (the fuzz
-// finding kept in fuzz/known/); such text is invalid TOML, and it must be refused before toml++ reads it.
+// finding kept in fuzz/known/); such text is invalid TOML, and it must be refused before toml++
+// reads it.
 TEST(RunConfig, NonAsciiOutsideStringsIsRefusedBeforeTomlSeesIt) {
   std::string path;
   // The fuzz finding itself: '[', U+FEFD, "GR", 0x13, NUL, "# ", NUL, '['.
@@ -138,29 +141,37 @@ TEST(RunConfig, NonAsciiOutsideStringsIsRefusedBeforeTomlSeesIt) {
   EXPECT_CONTAINS(e, path + ":3:4: a non-ASCII character right after a line-ending backslash");
 
   // Inside strings and comments it is valid TOML and read as text.
-  const RunConfig c = load_run_config(
-      write_config("\xEF\xBB\xBF# caf\xC3\xA9 \xE2\x80\x94 comment\n[data]\n"
-                   "path = \"donn\xC3\xA9" "es/\\\"q\\\"\" # \xC3\xA9\n[train]\nsteps = 3\n"),
-      {});
-  EXPECT_EQ(c.data.path, "donn\xC3\xA9" "es/\"q\"");
+  const RunConfig c =
+      load_run_config(write_config("\xEF\xBB\xBF# caf\xC3\xA9 \xE2\x80\x94 comment\n[data]\n"
+                                   "path = \"donn\xC3\xA9"
+                                   "es/\\\"q\\\"\" # \xC3\xA9\n[train]\nsteps = 3\n"),
+                      {});
+  EXPECT_EQ(c.data.path,
+            "donn\xC3\xA9"
+            "es/\"q\"");
   EXPECT_EQ(c.train.steps, 3);
-  EXPECT_EQ(load_run_config(write_config("[data]\npath = '\xC3\xA9\\'\n"), {}).data.path, "\xC3\xA9\\");
-  const std::string multi = write_config(
-      "[data]\npath = \"\"\"caf\xC3\xA9\"\"\"\"\n[train]\nsteps = 4 # '\xC3\xA9\n");
+  EXPECT_EQ(load_run_config(write_config("[data]\npath = '\xC3\xA9\\'\n"), {}).data.path,
+            "\xC3\xA9\\");
+  const std::string multi =
+      write_config("[data]\npath = \"\"\"caf\xC3\xA9\"\"\"\"\n[train]\nsteps = 4 # '\xC3\xA9\n");
   const RunConfig m = load_run_config(multi, {});
   EXPECT_EQ(m.data.path, "caf\xC3\xA9\"");
   EXPECT_EQ(m.train.steps, 4);
 
   // A --set value is parsed as TOML first and taken as a plain string when that fails: a non-ASCII
   // unquoted value must take the second path without toml++ reading it.
-  const RunConfig d = load_run_config(write_config(kSmall), {"data.path=/tmp/donn\xC3\xA9" "es"});
-  EXPECT_EQ(d.data.path, "/tmp/donn\xC3\xA9" "es");
+  const RunConfig d = load_run_config(write_config(kSmall), {"data.path=/tmp/donn\xC3\xA9"
+                                                             "es"});
+  EXPECT_EQ(d.data.path,
+            "/tmp/donn\xC3\xA9"
+            "es");
 }
 
 TEST(RunConfig, SetOverridesAndIsValidated) {
   const std::string path = write_config(kSmall);
-  RunConfig c = load_run_config(path, {"train.steps=20", "model.mixer=mha", "model.ffn=\"gelu_mlp\"",
-                                       "train.lr_max=1e-3", "model.bias=true", "data.path=data/x"});
+  RunConfig c =
+      load_run_config(path, {"train.steps=20", "model.mixer=mha", "model.ffn=\"gelu_mlp\"",
+                             "train.lr_max=1e-3", "model.bias=true", "data.path=data/x"});
   EXPECT_EQ(c.train.steps, 20);
   EXPECT_EQ(c.model.mixer, "mha");
   EXPECT_EQ(c.model.ffn, "gelu_mlp");
@@ -193,8 +204,8 @@ TEST(RunConfig, SetOverridesAndIsValidated) {
   e = load_error(kSmall, {"model..x=2"});
   EXPECT_CONTAINS(e, "section.key=value");
   // A nested table field through --set, and its checks.
-  const RunConfig scaled = load_run_config(path, {"model.rope_scaling.type=llama3",
-                                                  "model.rope_scaling.factor=32"});
+  const RunConfig scaled =
+      load_run_config(path, {"model.rope_scaling.type=llama3", "model.rope_scaling.factor=32"});
   EXPECT_EQ(scaled.model.rope_scaling.type, "llama3");
   EXPECT_DOUBLE_EQ(scaled.model.rope_scaling.factor, 32.0);
   EXPECT_EQ(scaled.model.rope_scaling.original_context, 8192) << "other fields keep their values";
@@ -208,8 +219,8 @@ TEST(RunConfig, SetOverridesAndIsValidated) {
 }
 
 TEST(RunConfig, LayerOverridesAsArrayOfTables) {
-  const std::string text = std::string(kSmall) +
-                           "\n[[model.layer_overrides]]\nlayer = 1\nffn = \"gelu_mlp\"\n";
+  const std::string text =
+      std::string(kSmall) + "\n[[model.layer_overrides]]\nlayer = 1\nffn = \"gelu_mlp\"\n";
   // [[model.layer_overrides]] after [train] reopens the model table: valid TOML.
   const RunConfig c = load_run_config(write_config(text));
   ASSERT_EQ(c.model.layer_overrides.size(), 1u);
@@ -220,9 +231,11 @@ TEST(RunConfig, LayerOverridesAsArrayOfTables) {
   const RunConfig d =
       load_run_config(write_config(kSmall), {"model.layer_overrides=[{layer=0, mixer=\"mha\"}]"});
   EXPECT_EQ(d.model.layer_overrides.at(0).mixer, "mha");
-  std::string e = load_error(std::string(kSmall) + "\n[[model.layer_overrides]]\nlayer = 5\nffn = \"swiglu\"\n");
+  std::string e = load_error(std::string(kSmall) +
+                             "\n[[model.layer_overrides]]\nlayer = 5\nffn = \"swiglu\"\n");
   EXPECT_CONTAINS(e, "model.layer_overrides[0].layer = 5");
-  e = load_error(std::string(kSmall) + "\n[[model.layer_overrides]]\nlayer = 1\nfnn = \"swiglu\"\n");
+  e = load_error(std::string(kSmall) +
+                 "\n[[model.layer_overrides]]\nlayer = 1\nfnn = \"swiglu\"\n");
   EXPECT_CONTAINS(e, "model.layer_overrides[0].fnn");
   e = load_error(kSmall, {"model.layer_overrides=[{layer=1, ffn=3}]"});
   EXPECT_CONTAINS(e, "model.layer_overrides[0].ffn = 3: expected a string");

@@ -1,6 +1,7 @@
-// A tiny language model for the trainer, checkpoint and eval tests: it stands in for LmModel through
-// the same TrainModel interface. logits = head(embed(x_t) + mix * embed(x_{t-1})), with `gate` a
-// parameter the tests freeze and unfreeze. Also a prepared-dataset writer with learnable structure.
+// A tiny language model for the trainer, checkpoint and eval tests: it stands in for LmModel
+// through the same TrainModel interface. logits = head(embed(x_t) + mix * embed(x_{t-1})), with
+// `gate` a parameter the tests freeze and unfreeze. Also a prepared-dataset writer with learnable
+// structure.
 #pragma once
 #include <torch/nn/module.h>
 #include <torch/nn/modules/embedding.h>
@@ -32,9 +33,9 @@ struct ToyLmImpl : torch::nn::Module {
   }
   // tokens (B, N) int64 -> logits (B, N, V). Causal: position t sees tokens t and t - 1.
   torch::Tensor forward(const torch::Tensor& tokens) {
-    torch::Tensor h = embed(tokens);                                           // (B, N, D)
+    torch::Tensor h = embed(tokens);  // (B, N, D)
     torch::Tensor prev = torch::constant_pad_nd(h, {0, 0, 1, 0}).narrow(1, 0, h.size(1));
-    return head(h + gate * prev);                                              // (B, N, V)
+    return head(h + gate * prev);  // (B, N, V)
   }
   std::vector<ParamInfo> table(bool freeze_gate = false) const {
     auto info = [](const std::string& name, const torch::Tensor& t, ParamKind kind,
@@ -64,7 +65,8 @@ TORCH_MODULE(ToyLm);
 inline std::vector<double> metrics_losses(const std::string& run) {
   std::vector<double> out;
   std::istringstream in(read_file(run + "/metrics.jsonl"));
-  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line)["loss"]);
+  for (std::string line; std::getline(in, line);)
+    out.push_back(nlohmann::json::parse(line)["loss"]);
   return out;
 }
 
@@ -106,7 +108,8 @@ inline void write_toy_dataset(const std::string& dir, int64_t vocab, int64_t tra
       const int64_t len = 20 + static_cast<int64_t>(next() % 30);
       for (int64_t i = 0; i < len; ++i) {
         doc.push_back(t);
-        t = (next() % 5 == 0) ? static_cast<TokenId>(next() % m) : static_cast<TokenId>((3 * t + 1) % m);
+        t = (next() % 5 == 0) ? static_cast<TokenId>(next() % m)
+                              : static_cast<TokenId>((3 * t + 1) % m);
       }
       out.push_back(doc);
     }

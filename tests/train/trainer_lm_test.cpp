@@ -1,5 +1,5 @@
-// The trainer, checkpoints and sliding-window eval with the real LmModel (through make_train_model),
-// for both flavours: exact resume, tied tensors stored once, and eval counting.
+// The trainer, checkpoints and sliding-window eval with the real LmModel (through
+// make_train_model), for both flavours: exact resume, tied tensors stored once, and eval counting.
 #include <gtest/gtest.h>
 #include <torch/types.h>
 

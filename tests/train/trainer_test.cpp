@@ -110,12 +110,12 @@ TEST(Trainer, ResumeGivesBitwiseTheSameLosses) {
 
 TEST(Trainer, AccumulationAveragesLikeOneBigBatch) {
   // 2 micro-batches of 4 see the same 8 windows as 1 micro-batch of 8: same loss and update up to
-  // rounding. In float64: the two runs differ only by summation order, i.e. by A * u with u the unit
-  // roundoff and A the amplification of 3 AdamW steps. In float32 (u = 6e-8) a rounding difference
-  // in a gradient near cancellation is far above AdamW's eps and can flip that coordinate's update
-  // by O(lr), so A depends on the CPU's summation order and no fixed float32 bound is safe; in
-  // float64 (u = 1.1e-16) such differences stay far below eps = 1e-8, the update is continuous in
-  // them, and 1e-9 leaves a factor > 1e6 on A.
+  // rounding. In float64: the two runs differ only by summation order, i.e. by A * u with u the
+  // unit roundoff and A the amplification of 3 AdamW steps. In float32 (u = 6e-8) a rounding
+  // difference in a gradient near cancellation is far above AdamW's eps and can flip that
+  // coordinate's update by O(lr), so A depends on the CPU's summation order and no fixed float32
+  // bound is safe; in float64 (u = 1.1e-16) such differences stay far below eps = 1e-8, the update
+  // is continuous in them, and 1e-9 leaves a factor > 1e6 on A.
   TrainerOptions acc = toy_options(test::temp_dir("trainer_acc"), 3);
   TrainerOptions big = toy_options(test::temp_dir("trainer_big"), 3);
   big.train.micro_batch = 8;
@@ -153,8 +153,8 @@ TEST(Trainer, MetricsSummaryAndLearning) {
   EXPECT_EQ(progress.find('\r'), std::string::npos);
   const auto lines = read_metrics(run);
   ASSERT_EQ(lines.size(), 8u) << "every 5th step";
-  const std::vector<std::string> keys = {"step", "tokens", "loss", "val_loss", "lr",
-                                         "grad_norm", "tokens_per_s", "elapsed_s"};
+  const std::vector<std::string> keys = {"step", "tokens",    "loss",         "val_loss",
+                                         "lr",   "grad_norm", "tokens_per_s", "elapsed_s"};
   for (const json& j : lines) {
     std::vector<std::string> got;
     for (auto it = j.begin(); it != j.end(); ++it) got.push_back(it.key());

@@ -88,11 +88,17 @@ std::mutex& train_mutex() {
 
 extern "C" {
 
-int cemfrac_spm_abi_version(void) { return CEMFRAC_SPM_ABI_VERSION; }
+int cemfrac_spm_abi_version(void) {
+  return CEMFRAC_SPM_ABI_VERSION;
+}
 
-void cemfrac_spm_free(void* buffer) { std::free(buffer); }
+void cemfrac_spm_free(void* buffer) {
+  std::free(buffer);
+}
 
-void cemfrac_spm_set_log_level(int level) { sentencepiece::logging::SetMinLogLevel(level); }
+void cemfrac_spm_set_log_level(int level) {
+  sentencepiece::logging::SetMinLogLevel(level);
+}
 
 int cemfrac_spm_train(const char* const* texts, const size_t* lengths, size_t count,
                       const char* const* option_names, const char* const* option_values,
@@ -125,7 +131,9 @@ int cemfrac_spm_load(const char* model, size_t model_size, CemfracSpm** out, cha
   });
 }
 
-void cemfrac_spm_destroy(CemfracSpm* spm) { delete spm; }
+void cemfrac_spm_destroy(CemfracSpm* spm) {
+  delete spm;
+}
 
 int cemfrac_spm_encode(const CemfracSpm* spm, const char* text, size_t size, int32_t** ids,
                        size_t* count, char** error) {
@@ -161,7 +169,9 @@ int cemfrac_spm_decode(const CemfracSpm* spm, const int32_t* ids, size_t count, 
   });
 }
 
-int32_t cemfrac_spm_vocab_size(const CemfracSpm* spm) { return spm->processor.GetPieceSize(); }
+int32_t cemfrac_spm_vocab_size(const CemfracSpm* spm) {
+  return spm->processor.GetPieceSize();
+}
 
 int32_t cemfrac_spm_piece_to_id(const CemfracSpm* spm, const char* piece, size_t size) {
   try {
@@ -185,16 +195,11 @@ int cemfrac_spm_id_to_piece(const CemfracSpm* spm, int32_t id, const char** piec
 
 int32_t cemfrac_spm_special_id(const CemfracSpm* spm, int which) {
   switch (which) {
-    case CEMFRAC_SPM_UNK:
-      return spm->processor.unk_id();
-    case CEMFRAC_SPM_BOS:
-      return spm->processor.bos_id();
-    case CEMFRAC_SPM_EOS:
-      return spm->processor.eos_id();
-    case CEMFRAC_SPM_PAD:
-      return spm->processor.pad_id();
-    default:
-      return -1;
+    case CEMFRAC_SPM_UNK: return spm->processor.unk_id();
+    case CEMFRAC_SPM_BOS: return spm->processor.bos_id();
+    case CEMFRAC_SPM_EOS: return spm->processor.eos_id();
+    case CEMFRAC_SPM_PAD: return spm->processor.pad_id();
+    default: return -1;
   }
 }
 

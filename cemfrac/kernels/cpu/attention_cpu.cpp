@@ -1,11 +1,12 @@
-// Causal softmax attention on the CPU for full sequences (offset 0, as many keys as queries): the loops
-// behind ops/causal_attention.cpp's fused Function. Every (batch, head) pair runs as its own small problem
-// on one thread (claimed from a shared counter, OpenBLAS held to one thread meanwhile): scores into a
-// per-thread scratch block that stays in cache, the causal mask and the softmax on it, then P V written
-// straight into the merged-heads layout (B, N, H d_h). Queries go in blocks of 64 rows whose matmuls stop
-// at the block's last visible key, so most of the hidden upper triangle is never computed, forward or
-// backward. Backward recomputes nothing: it uses the saved P. Masked probabilities stay exact zeros.
-// (Moved from layers/base/mha.cpp unchanged, so results are bitwise those of before.)
+// Causal softmax attention on the CPU for full sequences (offset 0, as many keys as queries): the
+// loops behind ops/causal_attention.cpp's fused Function. Every (batch, head) pair runs as its own
+// small problem on one thread (claimed from a shared counter, OpenBLAS held to one thread
+// meanwhile): scores into a per-thread scratch block that stays in cache, the causal mask and the
+// softmax on it, then P V written straight into the merged-heads layout (B, N, H d_h). Queries go
+// in blocks of 64 rows whose matmuls stop at the block's last visible key, so most of the hidden
+// upper triangle is never computed, forward or backward. Backward recomputes nothing: it uses the
+// saved P. Masked probabilities stay exact zeros. (Moved from layers/base/mha.cpp unchanged, so
+// results are bitwise those of before.)
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
@@ -26,10 +27,11 @@
 namespace cemfrac::kernels {
 namespace {
 
-// Holds OpenBLAS to one thread for its lifetime (each of our threads then runs its own small gemms);
-// restores the previous count. A no-op when the BLAS is not OpenBLAS, and for OpenBLAS's OpenMP build:
-// that one already runs serially inside a parallel region, and its openblas_set_num_threads calls
-// omp_set_num_threads, which would shrink the team of the very parallel_for this guard surrounds.
+// Holds OpenBLAS to one thread for its lifetime (each of our threads then runs its own small
+// gemms); restores the previous count. A no-op when the BLAS is not OpenBLAS, and for OpenBLAS's
+// OpenMP build: that one already runs serially inside a parallel region, and its
+// openblas_set_num_threads calls omp_set_num_threads, which would shrink the team of the very
+// parallel_for this guard surrounds.
 class SerialBlasGuard {
  public:
   SerialBlasGuard() {
@@ -84,13 +86,14 @@ __attribute__((target("avx2,fma"))) inline __m256 exp_ps(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
   const __m256 y = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r), _mm256_set1_ps(1.0f));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256i e =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 
 // out[t] = exp((in[t] - top) * c) for t < count; returns the sum, accumulated in float64.
-__attribute__((target("avx2,fma"))) double exp_row_avx2(const float* in, float* out, int64_t count, float top,
-                                                       float c) {
+__attribute__((target("avx2,fma"))) double exp_row_avx2(const float* in, float* out, int64_t count,
+                                                        float top, float c) {
   const __m256 vt = _mm256_set1_ps(top), vc = _mm256_set1_ps(c);
   __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
   int64_t t = 0;
@@ -117,13 +120,16 @@ __attribute__((target("avx2,fma"))) double exp_row_avx2(const float* in, float* 
 }
 
 // sum_t g[t] p[t] for t < count, products and sums in float64.
-__attribute__((target("avx2,fma"))) double dot_row_avx2(const float* g, const float* p, int64_t count) {
+__attribute__((target("avx2,fma"))) double dot_row_avx2(const float* g, const float* p,
+                                                        int64_t count) {
   __m256d a = _mm256_setzero_pd(), b = _mm256_setzero_pd();
   int64_t t = 0;
   for (; t + 8 <= count; t += 8) {
     const __m256 vg = _mm256_loadu_ps(g + t), vp = _mm256_loadu_ps(p + t);
-    a = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(vg)), _mm256_cvtps_pd(_mm256_castps256_ps128(vp)), a);
-    b = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(vg, 1)), _mm256_cvtps_pd(_mm256_extractf128_ps(vp, 1)), b);
+    a = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(vg)),
+                        _mm256_cvtps_pd(_mm256_castps256_ps128(vp)), a);
+    b = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(vg, 1)),
+                        _mm256_cvtps_pd(_mm256_extractf128_ps(vp, 1)), b);
   }
   alignas(32) double lanes[4];
   _mm256_store_pd(lanes, _mm256_add_pd(a, b));
@@ -166,12 +172,14 @@ double dot_row(const scalar_t* g, const scalar_t* p, int64_t count) {
   return dot;
 }
 
-// Rows r0..r1-1 of the probabilities from their scores: s holds q[r0:r1] k[0:r1]^T (row i at s + i r1),
-// p is the (N, N) probability matrix of the pair (leading dimension N). Row n becomes
-// softmax(scale * s[n, 0..n]) followed by exact zeros up to r1 (the keys after n are hidden from n).
-// Columns r1.. of these rows are never written: no product of the forward or backward reads them.
+// Rows r0..r1-1 of the probabilities from their scores: s holds q[r0:r1] k[0:r1]^T (row i at s + i
+// r1), p is the (N, N) probability matrix of the pair (leading dimension N). Row n becomes
+// softmax(scale * s[n, 0..n]) followed by exact zeros up to r1 (the keys after n are hidden from
+// n). Columns r1.. of these rows are never written: no product of the forward or backward reads
+// them.
 template <typename scalar_t>
-void causal_softmax_rows(const scalar_t* s, scalar_t* p, int64_t r0, int64_t r1, int64_t N, double scale) {
+void causal_softmax_rows(const scalar_t* s, scalar_t* p, int64_t r0, int64_t r1, int64_t N,
+                         double scale) {
   const auto c = static_cast<scalar_t>(scale);
   for (int64_t n = r0; n < r1; ++n) {
     const scalar_t* in = s + (n - r0) * r1;
@@ -185,12 +193,12 @@ void causal_softmax_rows(const scalar_t* s, scalar_t* p, int64_t r0, int64_t r1,
   }
 }
 
-// In place on the rows r0..r1-1 of the probabilities' gradients dP (row i at dp + i r1, keys 0..r1-1),
-// with P the saved probabilities (leading dimension N): dS = scale * P * (dP - rowsum(dP * P)), the
-// gradient of the unscaled scores q k^T; entries above the diagonal become 0.
+// In place on the rows r0..r1-1 of the probabilities' gradients dP (row i at dp + i r1, keys
+// 0..r1-1), with P the saved probabilities (leading dimension N): dS = scale * P * (dP - rowsum(dP
+// * P)), the gradient of the unscaled scores q k^T; entries above the diagonal become 0.
 template <typename scalar_t>
-void causal_softmax_backward_rows(scalar_t* dp, const scalar_t* p, int64_t r0, int64_t r1, int64_t N,
-                                  double scale) {
+void causal_softmax_backward_rows(scalar_t* dp, const scalar_t* p, int64_t r0, int64_t r1,
+                                  int64_t N, double scale) {
   const auto c = static_cast<scalar_t>(scale);
   for (int64_t n = r0; n < r1; ++n) {
     scalar_t* g = dp + (n - r0) * r1;
@@ -202,12 +210,13 @@ void causal_softmax_backward_rows(scalar_t* dp, const scalar_t* p, int64_t r0, i
 }
 
 // Row-major C = op(A) op(B) + beta C (beta 0 or 1; C is never read when beta is 0). The inner loops
-// below run hundreds of small products per call, so they go straight to the BLAS's CBLAS entry point
-// when the loaded library exports one (OpenBLAS, MKL), looked up once; otherwise through ATen on
-// tensors wrapped around the same memory. Either way no tensor object is made per product.
+// below run hundreds of small products per call, so they go straight to the BLAS's CBLAS entry
+// point when the loaded library exports one (OpenBLAS, MKL), looked up once; otherwise through ATen
+// on tensors wrapped around the same memory. Either way no tensor object is made per product.
 enum CblasConst { kRowMajor = 101, kNoTrans = 111, kTrans = 112 };
 template <typename T>
-using CblasGemm = void (*)(int, int, int, int, int, int, T, const T*, int, const T*, int, T, T*, int);
+using CblasGemm = void (*)(int, int, int, int, int, int, T, const T*, int, const T*, int, T, T*,
+                           int);
 
 template <typename T>
 CblasGemm<T> cblas_gemm() {
@@ -217,11 +226,11 @@ CblasGemm<T> cblas_gemm() {
 }
 
 template <typename T>
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb,
-          T beta, T* C, int64_t ldc) {
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B,
+          int64_t ldb, T beta, T* C, int64_t ldc) {
   if (const auto fn = cblas_gemm<T>()) {
-    fn(kRowMajor, ta ? kTrans : kNoTrans, tb ? kTrans : kNoTrans, int(M), int(N), int(K), T(1), A, int(lda), B,
-       int(ldb), beta, C, int(ldc));
+    fn(kRowMajor, ta ? kTrans : kNoTrans, tb ? kTrans : kNoTrans, int(M), int(N), int(K), T(1), A,
+       int(lda), B, int(ldb), beta, C, int(ldc));
     return;
   }
   const auto o = at::TensorOptions().dtype(c10::CppTypeToScalarType<T>::value);
@@ -237,16 +246,21 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t
   }
 }
 
-// The (batch, head) items are claimed one at a time from a shared counter by one worker per intra-op
-// thread: a static split waits for its slower half, which on a shared machine is whichever thread was
-// descheduled. Every item is computed the same way by whichever thread takes it, so results do not
-// depend on the schedule. Run inline (in a parallel region already, or one thread) a worker takes all.
-int64_t claimers(int64_t items) { return std::max<int64_t>(1, std::min<int64_t>(items, at::get_num_threads())); }
+// The (batch, head) items are claimed one at a time from a shared counter by one worker per
+// intra-op thread: a static split waits for its slower half, which on a shared machine is whichever
+// thread was descheduled. Every item is computed the same way by whichever thread takes it, so
+// results do not depend on the schedule. Run inline (in a parallel region already, or one thread) a
+// worker takes all.
+int64_t claimers(int64_t items) {
+  return std::max<int64_t>(1, std::min<int64_t>(items, at::get_num_threads()));
+}
 
-// The leading dimension the gemms get for a (B, H, N, d_h) tensor's (N, d_h) matrices: the row stride,
-// or d_h when there is a single row (a size-1 dimension's stride means nothing, but BLAS checks it).
-int64_t row_stride(const at::Tensor& t) { return t.size(2) > 1 ? t.stride(2) : t.size(3); }
-
+// The leading dimension the gemms get for a (B, H, N, d_h) tensor's (N, d_h) matrices: the row
+// stride, or d_h when there is a single row (a size-1 dimension's stride means nothing, but BLAS
+// checks it).
+int64_t row_stride(const at::Tensor& t) {
+  return t.size(2) > 1 ? t.stride(2) : t.size(3);
+}
 
 }  // namespace
 
@@ -280,9 +294,11 @@ void causal_attention_forward_cpu(const at::Tensor& q, const at::Tensor& k, cons
         for (int64_t r0 = 0; r0 < N; r0 += kQueryBlock) {
           const int64_t r1 = std::min(N, r0 + kQueryBlock), rows = r1 - r0;
           // scores = q k^T over the keys this block can see; then scale, causal mask, softmax.
-          gemm<scalar_t>(false, true, rows, r1, d_h, q_i + r0 * ldq, ldq, k_j, ldk, 0, scratch.get(), r1);
+          gemm<scalar_t>(false, true, rows, r1, d_h, q_i + r0 * ldq, ldq, k_j, ldk, 0,
+                         scratch.get(), r1);
           causal_softmax_rows<scalar_t>(scratch.get(), p_i, r0, r1, N, scale);
-          gemm<scalar_t>(false, false, rows, d_h, r1, p_i + r0 * N, N, v_j, ldv, 0, out_i + r0 * ldo, ldo);
+          gemm<scalar_t>(false, false, rows, d_h, r1, p_i + r0 * N, N, v_j, ldv, 0,
+                         out_i + r0 * ldo, ldo);
         }
       }
     });
@@ -291,14 +307,15 @@ void causal_attention_forward_cpu(const at::Tensor& q, const at::Tensor& k, cons
 
 void causal_attention_backward_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                    const at::Tensor& p, const at::Tensor& d_out, bool tied,
-                                   const at::Tensor& dq, const at::Tensor& dk, const at::Tensor& dv) {
+                                   const at::Tensor& dq, const at::Tensor& dk,
+                                   const at::Tensor& dv) {
   const int64_t B = q.size(0), H = q.size(1), N = q.size(2), d_h = q.size(3);
   const int64_t H_kv = k.size(1), group = H / H_kv;
   const double scale = 1.0 / std::sqrt(double(d_h));
-  // Every block of dq, dk and dv is first written with beta = 0 (no zero fill), then accumulated: the
-  // query blocks run last to first, so the first one (keys 0..N-1) covers every row of dk and dv.
-  // Tied, dv is dk: its P^T dO term is written first and the dS^T q term added to it.
-  // The gradients take their inputs' memory layout (a transposed view of (B, N, H, d_h) from
+  // Every block of dq, dk and dv is first written with beta = 0 (no zero fill), then accumulated:
+  // the query blocks run last to first, so the first one (keys 0..N-1) covers every row of dk and
+  // dv. Tied, dv is dk: its P^T dO term is written first and the dS^T q term added to it. The
+  // gradients take their inputs' memory layout (a transposed view of (B, N, H, d_h) from
   // split_heads stays one), so the view and reshape backward of the projections need no copy.
   const int64_t last_r0 = ((N - 1) / kQueryBlock) * kQueryBlock;
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "fused_causal_attention_backward", [&] {
@@ -332,17 +349,19 @@ void causal_attention_backward_cpu(const at::Tensor& q, const at::Tensor& k, con
           for (int64_t r0 = last_r0; r0 >= 0; r0 -= kQueryBlock) {
             const int64_t r1 = std::min(N, r0 + kQueryBlock), rows = r1 - r0;
             const bool first = h == j * group && r1 == N;
-            const scalar_t* p_blk = p_i + r0 * N;     // (rows, r1), leading dimension N
+            const scalar_t* p_blk = p_i + r0 * N;       // (rows, r1), leading dimension N
             const scalar_t* do_blk = do_i + r0 * lddo;  // (rows, d_h)
             // dv (+)= P^T dO
-            gemm<scalar_t>(true, false, r1, d_h, rows, p_blk, N, do_blk, lddo, first ? 0 : 1, dv_j, lddv);
+            gemm<scalar_t>(true, false, r1, d_h, rows, p_blk, N, do_blk, lddo, first ? 0 : 1, dv_j,
+                           lddv);
             // dP = dO v^T, then dS in place
             gemm<scalar_t>(false, true, rows, r1, d_h, do_blk, lddo, v_j, ldv, 0, ds, r1);
             causal_softmax_backward_rows<scalar_t>(ds, p_i, r0, r1, N, scale);
             // dq = dS k;  dk (+)= dS^T q (tied: always added, onto the P^T dO just written)
-            gemm<scalar_t>(false, false, rows, d_h, r1, ds, r1, k_j, ldk, 0, dq_i + r0 * lddq, lddq);
-            gemm<scalar_t>(true, false, r1, d_h, rows, ds, r1, q_i + r0 * ldq, ldq, first && !tied ? 0 : 1,
-                           dk_j, lddk);
+            gemm<scalar_t>(false, false, rows, d_h, r1, ds, r1, k_j, ldk, 0, dq_i + r0 * lddq,
+                           lddq);
+            gemm<scalar_t>(true, false, r1, d_h, rows, ds, r1, q_i + r0 * ldq, ldq,
+                           first && !tied ? 0 : 1, dk_j, lddk);
           }
         }
       }

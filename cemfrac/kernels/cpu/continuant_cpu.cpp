@@ -4,17 +4,20 @@
 // step of the recurrence below is one contiguous multiply-add over a run of ladders.
 //   a_k     partial denominator k = 1..d of one ladder (a_1 outermost, a_d innermost)
 //   K_j     tail continuant K(a_{d-j+1}, ..., a_d):  K_{-1} = 0,  K_0 = 1,
-//           K_j = a_{d-j+1} K_{j-1} + K_{j-2}  (j = 1..d)   =>  K_d = K(a_1..a_d), K_{d-1} = K(a_2..a_d)
+//           K_j = a_{d-j+1} K_{j-1} + K_{j-2}  (j = 1..d)   =>  K_d = K(a_1..a_d), K_{d-1} =
+//           K(a_2..a_d)
 //   K̂_d     guarded K_d:  K̂_d = sgn(K_d) max(|K_d|, eps),  sgn(0) = sgn(-0) = +1
 //   r       1 / K̂_d, the one reciprocal per ladder; cached for the backward
 //   f       K_{d-1} r = 1/(a_1 + 1/(a_2 + ... + 1/a_d))  (guarded)
 //   g       dLoss/df;  q_k = K_{d-k} r
-//   tile    kTile consecutive ladders of one row; blocks of tiles are the units of work (run_parallel)
-//   chunk   kChunk consecutive ladders of a tile, whose whole recurrence runs in vector registers
+//   tile    kTile consecutive ladders of one row; blocks of tiles are the units of work
+//   (run_parallel) chunk   kChunk consecutive ladders of a tile, whose whole recurrence runs in
+//   vector registers
 //
 // Backward (Proposition 1, spec §2.4): df/da_k = (-1)^k (K_{d-k} / K_d)^2, evaluated with K̂_d, i.e.
-//   grad a_k = g (-1)^k q_k^2.  The continuants are recomputed from a (never by running the recurrence
-//   downwards, which is unstable), so the backward reads a, g, r and performs no division.
+//   grad a_k = g (-1)^k q_k^2.  The continuants are recomputed from a (never by running the
+//   recurrence downwards, which is unstable), so the backward reads a, g, r and performs no
+//   division.
 //
 // Numerics notes (each pinned by a test in tests/ops/):
 // - Pole guard: the only clamp is on K_d, at eps (0.01 by default, ContinuantOptions::eps), in the
@@ -24,15 +27,15 @@
 // - With the guard inactive (|K_d| >= eps) the result is bitwise the eps = 0 (unguarded) kernel:
 //   ContinuantPoleGuard.InactiveGuardIsBitwiseUnguarded.
 // - No fused multiply-add anywhere (this file is compiled with -ffp-contract=off and the AVX2 clone
-//   enables AVX2 only, not FMA), so the vector body, the scalar tail, the AVX2 and the baseline builds
-//   and the ATen twin's `a * K + K_prev` all round identically: thread count, tiling and ISA never
-//   change a bit (ContinuantFusedVsReference.*, ContinuantDeterminism.*).
+//   enables AVX2 only, not FMA), so the vector body, the scalar tail, the AVX2 and the baseline
+//   builds and the ATen twin's `a * K + K_prev` all round identically: thread count, tiling and ISA
+//   never change a bit (ContinuantFusedVsReference.*, ContinuantDeterminism.*).
 // - Overflow: |K_j| grows like prod(|a_k| + 1) and can exceed the dtype's range although f and its
-//   gradient are representable (e.g. every a_k = 1e30 in float32). A ladder whose K_d or K_{d-1} came
-//   out non-finite is re-run on a slow scalar path in long double with a separate
-//   binary exponent per continuant (no overflow for any finite input), with the same formulas. The
-//   same path computes the exact-mode gradient of ladders inside the clamp. NaN inputs give NaN for
-//   that ladder only. Pinned by ContinuantPoleGuard.HugeInputsStayFinite / NonFiniteInputs.
+//   gradient are representable (e.g. every a_k = 1e30 in float32). A ladder whose K_d or K_{d-1}
+//   came out non-finite is re-run on a slow scalar path in long double with a separate binary
+//   exponent per continuant (no overflow for any finite input), with the same formulas. The same
+//   path computes the exact-mode gradient of ladders inside the clamp. NaN inputs give NaN for that
+//   ladder only. Pinned by ContinuantPoleGuard.HugeInputsStayFinite / NonFiniteInputs.
 // - Exact mode (ContinuantOptions::backward = kExact): inside the clamp K̂_d is constant, so
 //   df/da_1 = 0 and df/da_k = r K(a_2..a_{k-1}) K_{d-k} for k >= 2 (cofactor rule on K_{d-1});
 //   outside it equals Proposition 1. ContinuantGrad.ExactModeInsideClamp pins it.
@@ -65,8 +68,9 @@
 namespace cemfrac::kernels {
 namespace {
 
-// Ladders per tile: the unit of the slow-path bookkeeping and of the work blocks (run_parallel). Inside
-// a tile the ladders are processed in register-resident chunks of kChunk (see the fast path below).
+// Ladders per tile: the unit of the slow-path bookkeeping and of the work blocks (run_parallel).
+// Inside a tile the ladders are processed in register-resident chunks of kChunk (see the fast path
+// below).
 constexpr int64_t kTile = 512;
 
 template <typename T>
@@ -130,7 +134,8 @@ struct SlowScratch {
 
 // a points at a_1 of this ladder; consecutive depth levels are `stride` apart. Writes whichever of
 // f, r (forward) and grad_a (backward, needs g) are non-null. `clamp` is the fast path's decision
-// |K_d| < eps when its K_d was finite (1 or 0), so both paths agree at the boundary; -1: decide here.
+// |K_d| < eps when its K_d was finite (1 or 0), so both paths agree at the boundary; -1: decide
+// here.
 template <typename T>
 void ladder_slow_path(const T* a, int64_t stride, int64_t d, T eps_t, bool exact, int clamp, T* f,
                       T* r, T g, T* grad_a, SlowScratch& scratch) {
@@ -161,8 +166,8 @@ void ladder_slow_path(const T* a, int64_t stride, int64_t d, T eps_t, bool exact
     // Scalar math: inside the clamp f = K_{d-1} / K̂_d with K̂_d constant:
     //   df/da_1 = 0;  df/da_k = r K(a_2..a_{k-1}) K_{d-k}  (k >= 2; head continuants H below).
     grad_a[0] = static_cast<T>(0);
-    Scaled head_prev{0, 0};          // H_{-1} = 0
-    Scaled head = make_scaled(1);    // H_0 = K() = 1
+    Scaled head_prev{0, 0};        // H_{-1} = 0
+    Scaled head = make_scaled(1);  // H_0 = K() = 1
     for (int64_t k = 2; k <= d; ++k) {
       // head = K(a_2..a_{k-1}) here.
       const Scaled& tail = tails[d - k];
@@ -187,13 +192,14 @@ void ladder_slow_path(const T* a, int64_t stride, int64_t d, T eps_t, bool exact
 // ---------------------------------------------------------------------------------------------------
 // Fast path, one tile of n <= kTile ladders, in register-resident chunks.
 //
-// A chunk is kChunk consecutive ladders (two 32-byte vectors: 16 floats or 8 doubles). For each chunk
-// the whole recurrence runs in registers: K_{j-1}, K_j never touch memory, every a_k is loaded once
-// (the d depth rows are d sequential streams, 64 bytes per chunk each), and each output is stored
-// once. GCC vector extensions make the code ISA-neutral: the baseline build lowers a 32-byte vector to
-// two SSE2 registers, the AVX2 clone to one ymm register. Every lane of a vector operation is the same
-// IEEE operation as the scalar tail's (`a * K + K_prev` etc.; no contraction, see the header), so a
-// ladder's bits do not depend on whether it falls in a vector chunk or in the scalar tail.
+// A chunk is kChunk consecutive ladders (two 32-byte vectors: 16 floats or 8 doubles). For each
+// chunk the whole recurrence runs in registers: K_{j-1}, K_j never touch memory, every a_k is
+// loaded once (the d depth rows are d sequential streams, 64 bytes per chunk each), and each output
+// is stored once. GCC vector extensions make the code ISA-neutral: the baseline build lowers a
+// 32-byte vector to two SSE2 registers, the AVX2 clone to one ymm register. Every lane of a vector
+// operation is the same IEEE operation as the scalar tail's (`a * K + K_prev` etc.; no contraction,
+// see the header), so a ladder's bits do not depend on whether it falls in a vector chunk or in the
+// scalar tail.
 
 template <typename T>
 struct VecOf;
@@ -215,7 +221,7 @@ constexpr int64_t kLanes = static_cast<int64_t>(sizeof(Vec<T>) / sizeof(T));
 constexpr int kUnroll = 2;  // vectors per chunk: two independent recurrences in flight
 
 template <typename T>
-constexpr int64_t kChunk = kUnroll * kLanes<T>;
+constexpr int64_t kChunk = kUnroll* kLanes<T>;
 
 template <typename T>
 CEMFRAC_LADDER_INLINE Vec<T> vload(const T* p) {
@@ -279,8 +285,8 @@ CEMFRAC_LADDER_INLINE Vec<T> guard_vec(const Vec<T>& kd, const Vec<T>& eps) {
 // One ladder of the forward, scalar, with the vector chunk's formulas. Returns false if K_d or
 // K_{d-1} is non-finite (the caller then takes the slow path).
 template <typename T>
-CEMFRAC_LADDER_INLINE bool forward_ladder_scalar(const T* a, int64_t L, int64_t d, T eps, T* f, T* r,
-                                                 T* k_out) {
+CEMFRAC_LADDER_INLINE bool forward_ladder_scalar(const T* a, int64_t L, int64_t d, T eps, T* f,
+                                                 T* r, T* k_out) {
   T prev = T(0), cur = T(1);  // K_{-1}, K_0
   for (int64_t k = d; k >= 1; --k) {
     if (k_out != nullptr) k_out[(k - 1) * L] = cur;
@@ -352,11 +358,11 @@ CEMFRAC_LADDER_INLINE void forward_tile(const LadderArgs<T>& p, int64_t row, int
   }
 }
 
-// One ladder of the backward, scalar, with the vector chunk's formulas: writes grad a_k for k = d..1
-// and returns K_d, K_{d-1} (bitwise the forward's) for the caller's slow-path decision.
+// One ladder of the backward, scalar, with the vector chunk's formulas: writes grad a_k for k =
+// d..1 and returns K_d, K_{d-1} (bitwise the forward's) for the caller's slow-path decision.
 template <typename T>
-CEMFRAC_LADDER_INLINE void backward_ladder_scalar(const T* a, const T* ks, int64_t L, int64_t d, T r,
-                                                  T g, T* grad_a, T* kd_out, T* kd1_out) {
+CEMFRAC_LADDER_INLINE void backward_ladder_scalar(const T* a, const T* ks, int64_t L, int64_t d,
+                                                  T r, T g, T* grad_a, T* kd_out, T* kd1_out) {
   // Forward being differentiated:  f = K_{d-1} r,  r = 1/K̂_d  ->  df/da_k = (-1)^k (K_{d-k} r)^2.
   T prev = T(0), cur = T(1);
   for (int64_t k = d; k >= 1; --k) {
@@ -392,8 +398,8 @@ CEMFRAC_LADDER_INLINE void backward_tile(const LadderArgs<T>& p, int64_t row, in
   const T eps = p.eps;
   const V epsv = splat<T>(eps);
   constexpr int64_t W = kLanes<T>;
-  // A ladder whose K_d or K_{d-1} is non-finite, or (exact mode) whose |K_d| < eps, is redone on the
-  // slow path, which overwrites its gradients.
+  // A ladder whose K_d or K_{d-1} is non-finite, or (exact mode) whose |K_d| < eps, is redone on
+  // the slow path, which overwrites its gradients.
   auto fix = [&](int64_t j, T kd, T kd1) {
     const bool bad = !(std::isfinite(kd) && std::isfinite(kd1));
     const bool clamped = p.exact && std::abs(kd) < eps;
@@ -413,8 +419,9 @@ CEMFRAC_LADDER_INLINE void backward_tile(const LadderArgs<T>& p, int64_t row, in
         prev[u] = V{};
         cur[u] = splat<T>(T(1));
       }
-      // Scalar math: for k = d..1:  q = K_{d-k} r;  grad a_k = (-1)^k (q q) g;  then advance K as in
-      // the forward (K_{d-k+1} = a_k K_{d-k} + K_{d-k-1}), so K_{d-k} is ready exactly when a_k is read.
+      // Scalar math: for k = d..1:  q = K_{d-k} r;  grad a_k = (-1)^k (q q) g;  then advance K as
+      // in the forward (K_{d-k+1} = a_k K_{d-k} + K_{d-k-1}), so K_{d-k} is ready exactly when a_k
+      // is read.
       for (int64_t k = d; k >= 1; --k) {
         const T* ak = a + (k - 1) * L + i;
         T* gk = grad_a + (k - 1) * L + i;
@@ -479,8 +486,8 @@ CEMFRAC_LADDER_INLINE void run_tiles(const LadderArgs<T>& p, int64_t t0, int64_t
   }
 }
 
-// Two builds of the same loops: the baseline (x86-64 SSE2 or the host's default) and, on x86, an AVX2
-// clone chosen at run time from CPUID, so the binary still runs on any x86-64.
+// Two builds of the same loops: the baseline (x86-64 SSE2 or the host's default) and, on x86, an
+// AVX2 clone chosen at run time from CPUID, so the binary still runs on any x86-64.
 template <typename T, bool kForward>
 void run_tiles_baseline(const LadderArgs<T>& p, int64_t t0, int64_t t1) {
   run_tiles<T, kForward>(p, t0, t1);
@@ -488,7 +495,8 @@ void run_tiles_baseline(const LadderArgs<T>& p, int64_t t0, int64_t t1) {
 
 #if CEMFRAC_LADDER_X86_DISPATCH
 template <typename T, bool kForward>
-__attribute__((target("avx2"))) void run_tiles_avx2(const LadderArgs<T>& p, int64_t t0, int64_t t1) {
+__attribute__((target("avx2"))) void run_tiles_avx2(const LadderArgs<T>& p, int64_t t0,
+                                                    int64_t t1) {
   run_tiles<T, kForward>(p, t0, t1);
 }
 
@@ -500,7 +508,9 @@ bool cpu_has_avx2() {
   return has;
 }
 #else
-bool cpu_has_avx2() { return false; }
+bool cpu_has_avx2() {
+  return false;
+}
 #endif
 
 // -1 = auto (CPUID), 0 = baseline, 1 = avx2.
@@ -550,7 +560,8 @@ void run_parallel(const LadderArgs<T>& p) {
   });
 }
 
-void check_ladder_tensor(const at::Tensor& t, const at::Tensor& like, int64_t dim, const char* name) {
+void check_ladder_tensor(const at::Tensor& t, const at::Tensor& like, int64_t dim,
+                         const char* name) {
   TORCH_INTERNAL_ASSERT(t.defined() && t.is_contiguous() && t.scalar_type() == like.scalar_type() &&
                             t.dim() == dim && t.device().is_cpu(),
                         "continuant kernel: bad tensor ", name);
@@ -558,8 +569,8 @@ void check_ladder_tensor(const at::Tensor& t, const at::Tensor& like, int64_t di
 
 }  // namespace
 
-void continuant_forward_cpu(const at::Tensor& a, double eps, const at::Tensor& f, const at::Tensor& r,
-                            const at::Tensor& k_saved) {
+void continuant_forward_cpu(const at::Tensor& a, double eps, const at::Tensor& f,
+                            const at::Tensor& r, const at::Tensor& k_saved) {
   check_ladder_tensor(a, a, 3, "a");
   check_ladder_tensor(f, a, 2, "f");
   if (r.defined()) check_ladder_tensor(r, a, 2, "r");
@@ -606,7 +617,9 @@ void continuant_backward_cpu(const at::Tensor& a, const at::Tensor& r, const at:
   });
 }
 
-std::string continuant_cpu_isa() { return use_avx2() ? "avx2" : "baseline"; }
+std::string continuant_cpu_isa() {
+  return use_avx2() ? "avx2" : "baseline";
+}
 
 void set_continuant_cpu_isa(const std::string& isa) {
   if (isa == "auto") {
@@ -614,7 +627,8 @@ void set_continuant_cpu_isa(const std::string& isa) {
   } else if (isa == "baseline") {
     g_isa_override.store(0);
   } else if (isa == "avx2") {
-    CEMFRAC_CHECK(cpu_has_avx2(), "ladder ISA 'avx2' requested but this CPU (or build) has no AVX2");
+    CEMFRAC_CHECK(cpu_has_avx2(),
+                  "ladder ISA 'avx2' requested but this CPU (or build) has no AVX2");
     g_isa_override.store(1);
   } else {
     fail("unknown ladder ISA '{}' (expected auto, baseline or avx2)", isa);

@@ -1,7 +1,8 @@
-// Fused optimizer kernels: the AdamW update in one pass over (p, g, m, v) and the sum of squares that
-// gradient clipping needs, without temporaries. torch::optim::AdamW spends about ten passes over
-// memory and several allocations per parameter on the same update; clipping through .to(kFloat64)
-// copies every gradient. On a 30M-parameter model both are memory-bound phases of every step.
+// Fused optimizer kernels: the AdamW update in one pass over (p, g, m, v) and the sum of squares
+// that gradient clipping needs, without temporaries. torch::optim::AdamW spends about ten passes
+// over memory and several allocations per parameter on the same update; clipping through
+// .to(kFloat64) copies every gradient. On a 30M-parameter model both are memory-bound phases of
+// every step.
 //
 // Built without the precompiled header and with -fno-math-errno (cemfrac/CMakeLists.txt), so the
 // compiler can vectorise sqrt.
@@ -19,8 +20,8 @@
 namespace cemfrac::kernels {
 namespace {
 
-constexpr int64_t kGrain = 1 << 15;        // elements per at::parallel_for task (AdamW)
-constexpr int64_t kSumChunk = 1 << 14;     // elements per partial sum (fixed: thread-independent)
+constexpr int64_t kGrain = 1 << 15;     // elements per at::parallel_for task (AdamW)
+constexpr int64_t kSumChunk = 1 << 14;  // elements per partial sum (fixed: thread-independent)
 
 template <typename T>
 void adamw_loop(T* __restrict p, const T* __restrict g, T* __restrict m, T* __restrict v, int64_t n,
@@ -43,7 +44,8 @@ double sum_squares_chunk(const T* x, int64_t n) {
   double s[4] = {0, 0, 0, 0};
   int64_t i = 0;
   for (; i + 4 <= n; i += 4) {
-    for (int j = 0; j < 4; ++j) s[j] += static_cast<double>(x[i + j]) * static_cast<double>(x[i + j]);
+    for (int j = 0; j < 4; ++j)
+      s[j] += static_cast<double>(x[i + j]) * static_cast<double>(x[i + j]);
   }
   for (; i < n; ++i) s[0] += static_cast<double>(x[i]) * static_cast<double>(x[i]);
   return (s[0] + s[1]) + (s[2] + s[3]);
@@ -51,10 +53,11 @@ double sum_squares_chunk(const T* x, int64_t n) {
 
 }  // namespace
 
-void adamw_step_cpu(const at::Tensor& p, const at::Tensor& g, const at::Tensor& m, const at::Tensor& v,
-                    int64_t step, double lr, double beta1, double beta2, double eps,
-                    double weight_decay) {
-  TORCH_INTERNAL_ASSERT(p.is_contiguous() && g.is_contiguous() && m.is_contiguous() && v.is_contiguous());
+void adamw_step_cpu(const at::Tensor& p, const at::Tensor& g, const at::Tensor& m,
+                    const at::Tensor& v, int64_t step, double lr, double beta1, double beta2,
+                    double eps, double weight_decay) {
+  TORCH_INTERNAL_ASSERT(p.is_contiguous() && g.is_contiguous() && m.is_contiguous() &&
+                        v.is_contiguous());
   TORCH_INTERNAL_ASSERT(g.scalar_type() == p.scalar_type() && m.scalar_type() == p.scalar_type() &&
                         v.scalar_type() == p.scalar_type());
   TORCH_INTERNAL_ASSERT(g.numel() == p.numel() && m.numel() == p.numel() && v.numel() == p.numel());

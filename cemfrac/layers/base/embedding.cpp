@@ -9,7 +9,9 @@ EmbeddingImpl::EmbeddingImpl(int64_t count, int64_t dim, double init_std, torch:
                          ParamKind::kEmbedding, ParamGroup::kNoDecay);
 }
 
-torch::Tensor EmbeddingImpl::forward(const torch::Tensor& ids) { return torch::embedding(weight, ids); }
+torch::Tensor EmbeddingImpl::forward(const torch::Tensor& ids) {
+  return torch::embedding(weight, ids);
+}
 
 OutputHeadImpl::OutputHeadImpl(int64_t vocab_size, int64_t d_model, double init_std,
                                torch::Device device) {

@@ -1,5 +1,6 @@
 // FFN "gelu_mlp" (GPT-2): y = c_proj(gelu_tanh(c_fc(x))). Checkpoint keys under blocks.<l>.mlp.:
-//   w_fc (M, D), b_fc (M) when bias, w_proj (D, M) (residual projection: std / sqrt(2L)), b_proj (D).
+//   w_fc (M, D), b_fc (M) when bias, w_proj (D, M) (residual projection: std / sqrt(2L)), b_proj
+//   (D).
 #pragma once
 #include <torch/arg.h>
 #include <torch/types.h>

@@ -32,7 +32,9 @@ MhaImpl::MhaImpl(const MhaOptions& options) : options_(options) {
   }
 }
 
-std::unique_ptr<MixerState> MhaImpl::new_state() const { return std::make_unique<MhaState>(); }
+std::unique_ptr<MixerState> MhaImpl::new_state() const {
+  return std::make_unique<MhaState>();
+}
 
 torch::Tensor MhaImpl::forward(const torch::Tensor& x, const MixerContext& ctx) {
   const int64_t B = x.size(0), N = x.size(1);
@@ -60,11 +62,12 @@ torch::Tensor MhaImpl::forward(const torch::Tensor& x, const MixerContext& ctx) 
 
   // 4. Causal attention, then merge the heads and project back to D.
   torch::Tensor y = causal_attention(q, k, v, ctx.offset);  // (B, H, N, d_h)
-  y = y.transpose(1, 2).reshape({B, N, H * d_h});            // (B, N, H d_h)
-  return torch::linear(y, w_o, b_o);                          // (B, N, D)
+  y = y.transpose(1, 2).reshape({B, N, H * d_h});           // (B, N, H d_h)
+  return torch::linear(y, w_o, b_o);                        // (B, N, D)
 }
 
-// Projections 2 D (H d_h + 2 H_kv d_h) + 2 H d_h D; scores q k^T and read-out P v 2 H d_h context each.
+// Projections 2 D (H d_h + 2 H_kv d_h) + 2 H d_h D; scores q k^T and read-out P v 2 H d_h context
+// each.
 double MhaImpl::forward_flops_per_token(int64_t context) const {
   const double D = double(options_.d_model()), Hd = double(options_.n_heads() * head_dim_);
   const double Hkv_d = double(n_kv_heads_ * head_dim_);

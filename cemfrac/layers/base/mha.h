@@ -26,7 +26,7 @@ struct MhaOptions {
   TORCH_ARG(int64_t, n_heads);
   TORCH_ARG(int64_t, n_kv_heads) = 0;  // 0 = n_heads
   TORCH_ARG(bool, bias) = false;
-  TORCH_ARG(bool, rope) = false;       // rotate q and k with MixerContext::rope_cos/sin
+  TORCH_ARG(bool, rope) = false;  // rotate q and k with MixerContext::rope_cos/sin
   TORCH_ARG(double, init_std) = 0.02;
   TORCH_ARG(double, out_init_std) = 0.02;  // of w_o
   TORCH_ARG(torch::Device, device) = torch::kCPU;

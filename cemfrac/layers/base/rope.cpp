@@ -46,8 +46,8 @@ RotaryEmbedding::RotaryEmbedding(int64_t head_dim, int64_t context, double theta
   CEMFRAC_CHECK(head_dim % 2 == 0, "RoPE needs an even head width, got d_h = {}", head_dim);
 }
 
-std::pair<torch::Tensor, torch::Tensor> RotaryEmbedding::tables(int64_t offset, int64_t n,
-                                                                const torch::TensorOptions& options) {
+std::pair<torch::Tensor, torch::Tensor> RotaryEmbedding::tables(
+    int64_t offset, int64_t n, const torch::TensorOptions& options) {
   TORCH_INTERNAL_ASSERT(offset >= 0 && offset + n <= context_, "RoPE positions beyond the context");
   std::ostringstream key;
   key << options.dtype() << "/" << options.device();
@@ -64,8 +64,8 @@ std::pair<torch::Tensor, torch::Tensor> RotaryEmbedding::tables(int64_t offset, 
   return {it->second.first.narrow(0, offset, n), it->second.second.narrow(0, offset, n)};
 }
 
-torch::Tensor apply_rope_reference(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                                   bool inverse) {
+torch::Tensor apply_rope_reference(const torch::Tensor& x, const torch::Tensor& cos,
+                                   const torch::Tensor& sin, bool inverse) {
   const int64_t half = x.size(-1) / 2;
   const torch::Tensor s = inverse ? -sin : sin;
   torch::Tensor x1 = x.narrow(-1, 0, half);     // (B, h, N, d_h/2)
@@ -75,11 +75,12 @@ torch::Tensor apply_rope_reference(const torch::Tensor& x, const torch::Tensor& 
 
 namespace {
 
-// One row: y1 = x1 c - x2 s, y2 = x2 c + x1 s over the two halves (s negated when inverse). Restrict
-// pointers (x and y never overlap) let the compiler vectorise both loops.
+// One row: y1 = x1 c - x2 s, y2 = x2 c + x1 s over the two halves (s negated when inverse).
+// Restrict pointers (x and y never overlap) let the compiler vectorise both loops.
 template <typename scalar_t>
-inline void rotate_row(const scalar_t* __restrict x, scalar_t* __restrict y, const scalar_t* __restrict c,
-                       const scalar_t* __restrict s, int64_t half, bool inverse) {
+inline void rotate_row(const scalar_t* __restrict x, scalar_t* __restrict y,
+                       const scalar_t* __restrict c, const scalar_t* __restrict s, int64_t half,
+                       bool inverse) {
   const scalar_t* __restrict x2 = x + half;
   scalar_t* __restrict y2 = y + half;
   if (inverse) {
@@ -95,13 +96,12 @@ inline void rotate_row(const scalar_t* __restrict x, scalar_t* __restrict y, con
   }
 }
 
-// One pass over x (B, h, N, d_h), any strides (copied first unless the last one is 1): y has x's layout
-// (empty_like keeps the strides of a dense tensor), so a rotated transpose view stays a view for the
-// caller.
-// Each element is computed as the reference computes it (x1 c - x2 s, x2 c + x1 s; s = -sin when
-// inverse), so the two agree bitwise.
-torch::Tensor rope_kernel(const torch::Tensor& x_in, const torch::Tensor& cos_in, const torch::Tensor& sin_in,
-                          bool inverse) {
+// One pass over x (B, h, N, d_h), any strides (copied first unless the last one is 1): y has x's
+// layout (empty_like keeps the strides of a dense tensor), so a rotated transpose view stays a view
+// for the caller. Each element is computed as the reference computes it (x1 c - x2 s, x2 c + x1 s;
+// s = -sin when inverse), so the two agree bitwise.
+torch::Tensor rope_kernel(const torch::Tensor& x_in, const torch::Tensor& cos_in,
+                          const torch::Tensor& sin_in, bool inverse) {
   const torch::Tensor x = x_in.stride(3) == 1 ? x_in : x_in.contiguous();
   const int64_t B = x.size(0), h = x.size(1), N = x.size(2), half = x.size(3) / 2;
   const torch::Tensor cos = cos_in.contiguous(), sin = sin_in.contiguous();
@@ -121,7 +121,8 @@ torch::Tensor rope_kernel(const torch::Tensor& x_in, const torch::Tensor& cos_in
     const int64_t inner = heads_inner ? h : N;
     at::parallel_for(0, B * h * N, grain, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
-        const int64_t b = r / (N * h), i_in = r % inner, i_out = (r / inner) % (heads_inner ? N : h);
+        const int64_t b = r / (N * h), i_in = r % inner,
+                      i_out = (r / inner) % (heads_inner ? N : h);
         const int64_t k = heads_inner ? i_in : i_out, n = heads_inner ? i_out : i_in;
         rotate_row<scalar_t>(xp + b * xs0 + k * xs1 + n * xs2, yp + b * ys0 + k * ys1 + n * ys2,
                              cp + n * half, sp + n * half, half, inverse);

@@ -1,5 +1,5 @@
-// Rotary position embedding (Su et al. 2021), in the half-split ("rotate half") layout Llama uses: a
-// head vector x = [x1, x2] (each d_h/2 wide) at position p becomes
+// Rotary position embedding (Su et al. 2021), in the half-split ("rotate half") layout Llama uses:
+// a head vector x = [x1, x2] (each d_h/2 wide) at position p becomes
 //     [x1 * cos(p w) - x2 * sin(p w),  x2 * cos(p w) + x1 * sin(p w)],   w_i = theta^(-2i / d_h).
 #pragma once
 #include <torch/types.h>
@@ -14,7 +14,8 @@
 namespace cemfrac {
 
 // The rotary frequencies w_i = theta^(-2i / d_h), i = 0..d_h/2-1, after `scaling` (rope_scaling.h).
-std::vector<double> rope_frequencies(int64_t head_dim, double theta, const RopeScaling& scaling = {});
+std::vector<double> rope_frequencies(int64_t head_dim, double theta,
+                                     const RopeScaling& scaling = {});
 
 class RotaryEmbedding {
  public:
@@ -37,13 +38,14 @@ class RotaryEmbedding {
 };
 
 // x (B, h, N, d_h), cos/sin (N, d_h / 2) -> x rotated, same shape; inverse = rotate by the negative
-// angles (R^T x, what sin -> -sin gives). Float32/64 on the CPU run one fused pass whose output keeps
-// x's memory layout and whose backward is the inverse rotation; anything else runs the reference.
+// angles (R^T x, what sin -> -sin gives). Float32/64 on the CPU run one fused pass whose output
+// keeps x's memory layout and whose backward is the inverse rotation; anything else runs the
+// reference.
 torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                          bool inverse = false);
 
 // The same function composed of tensor ops (autograd differentiates it): the fused path's oracle.
-torch::Tensor apply_rope_reference(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                                   bool inverse = false);
+torch::Tensor apply_rope_reference(const torch::Tensor& x, const torch::Tensor& cos,
+                                   const torch::Tensor& sin, bool inverse = false);
 
 }  // namespace cemfrac

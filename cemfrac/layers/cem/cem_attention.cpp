@@ -1,13 +1,13 @@
 // The step is causal attention; the plain tied case goes through the same causal_attention (fused
 // full-sequence kernel, explicit-matmul path with a state) as MHA, with V = K passed as one tensor.
 //
-// D+LR per head uses augmented heads: q~ = [W_Qk x; delta_k * x (; 1)], k~ = v~ = [W_Kk h; h (; bias)]
-// of width W = d_h + D (+ 1 for the distance form's key bias -1/2 sum_a delta_ka h_ja^2). causal_attention
-// scales by 1/sqrt(W); the queries are multiplied by sqrt(W / d_h) first, so the logits carry exactly
-// beta = 1/sqrt(d_h), as the energy says. The output's first d_h channels go through W_Q^T, the next D
-// are multiplied by delta_k and summed over heads, the last (bias) channel is dropped. Continuing a
-// decode cache, per head takes explicit logits q k^T + (delta_k * x) h^T instead (h broadcast over the
-// heads, nothing of size H T D materialised per token).
+// D+LR per head uses augmented heads: q~ = [W_Qk x; delta_k * x (; 1)], k~ = v~ = [W_Kk h; h (;
+// bias)] of width W = d_h + D (+ 1 for the distance form's key bias -1/2 sum_a delta_ka h_ja^2).
+// causal_attention scales by 1/sqrt(W); the queries are multiplied by sqrt(W / d_h) first, so the
+// logits carry exactly beta = 1/sqrt(d_h), as the energy says. The output's first d_h channels go
+// through W_Q^T, the next D are multiplied by delta_k and summed over heads, the last (bias)
+// channel is dropped. Continuing a decode cache, per head takes explicit logits q k^T + (delta_k *
+// x) h^T instead (h broadcast over the heads, nothing of size H T D materialised per token).
 //
 // D+LR shared adds one (N, T) logit bias beta (delta * x) h^T to every head and reads the diagonal
 // term once: delta * (sum_k P_k) h, so it costs two D-wide matmuls instead of H.
@@ -67,12 +67,14 @@ torch::Tensor merge_heads(const torch::Tensor& t) {
 
 // (N, T) true where key t is hidden from query n at absolute position offset + n.
 torch::Tensor hidden_mask(int64_t N, int64_t T, int64_t offset, torch::Device device) {
-  return torch::ones({N, T}, torch::TensorOptions().dtype(torch::kBool).device(device)).triu(offset + 1);
+  return torch::ones({N, T}, torch::TensorOptions().dtype(torch::kBool).device(device))
+      .triu(offset + 1);
 }
 
 }  // namespace
 
-CemAttentionImpl::CemAttentionImpl(const CemAttentionOptions& o) : options_(o), recursion_(o.recursion()) {
+CemAttentionImpl::CemAttentionImpl(const CemAttentionOptions& o)
+    : options_(o), recursion_(o.recursion()) {
   const int64_t D = o.d_model(), H = o.n_heads();
   TORCH_INTERNAL_ASSERT(D % H == 0, "cem_attention: n_heads must divide d_model");
   head_dim_ = D / H;
@@ -109,7 +111,7 @@ std::unique_ptr<MixerState> CemAttentionImpl::new_state() const {
 }
 
 CemAttentionCondition CemAttentionImpl::condition(const torch::Tensor& h, const MixerContext& ctx,
-                                                 int64_t step) {
+                                                  int64_t step) {
   const int64_t B = h.size(0), N = h.size(1), H = options_.n_heads(), D = options_.d_model();
   CemAttentionCondition c;
   c.offset = ctx.offset;
@@ -120,7 +122,8 @@ CemAttentionCondition CemAttentionImpl::condition(const torch::Tensor& h, const 
     c.sin = ctx.rope_sin;
   }
 
-  // 1. Keys from the fixed input, once per forward: (B, H, N, d_h); rotated unless rope_mode = none.
+  // 1. Keys from the fixed input, once per forward: (B, H, N, d_h); rotated unless rope_mode =
+  // none.
   ++key_projections_;
   torch::Tensor k = split_heads(torch::linear(h, w_k), H);
   torch::Tensor v = k;  // values == keys
@@ -139,13 +142,16 @@ CemAttentionCondition CemAttentionImpl::condition(const torch::Tensor& h, const 
       if (static_cast<int64_t>(full->iterate.size()) < step) full->iterate.resize(step);
       state = &full->iterate[step - 1];
     }
-    CEMFRAC_CHECK(step == 0 || state->k.defined() || ctx.offset == 0,
-                  "decode state of cem_attention: step {} has no keys for the {} positions seen before; "
-                  "decode with the recursion_keys setting the state was started with", step, ctx.offset);
+    CEMFRAC_CHECK(
+        step == 0 || state->k.defined() || ctx.offset == 0,
+        "decode state of cem_attention: step {} has no keys for the {} positions seen before; "
+        "decode with the recursion_keys setting the state was started with",
+        step, ctx.offset);
     const bool separate_v = !v.is_same(k);
     k = state->k.append(k, ctx.offset, ctx.capacity, 2, "cem_attention");  // (B, H, T, d_h)
     v = separate_v ? state->v.append(v, ctx.offset, ctx.capacity, 2, "cem_attention") : k;
-    if (hh.defined()) hh = state->h.append(hh, ctx.offset, ctx.capacity, 1, "cem_attention");  // (B, T, D)
+    if (hh.defined())
+      hh = state->h.append(hh, ctx.offset, ctx.capacity, 1, "cem_attention");  // (B, T, D)
   }
   c.k = k;
   c.v = v;
@@ -165,7 +171,8 @@ CemAttentionCondition CemAttentionImpl::condition(const torch::Tensor& h, const 
     std::vector<torch::Tensor> vp{v, kp[1]};
     if (options_.dlr_distance()) {
       // -1/2 sum_a delta_ka h_ja^2: (B, T, H) -> (B, H, T, 1)
-      torch::Tensor bias = torch::matmul(hh * hh, delta.t()).mul(-0.5).transpose(1, 2).unsqueeze(-1);
+      torch::Tensor bias =
+          torch::matmul(hh * hh, delta.t()).mul(-0.5).transpose(1, 2).unsqueeze(-1);
       kp.push_back(bias);
       vp.push_back(bias);
     }
@@ -177,7 +184,8 @@ CemAttentionCondition CemAttentionImpl::condition(const torch::Tensor& h, const 
   return c;
 }
 
-torch::Tensor CemAttentionImpl::direction(const torch::Tensor& x, const CemAttentionCondition& c) const {
+torch::Tensor CemAttentionImpl::direction(const torch::Tensor& x,
+                                          const CemAttentionCondition& c) const {
   const int64_t B = x.size(0), N = x.size(1), H = options_.n_heads(), D = options_.d_model();
   const int64_t d_h = head_dim_, T = c.k.size(2);
   const double beta = 1.0 / std::sqrt(double(d_h));
@@ -194,13 +202,15 @@ torch::Tensor CemAttentionImpl::direction(const torch::Tensor& x, const CemAtten
       if (!c.k_aug.defined()) {
         // Explicit logits beta (q k^T + (delta_k * x) h^T [+ key bias]) against the cache.
         const torch::Tensor xd = x.unsqueeze(1) * delta.view({1, H, 1, D});  // (B, H, N, D)
-        const torch::Tensor hs = c.h.unsqueeze(1);                          // (B, 1, T, D)
-        torch::Tensor scores = torch::matmul(q, c.k.transpose(-2, -1)) + torch::matmul(xd, hs.transpose(-2, -1));
+        const torch::Tensor hs = c.h.unsqueeze(1);                           // (B, 1, T, D)
+        torch::Tensor scores =
+            torch::matmul(q, c.k.transpose(-2, -1)) + torch::matmul(xd, hs.transpose(-2, -1));
         if (c.key_bias.defined()) scores = scores + c.key_bias;
-        scores = (scores * beta).masked_fill(hidden_mask(N, T, c.offset, x.device()),
-                                             -std::numeric_limits<double>::infinity());
-        const torch::Tensor probs = torch::softmax(scores, -1);  // (B, H, N, T)
-        a = torch::matmul(probs, c.v);                           // (B, H, N, d_h)
+        scores = (scores * beta)
+                     .masked_fill(hidden_mask(N, T, c.offset, x.device()),
+                                  -std::numeric_limits<double>::infinity());
+        const torch::Tensor probs = torch::softmax(scores, -1);               // (B, H, N, T)
+        a = torch::matmul(probs, c.v);                                        // (B, H, N, d_h)
         diag = (torch::matmul(probs, hs) * delta.view({1, H, 1, D})).sum(1);  // (B, N, D)
         if (options_.dlr_distance()) diag = diag - delta.sum(0) * x;
         break;
@@ -213,26 +223,29 @@ torch::Tensor CemAttentionImpl::direction(const torch::Tensor& x, const CemAtten
       torch::Tensor o = causal_attention(q_aug, c.k_aug, c.v_aug, c.offset);  // (B, H, N, W)
       a = o.narrow(-1, 0, d_h);
       diag = (o.narrow(-1, d_h, D) * delta.view({1, H, 1, D})).sum(1);  // sum_k delta_k * (P_k h)
-      if (options_.dlr_distance()) diag = diag - delta.sum(0) * x;    // - sum_k delta_k * x
+      if (options_.dlr_distance()) diag = diag - delta.sum(0) * x;      // - sum_k delta_k * x
       break;
     }
     case CemDiagonal::kShared: {
       // Logits beta (q k^T + (delta * x) h^T [+ key bias]), causal mask, softmax over keys.
-      torch::Tensor scores = torch::matmul(q, c.k.transpose(-2, -1));                   // (B, H, N, T)
-      scores = scores + torch::matmul(x * delta, c.h.transpose(-2, -1)).unsqueeze(1);   // + (B, 1, N, T)
+      torch::Tensor scores = torch::matmul(q, c.k.transpose(-2, -1));  // (B, H, N, T)
+      scores =
+          scores + torch::matmul(x * delta, c.h.transpose(-2, -1)).unsqueeze(1);  // + (B, 1, N, T)
       if (c.key_bias.defined()) scores = scores + c.key_bias;
-      scores = (scores * beta).masked_fill(hidden_mask(N, T, c.offset, x.device()),
-                                           -std::numeric_limits<double>::infinity());
-      torch::Tensor probs = torch::softmax(scores, -1);         // (B, H, N, T)
-      a = torch::matmul(probs, c.v);                            // (B, H, N, d_h)
-      diag = delta * torch::matmul(probs.sum(1), c.h);          // (B, N, D)
+      scores = (scores * beta)
+                   .masked_fill(hidden_mask(N, T, c.offset, x.device()),
+                                -std::numeric_limits<double>::infinity());
+      torch::Tensor probs = torch::softmax(scores, -1);  // (B, H, N, T)
+      a = torch::matmul(probs, c.v);                     // (B, H, N, d_h)
+      diag = delta * torch::matmul(probs.sum(1), c.h);   // (B, N, D)
       if (options_.dlr_distance()) diag = diag - double(H) * delta * x;
       break;
     }
   }
 
   // 3. Exact RoPE: rotate the read-out back by R_{-i}; then the output projection W_Q^T.
-  if (rotates() && options_.rope_mode() == CemRopeMode::kExact) a = apply_rope(a, c.cos, c.sin, /*inverse=*/true);
+  if (rotates() && options_.rope_mode() == CemRopeMode::kExact)
+    a = apply_rope(a, c.cos, c.sin, /*inverse=*/true);
   torch::Tensor d = torch::matmul(merge_heads(a), w_q);  // (B, N, D): same tensor as the queries'
   if (diag.defined()) d = d + diag;
 
@@ -252,18 +265,21 @@ bool CemAttentionImpl::uses_gram(int64_t tokens) const {
   if (T < 2 || options_.dlr() != CemDiagonal::kNone) return false;
   // The gram path moves only the queries: keys from the iterates, the proximal term and step_norm
   // act on x itself.
-  if (options_.recursion_keys() == CemRecursionKeys::kIterate || prox_.on || options_.step().step_norm()) {
+  if (options_.recursion_keys() == CemRecursionKeys::kIterate || prox_.on ||
+      options_.step().step_norm()) {
     return false;
   }
   if (recursion_ != CemRecursion::kAuto) return recursion_ == CemRecursion::kGram;
   return (T - 1) * tokens >= 2 * options_.d_model();
 }
 
-torch::Tensor CemAttentionImpl::readout(const torch::Tensor& q_merged, const CemAttentionCondition& c) const {
+torch::Tensor CemAttentionImpl::readout(const torch::Tensor& q_merged,
+                                        const CemAttentionCondition& c) const {
   torch::Tensor q = split_heads(q_merged, options_.n_heads());
   if (rotates()) q = apply_rope(q, c.cos, c.sin);
   torch::Tensor a = causal_attention(q, c.k, c.v, c.offset);
-  if (rotates() && options_.rope_mode() == CemRopeMode::kExact) a = apply_rope(a, c.cos, c.sin, /*inverse=*/true);
+  if (rotates() && options_.rope_mode() == CemRopeMode::kExact)
+    a = apply_rope(a, c.cos, c.sin, /*inverse=*/true);
   return merge_heads(a);  // (B, N, H d_h)
 }
 
@@ -271,15 +287,16 @@ torch::Tensor CemAttentionImpl::readout(const torch::Tensor& q_merged, const Cem
 // of the read-out a_t W_Q linearly, so they can be applied to W_Q once. The next queries are then
 //     q_(t+1) = x^(t+1) W_Q^T = q_t + a_t G,   G = M W_Q^T  (H d_h, H d_h),
 // and the displacement is x^(T) - h = (a_0 + ... + a_(T-1)) M. Each extra step costs one
-// (tokens x D x D) matmul plus the attention core instead of two (query and output projections), for
-// a one-off D^3 to form G: a saving once (T - 1) * tokens > D. Same function as the direct loop;
-// the tests compare the two paths and their gradients in float64.
-torch::Tensor CemAttentionImpl::forward_gram(const torch::Tensor& h, const CemAttentionCondition& c) const {
+// (tokens x D x D) matmul plus the attention core instead of two (query and output projections),
+// for a one-off D^3 to form G: a saving once (T - 1) * tokens > D. Same function as the direct
+// loop; the tests compare the two paths and their gradients in float64.
+torch::Tensor CemAttentionImpl::forward_gram(const torch::Tensor& h,
+                                             const CemAttentionCondition& c) const {
   const torch::Tensor M = eta_.scale(precond_ ? precond_->apply(w_q) : w_q);  // (H d_h, D)
   // G = eta W_Q W_Q^T is symmetric without a preconditioner: half a matmul through syrk.
   const torch::Tensor G = precond_ ? torch::matmul(M, w_q.t()) : eta_.scale(symmetric_gram(w_q));
   const int64_t B = h.size(0), N = h.size(1), HD = w_q.size(0);
-  torch::Tensor q = torch::linear(h, w_q).view({B * N, HD});                  // (B N, H d_h)
+  torch::Tensor q = torch::linear(h, w_q).view({B * N, HD});  // (B N, H d_h)
   torch::Tensor sum;
   const int64_t T = options_.step().steps();
   for (int64_t t = 0; t < T; ++t) {
@@ -293,7 +310,9 @@ torch::Tensor CemAttentionImpl::forward_gram(const torch::Tensor& h, const CemAt
 torch::Tensor CemAttentionImpl::forward(const torch::Tensor& h, const MixerContext& ctx) {
   const CemAttentionCondition c = condition(h, ctx);  // keys once (step 0's keys under iterate)
   const bool trace = ctx.observer != nullptr && ctx.offset == 0 && ctx.state == nullptr;
-  auto report = [&](int64_t t, const torch::Tensor& e) { (*ctx.observer)("energy." + std::to_string(t), e.detach()); };
+  auto report = [&](int64_t t, const torch::Tensor& e) {
+    (*ctx.observer)("energy." + std::to_string(t), e.detach());
+  };
   if (!trace && uses_gram(h.size(0) * h.size(1))) return forward_gram(h, c);
   // T = 1: the displacement is eta d itself (no h + eta d - h round trip). The proximal term's
   // gradient is 0 at x = h, and step_norm and iterate keys start at the second step, so none of
@@ -301,8 +320,9 @@ torch::Tensor CemAttentionImpl::forward(const torch::Tensor& h, const MixerConte
   if (options_.step().steps() == 1 && !trace) return eta_.scale(direction(h, c));
   const bool iterate = options_.recursion_keys() == CemRecursionKeys::kIterate;
   const torch::Tensor rms_h = options_.step().step_norm() ? cem_rms(h) : torch::Tensor();
-  torch::Tensor x = h;                                // x^(0) = h
-  // The energy traced after step t is the one step t descended (its keys: h, or x^(t) under iterate).
+  torch::Tensor x = h;  // x^(0) = h
+  // The energy traced after step t is the one step t descended (its keys: h, or x^(t) under
+  // iterate).
   if (trace) report(0, energy(x, h, ctx));
   for (int64_t t = 0; t < options_.step().steps(); ++t) {
     if (t > 0 && rms_h.defined()) x = cem_rescale_to(x, rms_h);  // step_norm
@@ -317,7 +337,7 @@ torch::Tensor CemAttentionImpl::forward(const torch::Tensor& h, const MixerConte
       if (trace) report(t + 1, energy(x, h, ctx));
     }
   }
-  return x - h;                                       // the displacement the block adds to z
+  return x - h;  // the displacement the block adds to z
 }
 
 torch::Tensor CemAttentionImpl::energy(const torch::Tensor& x, const torch::Tensor& h,
@@ -336,38 +356,42 @@ torch::Tensor CemAttentionImpl::energy(const torch::Tensor& x, const torch::Tens
                                  ? delta.view({1, H, 1, D})
                                  : delta.view({1, 1, 1, D}).expand({1, H, 1, D});
     const torch::Tensor xs = x.unsqueeze(1), hs = h.unsqueeze(1);  // (B, 1, N, D)
-    s = s + torch::matmul(xs * dk, hs.transpose(-2, -1));  // x_i^T diag(delta_k) h_j
+    s = s + torch::matmul(xs * dk, hs.transpose(-2, -1));          // x_i^T diag(delta_k) h_j
     if (options_.dlr_distance()) {
       // -1/2 (x_i - h_j)^T diag(delta_k) (x_i - h_j) = x_i^T diag(delta_k) h_j
-      //     - 1/2 x_i^T diag(delta_k) x_i - 1/2 h_j^T diag(delta_k) h_j   (the x-only term stays: it
+      //     - 1/2 x_i^T diag(delta_k) x_i - 1/2 h_j^T diag(delta_k) h_j   (the x-only term stays:
+      //     it
       // has a gradient even though the softmax does not see it)
-      const torch::Tensor xx = (xs * xs * dk).sum(-1, /*keepdim=*/true);                // (B, H, N, 1)
-      const torch::Tensor hh = (hs * hs * dk).sum(-1).unsqueeze(2);                     // (B, H, 1, N)
+      const torch::Tensor xx = (xs * xs * dk).sum(-1, /*keepdim=*/true);  // (B, H, N, 1)
+      const torch::Tensor hh = (hs * hs * dk).sum(-1).unsqueeze(2);       // (B, H, 1, N)
       s = s - 0.5 * xx - 0.5 * hh;
     }
   }
-  s = (s * beta).masked_fill(hidden_mask(N, N, 0, x.device()), -std::numeric_limits<double>::infinity());
+  s = (s * beta).masked_fill(hidden_mask(N, N, 0, x.device()),
+                             -std::numeric_limits<double>::infinity());
   torch::Tensor e = -(torch::logsumexp(s, -1).sum(1)) / beta;  // (B, N)
   if (prox_.on) e = e + prox_.energy(x, anchor.defined() ? anchor : h);
   return e;
 }
 
-// Counted as the direct loop (the gram path is a cheaper way to the same function; its saving shows as
-// speed). Keys W_K h once: 2 D H d_h (again every step t >= 1 with recursion_keys = iterate). Per step:
-// queries and W_Q^T 2 D H d_h each, scores and read-out against tied K = V 2 H d_h context each, P.
-// D+LR over H_delta diagonals (H per head, 1 shared): delta * x and the read-out's delta 2 D H_delta
-// each, the logit term (delta x) h^T and the read-out P h 2 D H_delta context each; the distance form
-// adds its key bias 2 D H_delta with every key projection and 2 D per step for its query term.
+// Counted as the direct loop (the gram path is a cheaper way to the same function; its saving shows
+// as speed). Keys W_K h once: 2 D H d_h (again every step t >= 1 with recursion_keys = iterate).
+// Per step: queries and W_Q^T 2 D H d_h each, scores and read-out against tied K = V 2 H d_h
+// context each, P. D+LR over H_delta diagonals (H per head, 1 shared): delta * x and the read-out's
+// delta 2 D H_delta each, the logit term (delta x) h^T and the read-out P h 2 D H_delta context
+// each; the distance form adds its key bias 2 D H_delta with every key projection and 2 D per step
+// for its query term.
 double CemAttentionImpl::forward_flops_per_token(int64_t context) const {
   const double D = double(options_.d_model()), Hd = double(options_.n_heads() * head_dim_);
   const double S = double(context), T = double(options_.step().steps());
-  const double Hdelta = options_.dlr() == CemDiagonal::kPerHead ? double(options_.n_heads())
+  const double Hdelta = options_.dlr() == CemDiagonal::kPerHead  ? double(options_.n_heads())
                         : options_.dlr() == CemDiagonal::kShared ? 1.0
                                                                  : 0.0;
   const bool distance = Hdelta > 0 && options_.dlr_distance();
   const double key_projections = options_.recursion_keys() == CemRecursionKeys::kIterate ? T : 1.0;
   const double keys = 2.0 * D * Hd + (distance ? 2.0 * D * Hdelta : 0.0);
-  double per_step = 4.0 * D * Hd + 4.0 * Hd * S + cem_precond_flops_per_token(options_.step(), options_.d_model());
+  double per_step = 4.0 * D * Hd + 4.0 * Hd * S +
+                    cem_precond_flops_per_token(options_.step(), options_.d_model());
   per_step += Hdelta * (4.0 * D + 4.0 * D * S) + (distance ? 2.0 * D : 0.0);
   return key_projections * keys + T * per_step;
 }

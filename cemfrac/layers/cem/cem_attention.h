@@ -1,24 +1,28 @@
 // Mixer "cem_attention": causal energy minimisation with the conditional log-sum-exp energy
 // (docs/layers/cem.md, CEM spec §2.3, §2.5, §3):
 //     E_i(x_i; h_1..i) = -1/beta sum_k log sum_{j<=i} exp(beta s_kij),
-//     s_kij = (R_i W_Qk x_i)^T (R_j W_Kk h_j)  [+ x_i^T diag(delta_k) h_j]  [- 1/2 |x_i - h_j|^2_delta_k].
+//     s_kij = (R_i W_Qk x_i)^T (R_j W_Kk h_j)  [+ x_i^T diag(delta_k) h_j]  [- 1/2 |x_i -
+//     h_j|^2_delta_k].
 // The input is the normalised residual h; the iterate starts at x = h and takes T steps
 //     x <- x - eta P grad_x E(x; h),
-// each of which is causal attention with queries W_Q x, keys = values = W_K h (computed once) and the
-// output projection W_Q^T (the same tensor); the mixer returns x^(T) - h, which the block adds to z.
-// At T = 1, eta = 1, P = I, no diagonal it is exactly MHA with W_V = W_K, W_O = W_Q^T, beta = 1/sqrt(d_h).
-// Parameters (checkpoint keys under blocks.<l>.attn.):
+// each of which is causal attention with queries W_Q x, keys = values = W_K h (computed once) and
+// the output projection W_Q^T (the same tensor); the mixer returns x^(T) - h, which the block adds
+// to z. At T = 1, eta = 1, P = I, no diagonal it is exactly MHA with W_V = W_K, W_O = W_Q^T, beta =
+// 1/sqrt(d_h). Parameters (checkpoint keys under blocks.<l>.attn.):
 //   w_q (H d_h, D)    queries; transposed, also the output projection
 //   w_k (H d_h, D)    keys; also the values
 //   eta_raw (1)       eta = softplus(eta_raw), when learnable (not frozen, no preconditioner)
 //   lambda_raw (1)    lambda = softplus(lambda_raw) of the proximal term (cem.prox = learned)
 //   delta (H, D)      D+LR diagonal per head (dlr = per_head); (D) when shared
-//   precond.p (D), precond.u (D, r), precond.v (D, r)   the preconditioner (precond.v absent when psd)
-// Reports to MixerContext::observer, for full sequences without a state (cemfrac eval --cem-energy):
-//   "energy.<t>"  (B, N) the energy E_i before step 1 (t = 0) and after step t; observing it costs one
+//   precond.p (D), precond.u (D, r), precond.v (D, r)   the preconditioner (precond.v absent when
+//   psd)
+// Reports to MixerContext::observer, for full sequences without a state (cemfrac eval
+// --cem-energy):
+//   "energy.<t>"  (B, N) the energy E_i before step 1 (t = 0) and after step t; observing it costs
+//   one
 //                 energy per step and takes the direct loop.
-// Decode state: K (after RoPE) of every position seen, (B, H, T, d_h): half of MHA's K + V; plus the
-// inputs h (B, T, D) under D+LR and, only for the naive RoPE ablation, the unrotated keys.
+// Decode state: K (after RoPE) of every position seen, (B, H, T, d_h): half of MHA's K + V; plus
+// the inputs h (B, T, D) under D+LR and, only for the naive RoPE ablation, the unrotated keys.
 #pragma once
 #include <torch/arg.h>
 #include <torch/types.h>
@@ -34,16 +38,17 @@ namespace cemfrac {
 
 enum class CemRopeMode { kExact, kNaive, kNone };
 // How forward runs T >= 2 steps (same function, different work; see forward_gram()):
-// direct = project x^(t) -> queries and read-out -> displacement every step; gram = move the queries
-// by a_t G, G = eta P(W_Q) W_Q^T, and project the summed read-outs once; auto = gram when it saves
-// work (no D+LR, no observer, (T - 1) * tokens >= 2 D).
+// direct = project x^(t) -> queries and read-out -> displacement every step; gram = move the
+// queries by a_t G, G = eta P(W_Q) W_Q^T, and project the summed read-outs once; auto = gram when
+// it saves work (no D+LR, no observer, (T - 1) * tokens >= 2 D).
 enum class CemRecursion { kAuto, kDirect, kGram };
 enum class CemDiagonal { kNone, kPerHead, kShared };
-// Where step t's keys (and tied values) come from: fixed = the input h at every step (the conditional
-// energy E(x | h)); iterate = the current iterates x^(t) of the visible positions (docs/layers/cem.md §8.1).
+// Where step t's keys (and tied values) come from: fixed = the input h at every step (the
+// conditional energy E(x | h)); iterate = the current iterates x^(t) of the visible positions
+// (docs/layers/cem.md §8.1).
 enum class CemRecursionKeys { kFixed, kIterate };
 
-CemRopeMode parse_cem_rope_mode(const std::string& name);  // names as in CemConfig::rope_mode
+CemRopeMode parse_cem_rope_mode(const std::string& name);   // names as in CemConfig::rope_mode
 CemDiagonal parse_cem_diagonal(const std::string& name);    // names as in CemConfig::dlr
 CemRecursion parse_cem_recursion(const std::string& name);  // names as in CemConfig::recursion
 CemRecursionKeys parse_cem_recursion_keys(const std::string& name);  // CemConfig::recursion_keys
@@ -70,8 +75,8 @@ struct CemKeyCache {
   KvCache h;  // (B, T, D) D+LR only: the conditioning inputs
 };
 
-// Fixed keys: one CemKeyCache (the base fields, from h). recursion_keys = iterate: step 0's keys are
-// still those from h (the base fields); step t >= 1 conditions on the iterates x^(t), cached in
+// Fixed keys: one CemKeyCache (the base fields, from h). recursion_keys = iterate: step 0's keys
+// are still those from h (the base fields); step t >= 1 conditions on the iterates x^(t), cached in
 // iterate[t - 1], so the state holds T times the fixed-key cache.
 struct CemAttentionState : MixerState, CemKeyCache {
   std::vector<CemKeyCache> iterate;
@@ -79,16 +84,17 @@ struct CemAttentionState : MixerState, CemKeyCache {
 
 // What one forward computes once from the fixed input h and reuses in every step.
 struct CemAttentionCondition {
-  int64_t offset = 0;        // absolute position of the first query
-  torch::Tensor anchor;      // (B, N, D) the sub-layer input h of the queries: the proximal term's centre
-  torch::Tensor k, v;        // (B, H, T, d_h) keys and values over all visible positions (v may == k)
-  torch::Tensor h;           // (B, T, D) D+LR: conditioning inputs
-  torch::Tensor k_aug;       // per-head D+LR over a full sequence: (B, H, T, d_h + D [+ 1]) keys
-                             // [W_K h; h; key bias] (undefined when continuing a cache)
-  torch::Tensor v_aug;       // the values beside k_aug, == k_aug except under naive RoPE
-  torch::Tensor key_bias;    // distance form without k_aug: -1/2 sum_a delta_(k)a h_ja^2,
-                             // (B, 1, 1, T) shared, (B, H, 1, T) per head
-  torch::Tensor cos, sin;    // (N, d_h / 2) rotary tables of the query positions (undefined: none)
+  int64_t offset = 0;  // absolute position of the first query
+  torch::Tensor
+      anchor;          // (B, N, D) the sub-layer input h of the queries: the proximal term's centre
+  torch::Tensor k, v;  // (B, H, T, d_h) keys and values over all visible positions (v may == k)
+  torch::Tensor h;     // (B, T, D) D+LR: conditioning inputs
+  torch::Tensor k_aug;     // per-head D+LR over a full sequence: (B, H, T, d_h + D [+ 1]) keys
+                           // [W_K h; h; key bias] (undefined when continuing a cache)
+  torch::Tensor v_aug;     // the values beside k_aug, == k_aug except under naive RoPE
+  torch::Tensor key_bias;  // distance form without k_aug: -1/2 sum_a delta_(k)a h_ja^2,
+                           // (B, 1, 1, T) shared, (B, H, 1, T) per head
+  torch::Tensor cos, sin;  // (N, d_h / 2) rotary tables of the query positions (undefined: none)
 };
 
 class CemAttentionImpl : public MixerImpl {
@@ -101,9 +107,10 @@ class CemAttentionImpl : public MixerImpl {
   double forward_flops_per_token(int64_t context) const override;
 
   // The pieces of forward, public for tests and diagnostics.
-  // Keys (and values, h) from h at positions ctx.offset.., joined to and stored in ctx.state (in the
-  // cache of step `step`: 0 = the base fields, t >= 1 = state->iterate[t - 1]). anchor = h.
-  CemAttentionCondition condition(const torch::Tensor& h, const MixerContext& ctx, int64_t step = 0);
+  // Keys (and values, h) from h at positions ctx.offset.., joined to and stored in ctx.state (in
+  // the cache of step `step`: 0 = the base fields, t >= 1 = state->iterate[t - 1]). anchor = h.
+  CemAttentionCondition condition(const torch::Tensor& h, const MixerContext& ctx,
+                                  int64_t step = 0);
   // -P grad_x E(x; h) (the step's direction before eta) for the iterate x (B, N, D); with cem.prox
   // the gradient includes lambda (x - c.anchor).
   torch::Tensor direction(const torch::Tensor& x, const CemAttentionCondition& c) const;
@@ -111,9 +118,10 @@ class CemAttentionImpl : public MixerImpl {
   torch::Tensor step(const torch::Tensor& x, const CemAttentionCondition& c) const;
   // The closed-form energy E_i(x_i; h_1..i) per position, (B, N), for a full sequence (offset 0,
   // rotary tables of positions 0..N-1 in ctx when RoPE is on). Written with plain ops from the
-  // formula (the slow twin of direction()); naive RoPE has no energy (its step is not a gradient) and
-  // is given the exact mode's energy. With cem.prox, + 1/2 lambda |x - anchor|^2 (anchor undefined:
-  // h), so recursion_keys = iterate's step t is the gradient of energy(x, x^(t) detached, ctx, h).
+  // formula (the slow twin of direction()); naive RoPE has no energy (its step is not a gradient)
+  // and is given the exact mode's energy. With cem.prox, + 1/2 lambda |x - anchor|^2 (anchor
+  // undefined: h), so recursion_keys = iterate's step t is the gradient of energy(x, x^(t)
+  // detached, ctx, h).
   torch::Tensor energy(const torch::Tensor& x, const torch::Tensor& h, const MixerContext& ctx,
                        const torch::Tensor& anchor = torch::Tensor()) const;
 

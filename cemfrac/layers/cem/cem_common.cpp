@@ -41,7 +41,9 @@ double CemProx::value() const {
   return default_softplus(raw.detach().to(torch::kFloat64)).item<double>();
 }
 
-torch::Tensor cem_rms(const torch::Tensor& h) { return h.pow(2).mean(-1, /*keepdim=*/true).sqrt(); }
+torch::Tensor cem_rms(const torch::Tensor& h) {
+  return h.pow(2).mean(-1, /*keepdim=*/true).sqrt();
+}
 
 torch::Tensor cem_rescale_to(const torch::Tensor& x, const torch::Tensor& rms_h) {
   // A row of zeros stays zero (its RMS is clamped away from 0).
@@ -60,7 +62,9 @@ std::vector<double> CemEnergyTrace::mean() const {
   return out;
 }
 
-double softplus_inverse_of_one() { return std::log(std::exp(1.0) - 1.0); }
+double softplus_inverse_of_one() {
+  return std::log(std::exp(1.0) - 1.0);
+}
 
 CemPreconditionerImpl::CemPreconditionerImpl(int64_t d_model, int64_t rank, bool psd_,
                                              ParamKind kind, torch::Device device)
@@ -69,19 +73,17 @@ CemPreconditionerImpl::CemPreconditionerImpl(int64_t d_model, int64_t rank, bool
   // decay pulls U V^T towards 0, i.e. P towards its diagonal, the neutral point it starts from.
   p = add_parameter("p", init_constant({d_model}, softplus_inverse_of_one(), device), kind,
                     ParamGroup::kNoDecay);
-  u = add_parameter("u", init_normal({d_model, rank}, 0.02, device), kind,
-                    ParamGroup::kDecay);
+  u = add_parameter("u", init_normal({d_model, rank}, 0.02, device), kind, ParamGroup::kDecay);
   if (!psd) {
-    v = add_parameter("v", init_constant({d_model, rank}, 0.0, device), kind,
-                      ParamGroup::kDecay);
+    v = add_parameter("v", init_constant({d_model, rank}, 0.0, device), kind, ParamGroup::kDecay);
   }
 }
 
 torch::Tensor CemPreconditionerImpl::apply(const torch::Tensor& g) const {
-  torch::Tensor out = default_softplus(p) * g;                 // (..., D)
-  torch::Tensor gu = torch::matmul(g, u);                      // (..., r) = U^T g
-  if (psd) return out + torch::matmul(gu, u.t());              // + U U^T g
-  torch::Tensor gv = torch::matmul(g, v);                      // (..., r) = V^T g
+  torch::Tensor out = default_softplus(p) * g;                       // (..., D)
+  torch::Tensor gu = torch::matmul(g, u);                            // (..., r) = U^T g
+  if (psd) return out + torch::matmul(gu, u.t());                    // + U U^T g
+  torch::Tensor gv = torch::matmul(g, v);                            // (..., r) = V^T g
   return out + torch::matmul(gv, u.t()) + torch::matmul(gu, v.t());  // + U V^T g + V U^T g
 }
 
@@ -109,19 +111,19 @@ double CemStepSize::value() const {
 torch::Tensor cem_phi(const torch::Tensor& u_in) {
   // Li2(-e^u) through sigma(u) = e^u / (1 + e^u) and Landen's identity
   //   Li2(z) = -Li2(z / (z - 1)) - log(1 - z)^2 / 2,   z = -e^u  =>  z / (z - 1) = sigma(u),
-  // and for u > 0 the inversion Li2(-e^u) = -pi^2/6 - u^2/2 - Li2(-e^-u), so the series below always
-  // runs on w = sigma(-|u|) <= 1/2: sum_k w^k / k^2, 60 terms leave < 2^-60.
+  // and for u > 0 the inversion Li2(-e^u) = -pi^2/6 - u^2/2 - Li2(-e^-u), so the series below
+  // always runs on w = sigma(-|u|) <= 1/2: sum_k w^k / k^2, 60 terms leave < 2^-60.
   const torch::Tensor u = u_in.to(torch::kFloat64);
   const double pi2 = M_PI * M_PI;
-  const torch::Tensor a = torch::where(u > 0, -u, u);                   // -|u| (slope +-1 at 0 too)
-  const torch::Tensor w = torch::sigmoid(a);                             // <= 1/2
-  const torch::Tensor sp = default_softplus(a);                          // log(1 + e^-|u|)
+  const torch::Tensor a = torch::where(u > 0, -u, u);  // -|u| (slope +-1 at 0 too)
+  const torch::Tensor w = torch::sigmoid(a);           // <= 1/2
+  const torch::Tensor sp = default_softplus(a);        // log(1 + e^-|u|)
   torch::Tensor series = torch::zeros_like(w), power = torch::ones_like(w);
   for (int k = 1; k <= 60; ++k) {
     power = power * w;
     series = series + power / double(k * k);
   }
-  const torch::Tensor li2_neg = -series - 0.5 * sp * sp;                // Li2(-e^-|u|)
+  const torch::Tensor li2_neg = -series - 0.5 * sp * sp;  // Li2(-e^-|u|)
   // u <= 0: Li2(-e^u) = li2_neg; u > 0: -pi^2/6 - u^2/2 - li2_neg.
   const torch::Tensor li2 = torch::where(u > 0, -pi2 / 6.0 - 0.5 * u * u - li2_neg, li2_neg);
   const torch::Tensor phi = u * default_softplus(u) + li2 + pi2 / 12.0;

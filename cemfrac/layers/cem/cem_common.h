@@ -1,6 +1,7 @@
-// Pieces shared by the CEM sub-layers (docs/layers/cem.md): the options every CEM sub-layer has, the
-// learned preconditioner P = diag(softplus(p)) + U V^T + V U^T (or diag(softplus(p)) + U U^T), the
-// step size eta = softplus(eta_raw), and the MLP energy's primitive Phi(u) = int_0^u s sigma(s) ds.
+// Pieces shared by the CEM sub-layers (docs/layers/cem.md): the options every CEM sub-layer has,
+// the learned preconditioner P = diag(softplus(p)) + U V^T + V U^T (or diag(softplus(p)) + U U^T),
+// the step size eta = softplus(eta_raw), and the MLP energy's primitive Phi(u) = int_0^u s sigma(s)
+// ds.
 #pragma once
 #include <torch/arg.h>
 #include <torch/types.h>
@@ -18,9 +19,9 @@ CemProxMode parse_cem_prox(const std::string& name);  // names as in CemConfig::
 
 // Options common to cem_attention and cem_mlp.
 struct CemStepOptions {
-  TORCH_ARG(int64_t, steps) = 1;         // T
-  TORCH_ARG(bool, learn_eta) = true;     // eta = softplus(eta_raw) learnable; false: eta = 1
-  TORCH_ARG(bool, precond) = false;      // apply P to every step's direction
+  TORCH_ARG(int64_t, steps) = 1;      // T
+  TORCH_ARG(bool, learn_eta) = true;  // eta = softplus(eta_raw) learnable; false: eta = 1
+  TORCH_ARG(bool, precond) = false;   // apply P to every step's direction
   TORCH_ARG(int64_t, precond_rank) = 16;
   TORCH_ARG(bool, precond_psd) = false;
   // The proximal term 1/2 lambda |x - h|^2 added to the energy (docs/layers/cem.md §8.2): none,
@@ -39,8 +40,10 @@ double cem_precond_flops_per_token(const CemStepOptions& step, int64_t d_model);
 
 class CemPreconditionerImpl : public TaggedModule {
  public:
-  CemPreconditionerImpl(int64_t d_model, int64_t rank, bool psd, ParamKind kind, torch::Device device);
-  // P g for g (..., D), without forming P: softplus(p) * g + (g V) U^T + (g U) V^T  (psd: (g U) U^T).
+  CemPreconditionerImpl(int64_t d_model, int64_t rank, bool psd, ParamKind kind,
+                        torch::Device device);
+  // P g for g (..., D), without forming P: softplus(p) * g + (g V) U^T + (g U) V^T  (psd: (g U)
+  // U^T).
   torch::Tensor apply(const torch::Tensor& g) const;
   // The D x D matrix (tests only).
   torch::Tensor dense() const;
@@ -60,8 +63,8 @@ struct CemStepSize {
   double value() const;  // eta as a number (tests, logging)
 };
 
-// The proximal term's weight lambda: "lambda_raw" (1,) with lambda = softplus(lambda_raw), init 1, or
-// the constant 1 (raw undefined); `on` false when there is no proximal term.
+// The proximal term's weight lambda: "lambda_raw" (1,) with lambda = softplus(lambda_raw), init 1,
+// or the constant 1 (raw undefined); `on` false when there is no proximal term.
 struct CemProx {
   bool on = false;
   torch::Tensor raw;  // learned only

@@ -56,7 +56,9 @@ torch::Tensor CemMlpImpl::forward(const torch::Tensor& h) {
   // gradient is 0 at x = h and step_norm starts at the second step, so neither changes T = 1.
   const bool trace = observer_ != nullptr;
   if (options_.step().steps() == 1 && !trace) return eta_.scale(direction(h, gate));
-  auto report = [&](int64_t t, const torch::Tensor& e) { (*observer_)("energy." + std::to_string(t), e.detach()); };
+  auto report = [&](int64_t t, const torch::Tensor& e) {
+    (*observer_)("energy." + std::to_string(t), e.detach());
+  };
   torch::Tensor x = h;
   const torch::Tensor rms_h = options_.step().step_norm() ? cem_rms(h) : torch::Tensor();
   if (trace) report(0, energy(x, h));
@@ -71,7 +73,8 @@ torch::Tensor CemMlpImpl::forward(const torch::Tensor& h) {
 torch::Tensor CemMlpImpl::energy(const torch::Tensor& x, const torch::Tensor& h) const {
   torch::Tensor g = torch::linear(h, w_g);  // (B, N, M)
   torch::Tensor u = torch::linear(x, w_u);  // (B, N, M)
-  torch::Tensor e = options_.form_b() ? -0.5 * (torch::silu(g) * u * u).sum(-1) : -(g * cem_phi(u)).sum(-1);
+  torch::Tensor e =
+      options_.form_b() ? -0.5 * (torch::silu(g) * u * u).sum(-1) : -(g * cem_phi(u)).sum(-1);
   if (prox_.on) e = e + prox_.energy(x, h);
   return e;
 }
@@ -80,7 +83,8 @@ torch::Tensor CemMlpImpl::energy(const torch::Tensor& x, const torch::Tensor& h)
 double CemMlpImpl::forward_flops_per_token() const {
   const double D = double(options_.d_model()), M = double(options_.d_ff());
   const double T = double(options_.step().steps());
-  return 2.0 * D * M + T * (4.0 * D * M + cem_precond_flops_per_token(options_.step(), options_.d_model()));
+  return 2.0 * D * M +
+         T * (4.0 * D * M + cem_precond_flops_per_token(options_.step(), options_.d_model()));
 }
 
 }  // namespace cemfrac

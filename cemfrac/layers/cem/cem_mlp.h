@@ -4,17 +4,18 @@
 //                         x <- x + eta P W_U^T [SiLU(W_U x) * (W_G h)]
 //   option B:            E_i = -1/2 sum_m SiLU((W_G h_i)_m) (W_U x_i)_m^2
 //                         x <- x + eta P W_U^T [SiLU(W_G h) * (W_U x)]
-// The gate G = W_G h (option B: SiLU(W_G h)) is computed once and reused by every step; only W_U x is
-// recomputed. Returns x^(T) - h. At T = 1, eta = 1, P = I option A is SwiGLU with w_gate = W_U,
+// The gate G = W_G h (option B: SiLU(W_G h)) is computed once and reused by every step; only W_U x
+// is recomputed. Returns x^(T) - h. At T = 1, eta = 1, P = I option A is SwiGLU with w_gate = W_U,
 // w_up = W_G, w_down = W_U^T; option B is SwiGLU with w_gate = W_G, w_up = W_U, w_down = W_U^T.
 // Parameters (checkpoint keys under blocks.<l>.mlp.):
 //   w_u (M, D)        the projection inside the nonlinearity (A) and, transposed, the read-out
 //   w_g (M, D)        the gate projection, applied to h only
 //   eta_raw (1)       eta = softplus(eta_raw), when learnable
 //   lambda_raw (1)    lambda = softplus(lambda_raw) of the proximal term (cem.prox = learned)
-//   precond.p (D), precond.u (D, r), precond.v (D, r)   the preconditioner (precond.v absent when psd)
-// Reports to its observer (FfnImpl::set_observer; cemfrac eval --cem-energy): "energy.<t>" (B, N), the
-// energy before step 1 (t = 0) and after step t; observing it costs one energy per step.
+//   precond.p (D), precond.u (D, r), precond.v (D, r)   the preconditioner (precond.v absent when
+//   psd)
+// Reports to its observer (FfnImpl::set_observer; cemfrac eval --cem-energy): "energy.<t>" (B, N),
+// the energy before step 1 (t = 0) and after step t; observing it costs one energy per step.
 #pragma once
 #include <torch/arg.h>
 #include <torch/types.h>

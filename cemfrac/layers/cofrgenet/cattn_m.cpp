@@ -28,7 +28,8 @@ CAttnMImpl::CAttnMImpl(const CAttnMOptions& o) : options_(o), runtime_(o.ladder(
   }
   w_logits = add_parameter("w_logits", init_normal({H, L, l}, o.init_std(), device),
                            ParamKind::kAttention, ParamGroup::kDecay);
-  w_v = add_parameter("w_v", init_normal({p, p}, o.out_proj() ? o.init_std() : o.out_init_std(), device),
+  w_v = add_parameter("w_v",
+                      init_normal({p, p}, o.out_proj() ? o.init_std() : o.out_init_std(), device),
                       ParamKind::kAttention, ParamGroup::kDecay);
   if (o.out_proj()) {
     w_o = add_parameter("w_o", init_normal({p, p}, o.out_init_std(), device), ParamKind::kAttention,
@@ -39,7 +40,9 @@ CAttnMImpl::CAttnMImpl(const CAttnMOptions& o) : options_(o), runtime_(o.ladder(
   if (!device.is_meta()) mask_ = causal_logit_mask(l, device);
 }
 
-std::unique_ptr<MixerState> CAttnMImpl::new_state() const { return std::make_unique<CAttnMState>(); }
+std::unique_ptr<MixerState> CAttnMImpl::new_state() const {
+  return std::make_unique<CAttnMState>();
+}
 
 void CAttnMImpl::on_train_step(const TrainProgress& progress) {
   runtime_.on_train_step(progress, z_min, z_max);
@@ -62,8 +65,8 @@ torch::Tensor CAttnMImpl::attention(const torch::Tensor& x, int64_t offset) {
                 "build the model with model.cofrgenet.length >= {}",
                 offset, T - 1, l, T);
   // Logits over the first T positions: s[b, h, n, t] = sum_j z[b, n, j] F[h, j, t].
-  const torch::Tensor z = ladder_outputs(x);                                          // (B, N, L)
-  torch::Tensor s = torch::matmul(z.unsqueeze(1), w_logits.narrow(2, 0, T));          // (B, H, N, T)
+  const torch::Tensor z = ladder_outputs(x);                                  // (B, N, L)
+  torch::Tensor s = torch::matmul(z.unsqueeze(1), w_logits.narrow(2, 0, T));  // (B, H, N, T)
   // Causal: query offset + n sees positions <= offset + n (masked entries become exact zeros).
   s = s + mask_.narrow(0, offset, N).narrow(1, 0, T).to(s.options());
   return torch::softmax(s, -1);
@@ -79,19 +82,23 @@ torch::Tensor CAttnMImpl::forward(const torch::Tensor& x, const MixerContext& ct
     auto* state = static_cast<CAttnMState*>(ctx.state);
     v = state->v.append(v, ctx.offset, ctx.capacity, 2, "cattn_m");  // (B, H, T, p/H)
   }
-  CEMFRAC_CHECK(v.size(2) == a.size(3), "cattn_m: input at position {} without a decode state; pass "
-                "the decode state or the whole sequence", ctx.offset);
+  CEMFRAC_CHECK(v.size(2) == a.size(3),
+                "cattn_m: input at position {} without a decode state; pass "
+                "the decode state or the whole sequence",
+                ctx.offset);
   // 3. Mix the values, merge the heads, project (option).
   torch::Tensor o = torch::matmul(a, v).transpose(1, 2).reshape({B, N, p});  // (B, N, p)
   if (options_.out_proj()) o = torch::linear(o, w_o);
   return o;
 }
 
-// Ladder inputs 2 p d L; logits 2 H L context; values 2 p p; read-out 2 p context; w_o 2 p p (option).
+// Ladder inputs 2 p d L; logits 2 H L context; values 2 p p; read-out 2 p context; w_o 2 p p
+// (option).
 double CAttnMImpl::forward_flops_per_token(int64_t context) const {
   const double p = double(options_.d_model()), L = double(options_.ladders()), S = double(context);
   const double d = double(options_.depth()), H = double(options_.heads());
-  return 2.0 * p * d * L + 2.0 * H * L * S + 2.0 * p * p * (options_.out_proj() ? 2.0 : 1.0) + 2.0 * p * S;
+  return 2.0 * p * d * L + 2.0 * H * L * S + 2.0 * p * p * (options_.out_proj() ? 2.0 : 1.0) +
+         2.0 * p * S;
 }
 
 }  // namespace cemfrac

@@ -1,18 +1,19 @@
 // Mixer "cattn_m" (CoFrGeNet spec §3.4; docs/layers/cofrgenet.md): attention replaced
 // by an ensemble of L p-variate ladders whose outputs are mapped to logits over the positions,
 //     z(b,t) = (f̃(W⁽ʲ⁾ X[b,t] + b⁽ʲ⁾))_{j=1..L},   s_h(b,t,·) = F_hᵀ z(b,t) ∈ R^l,
-//     A_h = causal softmax(s_h) (diagonal included),  O = concat_h(A_h X W^v_h) (then W^o, optional).
+//     A_h = causal softmax(s_h) (diagonal included),  O = concat_h(A_h X W^v_h) (then W^o,
+//     optional).
 // The logits of token t depend on token t only, and A_h[t, s] = 0 for s > t: causal. Built for l
 // positions (sequences shorter than l use the leading columns of F; longer ones are an error).
-// Parameters: L p d + H L l + p² (+ p² with W^o; ladder biases L d reported separately); the paper's
-// L (p + l) + p² is the case d = 1, H = 1.
-// Checkpoint keys under blocks.<l>.attn.:
+// Parameters: L p d + H L l + p² (+ p² with W^o; ladder biases L d reported separately); the
+// paper's L (p + l) + p² is the case d = 1, H = 1. Checkpoint keys under blocks.<l>.attn.:
 //   w_ladder_<k> (L, p)   row k of every ladder, k = 1..d     decay, dyadic depth k
 //   b_ladder_<k> (L)      init 1 (option)                     no decay, dyadic depth k
 //   w_logits (H, L, l)    F_h                                 decay
 //   w_v (p, p)            values (heads are slices of d_model / H channels)   decay
 //   w_o (p, p)            output projection (option)          decay
-// State buffers: z_min, z_max (L). Decode state: the values X W^v of every position, (B, H, T, p / H).
+// State buffers: z_min, z_max (L). Decode state: the values X W^v of every position, (B, H, T, p /
+// H).
 #pragma once
 #include <torch/arg.h>
 #include <torch/types.h>
@@ -57,7 +58,8 @@ class CAttnMImpl : public MixerImpl {
   // Ladder partial denominators (B, N, d, L) and outputs z (B, N, L) of x (B, N, p).
   torch::Tensor ladder_inputs(const torch::Tensor& x) const;
   torch::Tensor ladder_outputs(const torch::Tensor& x);
-  // The attention matrix (B, H, N, offset + N) of queries at offset..offset+N-1 over keys 0..offset+N-1.
+  // The attention matrix (B, H, N, offset + N) of queries at offset..offset+N-1 over keys
+  // 0..offset+N-1.
   torch::Tensor attention(const torch::Tensor& x, int64_t offset);
 
   const CAttnMOptions& options() const { return options_; }

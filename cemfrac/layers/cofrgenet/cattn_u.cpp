@@ -13,8 +13,9 @@ CAttnUImpl::CAttnUImpl(const CAttnUOptions& o) : options_(o), runtime_(o.ladder(
   const int64_t l = o.length(), d = o.depth();
   const torch::Device device = o.device();
   TORCH_INTERNAL_ASSERT(l >= 1 && d >= 1 && o.d_model() >= 1, "cattn_u: bad sizes");
-  // Linear term w_0 = 1 (small noise breaks the symmetry of the two ensembles). Fraction levels: with
-  // biases 1, a_k = 1 + w_k x with |w_k x| << 1 (no pole, spec §2.8); without, a_k = w_k x, w_k ~ 1.
+  // Linear term w_0 = 1 (small noise breaks the symmetry of the two ensembles). Fraction levels:
+  // with biases 1, a_k = 1 + w_k x with |w_k x| << 1 (no pole, spec §2.8); without, a_k = w_k x,
+  // w_k ~ 1.
   w_pos_0 = add_parameter("w_pos_0", init_normal({2, l}, 0.02, device), ParamKind::kAttention,
                           ParamGroup::kNoDecay);
   if (!w_pos_0.is_meta()) {
@@ -30,8 +31,9 @@ CAttnUImpl::CAttnUImpl(const CAttnUOptions& o) : options_(o), runtime_(o.ladder(
     w_pos.push_back(add_parameter("w_pos_" + std::to_string(k), w, ParamKind::kAttention,
                                   ParamGroup::kNoDecay, k));
     if (o.bias()) {
-      b_pos.push_back(add_parameter("b_pos_" + std::to_string(k), init_constant({2, l}, 1.0, device),
-                                    ParamKind::kAttention, ParamGroup::kNoDecay, k));
+      b_pos.push_back(add_parameter("b_pos_" + std::to_string(k),
+                                    init_constant({2, l}, 1.0, device), ParamKind::kAttention,
+                                    ParamGroup::kNoDecay, k));
     }
   }
   // Packed lower triangles, row j = T[j, 0..j] at offset j (j + 1) / 2; init: the causal mean.
@@ -62,7 +64,9 @@ CAttnUImpl::CAttnUImpl(const CAttnUOptions& o) : options_(o), runtime_(o.ladder(
   z_max = add_state_buffer("z_max", initial_range_max({2, l, 1}, device));
 }
 
-std::unique_ptr<MixerState> CAttnUImpl::new_state() const { return std::make_unique<CAttnUState>(); }
+std::unique_ptr<MixerState> CAttnUImpl::new_state() const {
+  return std::make_unique<CAttnUState>();
+}
 
 void CAttnUImpl::on_train_step(const TrainProgress& progress) {
   runtime_.on_train_step(progress, z_min, z_max);
@@ -80,9 +84,11 @@ torch::Tensor CAttnUImpl::mixing(int64_t n) const {
 torch::Tensor CAttnUImpl::ladder_inputs(const torch::Tensor& x, int64_t offset) const {
   const int64_t B = x.size(0), n = x.size(1), p = x.size(2), levels = options_.depth() - 1;
   // (levels, 2, n) -> (n, levels, 2, 1): one scalar per position, level and ensemble.
-  const torch::Tensor w = torch::stack(w_pos, 0).narrow(2, offset, n).permute({2, 0, 1}).unsqueeze(-1);
+  const torch::Tensor w =
+      torch::stack(w_pos, 0).narrow(2, offset, n).permute({2, 0, 1}).unsqueeze(-1);
   torch::Tensor a = x.reshape({B, n, 1, 1, p}) * w;  // (B, n, levels, 2, p)
-  if (!b_pos.empty()) a = a + torch::stack(b_pos, 0).narrow(2, offset, n).permute({2, 0, 1}).unsqueeze(-1);
+  if (!b_pos.empty())
+    a = a + torch::stack(b_pos, 0).narrow(2, offset, n).permute({2, 0, 1}).unsqueeze(-1);
   return a.reshape({B, n, levels, 2 * p});
 }
 
@@ -91,8 +97,8 @@ torch::Tensor CAttnUImpl::ladder_outputs(const torch::Tensor& x, int64_t offset)
   // Linear term w_0[i] X[b, i, c] in the (B, 2, n, p) layout of the mixing product.
   torch::Tensor y = x.unsqueeze(1) * w_pos_0.narrow(1, offset, n).unsqueeze(-1);  // (B, 2, n, p)
   if (options_.depth() >= 2) {
-    torch::Tensor f = runtime_.evaluate(ladder_inputs(x, offset));     // (B, n, 2 p)
-    f = f.reshape({B, n, 2, p}).permute({0, 2, 1, 3});                    // (B, 2, n, p)
+    torch::Tensor f = runtime_.evaluate(ladder_inputs(x, offset));  // (B, n, 2 p)
+    f = f.reshape({B, n, 2, p}).permute({0, 2, 1, 3});              // (B, 2, n, p)
     f = runtime_.range(f, is_training(), z_min.narrow(1, offset, n), z_max.narrow(1, offset, n));
     y = y + f;
   }
@@ -115,16 +121,18 @@ torch::Tensor CAttnUImpl::forward(const torch::Tensor& x, const MixerContext& ct
   }
   // 3. Causal token mixing Z = T Y (rows offset..T-1 of the lower triangles), then Z1 * Z2.
   // Without a state the earlier positions are unknown: only a whole sequence (offset 0) works.
-  CEMFRAC_CHECK(y.size(2) == T, "cattn_u: input at position {} without a decode state; pass the "
-                "decode state or the whole sequence", ctx.offset);
-  torch::Tensor t = mixing(T);                                   // (2, T, T)
-  if (ctx.offset > 0) t = t.narrow(1, ctx.offset, N);            // (2, N, T)
-  const torch::Tensor z = torch::matmul(t, y);                   // (B, 2, N, p)
-  return z.select(1, 0) * z.select(1, 1);                        // (B, N, p)
+  CEMFRAC_CHECK(y.size(2) == T,
+                "cattn_u: input at position {} without a decode state; pass the "
+                "decode state or the whole sequence",
+                ctx.offset);
+  torch::Tensor t = mixing(T);                         // (2, T, T)
+  if (ctx.offset > 0) t = t.narrow(1, ctx.offset, N);  // (2, N, T)
+  const torch::Tensor z = torch::matmul(t, y);         // (B, 2, N, p)
+  return z.select(1, 0) * z.select(1, 1);              // (B, N, p)
 }
 
-// Position weights w_0..w_(d-1) on every channel of both ensembles: 2 (2 d p); token mixing Z = T Y of
-// both ensembles: 2 (2 p context).
+// Position weights w_0..w_(d-1) on every channel of both ensembles: 2 (2 d p); token mixing Z = T Y
+// of both ensembles: 2 (2 p context).
 double CAttnUImpl::forward_flops_per_token(int64_t context) const {
   const double p = double(options_.d_model()), d = double(options_.depth());
   return 4.0 * d * p + 4.0 * p * double(context);

@@ -1,17 +1,19 @@
 // Mixer "cattn_u" (CoFrGeNet spec §3.3; docs/layers/cofrgenet.md): attention replaced
 // by two ensembles e = 1, 2 of univariate ladders along the token axis and causal token mixing,
-//     Y⁽ᵉ⁾[b,i,c] = w⁽ᵉ⁾_0[i] X[b,i,c] + f̃(w⁽ᵉ⁾_1[i] X[b,i,c] (+ b⁽ᵉ⁾_1[i]), .., w⁽ᵉ⁾_{d-1}[i] X[b,i,c] (+ ..)),
-//     Z⁽ᵉ⁾[b,j,c] = Σ_{i<=j} T⁽ᵉ⁾[j,i] Y⁽ᵉ⁾[b,i,c],        O = Z⁽¹⁾ ⊙ Z⁽²⁾.
+//     Y⁽ᵉ⁾[b,i,c] = w⁽ᵉ⁾_0[i] X[b,i,c] + f̃(w⁽ᵉ⁾_1[i] X[b,i,c] (+ b⁽ᵉ⁾_1[i]), .., w⁽ᵉ⁾_{d-1}[i]
+//     X[b,i,c] (+ ..)), Z⁽ᵉ⁾[b,j,c] = Σ_{i<=j} T⁽ᵉ⁾[j,i] Y⁽ᵉ⁾[b,i,c],        O = Z⁽¹⁾ ⊙ Z⁽²⁾.
 // Position i's ladder sees only token i, and T is lower triangular (coefficient from input position
 // i to output position j is exactly 0 for i > j), so the layer is causal. Built for l positions:
 // sequences shorter than l use the leading entries of w and the leading block of T; longer ones are
 // an error. Parameters: exactly l (2 d + l + 1) (+ 2 (d - 1) l biases, reported separately).
 // Checkpoint keys under blocks.<l>.attn.:
 //   w_pos_0 (2, l)            w⁽ᵉ⁾_0, the linear term, init 1                  no decay
-//   w_pos_<k> (2, l)          w⁽ᵉ⁾_k, fraction level k = 1..d-1                 no decay, dyadic depth k
-//   b_pos_<k> (2, l)          b⁽ᵉ⁾_k, init 1 (option)                           no decay, dyadic depth k
-//   t_mix (2, l (l + 1) / 2)  T⁽ᵉ⁾ packed row by row (row j holds T[j, 0..j]), init 1 / (j + 1)
-//                             (a causal mean; the leading n (n + 1) / 2 entries are the n x n block)
+//   w_pos_<k> (2, l)          w⁽ᵉ⁾_k, fraction level k = 1..d-1                 no decay, dyadic
+//   depth k b_pos_<k> (2, l)          b⁽ᵉ⁾_k, init 1 (option)                           no decay,
+//   dyadic depth k t_mix (2, l (l + 1) / 2)  T⁽ᵉ⁾ packed row by row (row j holds T[j, 0..j]), init
+//   1 / (j + 1)
+//                             (a causal mean; the leading n (n + 1) / 2 entries are the n x n
+//                             block)
 // State buffers: z_min, z_max (2, l, 1): the fraction output range per ensemble and position.
 // Decode state: Y⁽¹⁾, Y⁽²⁾ of every position seen, (B, 2, T, p).
 #pragma once

@@ -56,13 +56,13 @@ torch::Tensor CffnImpl::ladder_inputs(const torch::Tensor& x_hat) const {
   const int64_t d = options_.depth(), L = options_.ladders(), p = options_.d_model();
   if (!options_.univariate()) {
     // One GEMM for all depths: rows of W stacked depth-major, so (.., d L) views as (.., d, L).
-    const torch::Tensor w = torch::cat(w_ladder, 0);                              // (d L, p)
+    const torch::Tensor w = torch::cat(w_ladder, 0);  // (d L, p)
     const torch::Tensor b = b_ladder.empty() ? torch::Tensor() : torch::cat(b_ladder, 0);  // (d L)
-    torch::Tensor a = torch::linear(x_hat, w, b);                                  // (.., d L)
+    torch::Tensor a = torch::linear(x_hat, w, b);  // (.., d L)
     std::vector<int64_t> shape = x_hat.sizes().vec();
     shape.back() = d;
     shape.push_back(L);
-    return a.view(shape);                                                          // (.., d, L)
+    return a.view(shape);  // (.., d, L)
   }
   // a[.., k, j, i] = W_k[j, i] x̂_i + b_k[j, i]: L p independent fractions per row.
   torch::Tensor a = x_hat.unsqueeze(-2).unsqueeze(-2) * torch::stack(w_ladder, 0);  // (.., d, L, p)
@@ -90,16 +90,17 @@ torch::Tensor CffnImpl::forward(const torch::Tensor& x) {
     shape.back() = L;
     shape.push_back(p);
     z = runtime_.range(z.view(shape), is_training(), z_min, z_max);  // (B, N, L, p)
-    y = (z * w_out.t()).sum(-2);  // y_i = sum_j V[i, j] z_{j, i}
+    y = (z * w_out.t()).sum(-2);                                     // y_i = sum_j V[i, j] z_{j, i}
   }
   if (!options_.glu()) y = y + torch::linear(options_.direct_raw() ? x : x_hat, w_direct);
   return y;
 }
 
-// Gate G 2 p p (+ G2 2 p p with glu); U 2 p p (without glu); ladder inputs 2 d L p (a matrix per depth,
-// or L p weights per depth when univariate: the same count); read-out V 2 L p.
+// Gate G 2 p p (+ G2 2 p p with glu); U 2 p p (without glu); ladder inputs 2 d L p (a matrix per
+// depth, or L p weights per depth when univariate: the same count); read-out V 2 L p.
 double CffnImpl::forward_flops_per_token() const {
-  const double p = double(options_.d_model()), L = double(options_.ladders()), d = double(options_.depth());
+  const double p = double(options_.d_model()), L = double(options_.ladders()),
+               d = double(options_.depth());
   return 4.0 * p * p + 2.0 * d * L * p + 2.0 * L * p;
 }
 

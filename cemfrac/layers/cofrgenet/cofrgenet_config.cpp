@@ -17,8 +17,8 @@ std::optional<ConfigProblem> cofrgenet_config_problem(const CofrConfig& c, int64
     return ConfigProblem{std::string("cofrgenet.") + field, "cofrgenet." + message};
   };
   if (!std::isfinite(c.eps) || c.eps < 0) {
-    return problem("eps", fmt::format("eps = {}: must be a finite number >= 0 (0 = no pole guard)",
-                                      c.eps));
+    return problem(
+        "eps", fmt::format("eps = {}: must be a finite number >= 0 (0 = no pole guard)", c.eps));
   }
   if (c.impl != "fused" && c.impl != "reference" && c.impl != "literal") {
     return problem("impl",
@@ -52,7 +52,8 @@ std::optional<ConfigProblem> cofrgenet_config_problem(const CofrConfig& c, int64
                                "the layers take sequences of up to context positions",
                                c.length, context));
   }
-  if (auto p = in_range("u_depth", c.u_depth, 1, 63, "cattn_u: linear term + fraction levels")) return p;
+  if (auto p = in_range("u_depth", c.u_depth, 1, 63, "cattn_u: linear term + fraction levels"))
+    return p;
   if (auto p = in_range("m_ladders", c.m_ladders, 1, 1 << 20, "cattn_m ladders L")) return p;
   if (auto p = in_range("m_depth", c.m_depth, 1, 62, "cattn_m ladder depth d")) return p;
   if (c.m_heads < 1 || d_model % c.m_heads != 0) {
@@ -65,10 +66,11 @@ std::optional<ConfigProblem> cofrgenet_config_problem(const CofrConfig& c, int64
   }
   const int64_t hidden = c.synth_hidden > 0 ? c.synth_hidden : d_model;
   if (hidden % n_heads != 0) {
-    return problem("synth_hidden",
-                   fmt::format("synth_hidden = {}: the hidden width {} must be a multiple of n_heads = "
-                               "{} (each head reads its slice)",
-                               c.synth_hidden, hidden, n_heads));
+    return problem(
+        "synth_hidden",
+        fmt::format("synth_hidden = {}: the hidden width {} must be a multiple of n_heads = "
+                    "{} (each head reads its slice)",
+                    c.synth_hidden, hidden, n_heads));
   }
   if (c.sparse_pattern != "fixed" && c.sparse_pattern != "strided") {
     return problem("sparse_pattern", fmt::format("sparse_pattern = \"{}\": unknown; valid: fixed, "
@@ -76,8 +78,9 @@ std::optional<ConfigProblem> cofrgenet_config_problem(const CofrConfig& c, int64
                                                  c.sparse_pattern));
   }
   if (c.sparse_block < 0) {
-    return problem("sparse_block", fmt::format("sparse_block = {}: must be >= 0 (0 = sqrt(context))",
-                                               c.sparse_block));
+    return problem(
+        "sparse_block",
+        fmt::format("sparse_block = {}: must be >= 0 (0 = sqrt(context))", c.sparse_block));
   }
   const int64_t block = c.sparse_block_for(context);
   if (c.sparse_summary < 1 || c.sparse_summary > block) {

@@ -1,7 +1,7 @@
-// The dyadic depth schedule of CoFrGeNet ladders (docs/layers/cofrgenet.md; the CoFrGeNet paper, §4):
-// over a run of t optimizer steps, ladder depth i >= 1 is trained from 0-based step
-// ceil(t (1 - 2^-i)) = t - floor(t / 2^i) on (for its last t / 2^i steps); depth 0 (everything else)
-// from step 0. E.g. t = 19073: 9537, 14305, 16689, 17881, 18477. The trainer unfreezes depth-i tensors
+// The dyadic depth schedule of CoFrGeNet ladders (docs/layers/cofrgenet.md; the CoFrGeNet paper,
+// §4): over a run of t optimizer steps, ladder depth i >= 1 is trained from 0-based step ceil(t (1
+// - 2^-i)) = t - floor(t / 2^i) on (for its last t / 2^i steps); depth 0 (everything else) from
+// step 0. E.g. t = 19073: 9537, 14305, 16689, 17881, 18477. The trainer unfreezes depth-i tensors
 // at dyadic_start(i, t); the ladders with `truncate` evaluate only dyadic_active_depth(...) depths.
 #pragma once
 #include <cstdint>

@@ -49,12 +49,13 @@ torch::Tensor LadderRuntime::evaluate(const torch::Tensor& a) const {
   return continuant(active, options_.continuant());
 }
 
-torch::Tensor LadderRuntime::range(const torch::Tensor& z, bool training, const torch::Tensor& z_min,
-                                   const torch::Tensor& z_max) const {
+torch::Tensor LadderRuntime::range(const torch::Tensor& z, bool training,
+                                   const torch::Tensor& z_min, const torch::Tensor& z_max) const {
   if (training) {
     if (recording_) {
       torch::NoGradGuard no_grad;
-      // Reduce z to the buffers' shape: over its leading dimensions and where the buffer has size 1.
+      // Reduce z to the buffers' shape: over its leading dimensions and where the buffer has
+      // size 1.
       torch::Tensor lo = z.detach().to(z_min.scalar_type()), hi = lo;
       const int64_t lead = z.dim() - z_min.dim();
       for (int64_t dim = z.dim() - 1; dim >= 0; --dim) {
@@ -87,11 +88,10 @@ torch::Tensor initial_range_max(torch::IntArrayRef shape, torch::Device device) 
 torch::Tensor causal_logit_mask(int64_t length, torch::Device device) {
   torch::Tensor mask = torch::zeros({length, length}, torch::TensorOptions().device(device));
   if (mask.is_meta()) return mask;
-  return mask.masked_fill(torch::ones({length, length}, torch::TensorOptions()
-                                                            .dtype(torch::kBool)
-                                                            .device(device))
-                              .triu(1),
-                          -std::numeric_limits<double>::infinity());
+  return mask.masked_fill(
+      torch::ones({length, length}, torch::TensorOptions().dtype(torch::kBool).device(device))
+          .triu(1),
+      -std::numeric_limits<double>::infinity());
 }
 
 }  // namespace cemfrac

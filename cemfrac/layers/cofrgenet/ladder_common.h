@@ -42,10 +42,10 @@ class LadderRuntime {
   torch::Tensor evaluate(const torch::Tensor& a) const;
 
   // Training with recording on: extends [z_min, z_max] by z (no gradient) and returns z. Eval mode
-  // with eval_clip: returns z clamped to the range (ladders with nothing recorded, z_min > z_max, are
-  // left alone). Otherwise z. z_min / z_max are broadcastable to z
-  // (trailing dimensions; size-1 dimensions and leading dimensions are reduced when recording); they
-  // may be views of the layer's buffers.
+  // with eval_clip: returns z clamped to the range (ladders with nothing recorded, z_min > z_max,
+  // are left alone). Otherwise z. z_min / z_max are broadcastable to z (trailing dimensions; size-1
+  // dimensions and leading dimensions are reduced when recording); they may be views of the layer's
+  // buffers.
   torch::Tensor range(const torch::Tensor& z, bool training, const torch::Tensor& z_min,
                       const torch::Tensor& z_max) const;
 

@@ -22,8 +22,8 @@ SparseAttentionImpl::SparseAttentionImpl(const SparseAttentionOptions& o) : opti
   const int64_t D = o.d_model(), H = o.n_heads(), l = o.length();
   TORCH_INTERNAL_ASSERT(D % H == 0 && l >= 1 && o.block() >= 1, "sparse_attention: bad sizes");
   const torch::Device device = o.device();
-  w_qkv = add_parameter("w_qkv", init_normal({3 * D, D}, o.init_std(), device), ParamKind::kAttention,
-                        ParamGroup::kDecay);
+  w_qkv = add_parameter("w_qkv", init_normal({3 * D, D}, o.init_std(), device),
+                        ParamKind::kAttention, ParamGroup::kDecay);
   if (o.bias()) {
     b_qkv = add_parameter("b_qkv", init_constant({3 * D}, 0.0, device), ParamKind::kAttention,
                           ParamGroup::kNoDecay);
@@ -70,12 +70,14 @@ torch::Tensor SparseAttentionImpl::forward(const torch::Tensor& x, const MixerCo
     k = state->k.append(k, ctx.offset, ctx.capacity, 2, "sparse_attention");
     v = state->v.append(v, ctx.offset, ctx.capacity, 2, "sparse_attention");
   }
-  CEMFRAC_CHECK(k.size(2) == T, "sparse_attention: input at position {} without a decode state; "
-                "pass the decode state or the whole sequence", ctx.offset);
+  CEMFRAC_CHECK(k.size(2) == T,
+                "sparse_attention: input at position {} without a decode state; "
+                "pass the decode state or the whole sequence",
+                ctx.offset);
   // 3. Scores under the pattern's mask, softmax, values; merge heads and project.
   torch::Tensor s = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(d_h)));
   s = s + mask_.narrow(0, ctx.offset, N).narrow(1, 0, T).to(s.options());  // (B, H, N, T)
-  const torch::Tensor y = torch::matmul(torch::softmax(s, -1), v);          // (B, H, N, d_h)
+  const torch::Tensor y = torch::matmul(torch::softmax(s, -1), v);         // (B, H, N, d_h)
   return torch::linear(y.transpose(1, 2).reshape({B, N, D}), w_o, b_o);
 }
 

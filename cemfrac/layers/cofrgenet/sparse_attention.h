@@ -1,10 +1,10 @@
-// Mixer "sparse_attention" (Child et al. 2019, "fixed" and "strided" patterns; the CoFrGeNet paper's
-// baseline, spec §5.2; docs/layers/cofrgenet.md): multi-head softmax attention whose query t sees key
-// s <= t only where the pattern allows (block/stride length b, summary width c):
+// Mixer "sparse_attention" (Child et al. 2019, "fixed" and "strided" patterns; the CoFrGeNet
+// paper's baseline, spec §5.2; docs/layers/cofrgenet.md): multi-head softmax attention whose query
+// t sees key s <= t only where the pattern allows (block/stride length b, summary width c):
 //   fixed:   floor(s / b) == floor(t / b)  (own block)  or  s mod b >= b - c  (summary positions)
 //   strided: t - s < b  (local window)  or  (t - s) mod b == 0  (stride)
-// Every head uses the union of both parts (Child et al.'s merged form); the diagonal is always seen.
-// Parameters are those of MHA (the pattern has none); checkpoint keys under blocks.<l>.attn.:
+// Every head uses the union of both parts (Child et al.'s merged form); the diagonal is always
+// seen. Parameters are those of MHA (the pattern has none); checkpoint keys under blocks.<l>.attn.:
 //   w_qkv (3 p, p), b_qkv (3 p) when bias, w_o (p, p) (residual init), b_o (p) when bias.
 // With positions = rope, queries and keys are rotated as in MHA. Computed densely with a cached
 // additive mask (the pattern's savings are not exploited). Decode state: K and V, (B, H, T, d_h).
@@ -25,10 +25,10 @@ struct SparseAttentionOptions {
       : d_model_(d_model), n_heads_(n_heads), length_(length) {}
   TORCH_ARG(int64_t, d_model);
   TORCH_ARG(int64_t, n_heads);
-  TORCH_ARG(int64_t, length);         // positions the mask covers (model.context)
+  TORCH_ARG(int64_t, length);  // positions the mask covers (model.context)
   TORCH_ARG(std::string, pattern) = "fixed";
-  TORCH_ARG(int64_t, block) = 16;     // b
-  TORCH_ARG(int64_t, summary) = 1;    // c (fixed)
+  TORCH_ARG(int64_t, block) = 16;   // b
+  TORCH_ARG(int64_t, summary) = 1;  // c (fixed)
   TORCH_ARG(bool, bias) = false;
   TORCH_ARG(bool, rope) = false;
   TORCH_ARG(double, init_std) = 0.02;

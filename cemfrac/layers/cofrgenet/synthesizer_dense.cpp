@@ -38,8 +38,8 @@ torch::Tensor SynthesizerDenseImpl::attention(const torch::Tensor& x, int64_t of
                 offset, T - 1, l, T);
   const int64_t B = x.size(0), H = options_.heads();
   torch::Tensor hidden = torch::relu(torch::linear(x, w_1, b_1));  // (B, N, h)
-  // Head k reads its slice of the hidden layer: (B, H, N, h/H) x (H, h/H, T) -> (B, H, N, T), logits
-  // over the first T positions.
+  // Head k reads its slice of the hidden layer: (B, H, N, h/H) x (H, h/H, T) -> (B, H, N, T),
+  // logits over the first T positions.
   hidden = hidden.view({B, N, H, hidden.size(-1) / H}).transpose(1, 2);
   torch::Tensor s = torch::matmul(hidden, w_2.narrow(1, 0, T).transpose(1, 2));
   if (b_2.defined()) s = s + b_2.narrow(1, 0, T).unsqueeze(1);
@@ -49,14 +49,17 @@ torch::Tensor SynthesizerDenseImpl::attention(const torch::Tensor& x, int64_t of
 
 torch::Tensor SynthesizerDenseImpl::forward(const torch::Tensor& x, const MixerContext& ctx) {
   const int64_t B = x.size(0), N = x.size(1), p = options_.d_model(), H = options_.heads();
-  const torch::Tensor a = attention(x, ctx.offset);                                      // (B, H, N, T)
-  torch::Tensor v = torch::linear(x, w_v, b_v).view({B, N, H, p / H}).transpose(1, 2);  // (B, H, N, p/H)
+  const torch::Tensor a = attention(x, ctx.offset);  // (B, H, N, T)
+  torch::Tensor v =
+      torch::linear(x, w_v, b_v).view({B, N, H, p / H}).transpose(1, 2);  // (B, H, N, p/H)
   if (ctx.state != nullptr) {
     auto* state = static_cast<SynthesizerDenseState*>(ctx.state);
     v = state->v.append(v, ctx.offset, ctx.capacity, 2, "synthesizer_dense");  // (B, H, T, p/H)
   }
-  CEMFRAC_CHECK(v.size(2) == a.size(3), "synthesizer_dense: input at position {} without a decode "
-                "state; pass the decode state or the whole sequence", ctx.offset);
+  CEMFRAC_CHECK(v.size(2) == a.size(3),
+                "synthesizer_dense: input at position {} without a decode "
+                "state; pass the decode state or the whole sequence",
+                ctx.offset);
   const torch::Tensor o = torch::matmul(a, v).transpose(1, 2).reshape({B, N, p});
   return torch::linear(o, w_o, b_o);
 }

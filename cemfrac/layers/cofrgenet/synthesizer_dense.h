@@ -1,14 +1,15 @@
-// Mixer "synthesizer_dense" (Dense Synthesizer, Tay et al. 2021; the CoFrGeNet paper's baseline, spec
-// §5.2; docs/layers/cofrgenet.md): each token's logits over the l positions come from a two-layer MLP
-// of that token alone, B_t = W_2 ReLU(W_1 x_t + b_1) + b_2; head k's l logits come from the k-th slice
-// of the h hidden units (W_2 is block-diagonal over heads, h l parameters in all); causal softmax
-// (diagonal included); values X W^v in H heads; output projection W^o. CAttnM is its
-// continued-fraction analogue. Parameters: p h + h l + 2 p² (+ biases h + H l + 2 p).
+// Mixer "synthesizer_dense" (Dense Synthesizer, Tay et al. 2021; the CoFrGeNet paper's baseline,
+// spec §5.2; docs/layers/cofrgenet.md): each token's logits over the l positions come from a
+// two-layer MLP of that token alone, B_t = W_2 ReLU(W_1 x_t + b_1) + b_2; head k's l logits come
+// from the k-th slice of the h hidden units (W_2 is block-diagonal over heads, h l parameters in
+// all); causal softmax (diagonal included); values X W^v in H heads; output projection W^o. CAttnM
+// is its continued-fraction analogue. Parameters: p h + h l + 2 p² (+ biases h + H l + 2 p).
 // Checkpoint keys under blocks.<l>.attn.:
-//   w_1 (h, p), b_1 (h) when bias       first layer (h = synth_hidden, default p)     decay / no decay
-//   w_2 (H, l, h/H), b_2 (H, l) when bias  logits over positions per head           decay / no decay
-//   w_v (p, p), b_v (p) when bias       values                                      decay / no decay
-//   w_o (p, p), b_o (p) when bias       output projection (residual init)           decay / no decay
+//   w_1 (h, p), b_1 (h) when bias       first layer (h = synth_hidden, default p)     decay / no
+//   decay w_2 (H, l, h/H), b_2 (H, l) when bias  logits over positions per head           decay /
+//   no decay w_v (p, p), b_v (p) when bias       values                                      decay
+//   / no decay w_o (p, p), b_o (p) when bias       output projection (residual init) decay / no
+//   decay
 // Decode state: the values of every position, (B, H, T, p / H).
 #pragma once
 #include <torch/arg.h>
@@ -24,9 +25,9 @@ namespace cemfrac {
 struct SynthesizerDenseOptions {
   SynthesizerDenseOptions(int64_t d_model, int64_t length, int64_t heads)
       : d_model_(d_model), length_(length), heads_(heads) {}
-  TORCH_ARG(int64_t, d_model);  // p
-  TORCH_ARG(int64_t, length);   // l
-  TORCH_ARG(int64_t, heads);    // H
+  TORCH_ARG(int64_t, d_model);     // p
+  TORCH_ARG(int64_t, length);      // l
+  TORCH_ARG(int64_t, heads);       // H
   TORCH_ARG(int64_t, hidden) = 0;  // h (0 = p)
   TORCH_ARG(bool, bias) = false;
   TORCH_ARG(double, init_std) = 0.02;
