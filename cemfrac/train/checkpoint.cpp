@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <mutex>
 #include <regex>
+#include <type_traits>
 
 #include <signal.h>
 #include <unistd.h>
@@ -35,6 +36,11 @@ json optional_to_json(const std::optional<double>& v) {
 template <typename T>
 T field(const json& j, const char* key, const std::string& source) {
   CEMFRAC_CHECK(j.contains(key), "{}: missing field '{}'", source, key);
+  // An integer field must hold a JSON integer: nlohmann converts a float such as 1.234e55 to an
+  // integer type by a plain cast, which is undefined behaviour out of range (fuzz finding).
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+    CEMFRAC_CHECK(j.at(key).is_number_integer(), "{}: field '{}' has the wrong type ({})", source,
+                  key, j.at(key).dump());
   try {
     return j.at(key).get<T>();
   } catch (const json::exception&) {

@@ -111,6 +111,28 @@ TEST(Checkpoint, NonStringFormatIsAClearError) {
   }
 }
 
+// Fuzz finding (trainer_json): "data_seed": 1.234e55 (a float, as JSON reads an integer beyond
+// uint64) reached nlohmann's float-to-integer cast, undefined behaviour; now a wrong-type error.
+TEST(Checkpoint, FloatInAnIntegerFieldIsAClearError) {
+  ::cemfrac::TrainerState state;
+  nlohmann::json good = trainer_state_to_json(state);
+  for (const char* key : {"data_seed", "step", "tokens", "format_version"}) {
+    for (const nlohmann::json& bad :
+         {nlohmann::json(1.234e55), nlohmann::json(3.5), nlohmann::json(-1e300)}) {
+      nlohmann::json j = good;
+      j[key] = bad;
+      try {
+        (void)trainer_state_from_json(j, "trainer.json");
+        ADD_FAILURE() << key << " = " << bad.dump() << " accepted";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(std::string("field '") + key + "' has the wrong type"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+  }
+}
+
 TEST(Checkpoint, TorchRngStateRoundTrip) {
   torch::manual_seed(99);
   const std::string state = torch_rng_state();
