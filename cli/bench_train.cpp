@@ -59,6 +59,7 @@
 #include "cemfrac/train/run_config.h"
 #include "cli/bench_util.h"
 #include "cli/commands.h"
+#include "cli/step_profile.h"
 
 namespace cemfrac::cli {
 namespace {
@@ -100,6 +101,8 @@ struct TrainBenchFlags {
   bool malloc_default = false;
   bool peer_keep_heap = false;
   int nproc = 0;  // > 0: data-parallel scaling instead (cli/bench_train_dist.cpp)
+  bool profile = false;  // one more step under the autograd profiler, after the timed ones
+  int profile_top = 25;
 };
 
 // Every large tensor of a step (attention probabilities, logits and their gradients: tens of MB)
@@ -235,6 +238,7 @@ struct StepTimes {
   double first_loss = 0, last_loss = 0;
   double first_grad_norm =
       0;  // step 0's gradient norm before clipping (checked against the peer's)
+  std::optional<StepProfile> profile;  // --profile: the step after the timed ones
 };
 
 StepTimes run_cpp_steps(const RunConfig& rc, int64_t S, const TrainBenchFlags& flags,
@@ -284,10 +288,24 @@ StepTimes run_cpp_steps(const RunConfig& rc, int64_t S, const TrainBenchFlags& f
     out.backward_s.push_back(bwd);
     out.optimizer_s.push_back(opt);
   }
+  if (flags.profile) {
+    // The same step once more, profiled: its times are not among the timed ones (the profiler's
+    // own bookkeeping slows every op a little), and the weights it leaves are not used again.
+    out.profile = profile_call([&] {
+      optimizer.zero_grad();
+      const torch::Tensor logits = model->forward(inputs);
+      const torch::Tensor loss = torch::cross_entropy_loss(logits.reshape({-1, V}), targets);
+      loss.backward();
+      clip_grad_norm(trainable, t.grad_clip);
+      optimizer.step();
+    });
+  }
   return out;
 }
 
 int run_train_bench(const TrainBenchFlags& flags) {
+  CEMFRAC_CHECK(!(flags.profile && flags.nproc > 0),
+                "--profile times one process's step; it does not combine with --nproc");
   if (flags.nproc > 0)
     return run_train_bench_nproc(flags.config, flags.sets, flags.nproc, flags.steps, flags.warmup,
                                  flags.json);
@@ -417,6 +435,7 @@ int run_train_bench(const TrainBenchFlags& flags) {
   cpp_j["last_loss"] = cpp.last_loss;
   cpp_j["blas_core"] = core;
   cpp_j["threads"] = threads;
+  if (cpp.profile) cpp_j["profile"] = profile_to_json(*cpp.profile, flags.profile_top);
 
   json report = {
       {"bench", "train"},
@@ -526,6 +545,7 @@ int run_train_bench(const TrainBenchFlags& flags) {
         j["malloc"].get<std::string>());
   };
   row("cemfrac", report["cpp"]);
+  if (cpp.profile) fmt::print("\n{}\n", profile_table(*cpp.profile, flags.profile_top));
   if (report.contains("peer")) {
     row("pytorch", report["peer"]);
     fmt::print(
@@ -580,6 +600,13 @@ Command add_bench_train(CLI::App& bench, const GlobalOptions& global) {
          "Data-parallel scaling instead: N ranks x 1 thread vs 1 rank x 1 thread and 1 rank "
          "x N threads, real training steps on the config's data (docs/distributed.md)")
       ->check(CLI::Range(2, 64));
+  app->add_flag("--profile", flags->profile,
+                "After the timed steps, profile one more step with LibTorch's autograd profiler "
+                "and print where its time goes: self time per op, autograd node and cemfrac "
+                "layer scope (JSON: cpp.profile)");
+  app->add_option("--profile-top", flags->profile_top, "Rows of the --profile table")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
   return {app, [flags] { return run_train_bench(*flags); }};
 }
 

@@ -26,6 +26,7 @@ class BlockImpl : public torch::nn::Module {
   std::shared_ptr<MixerImpl> mixer_;
   std::shared_ptr<NormImpl> norm2_;
   std::shared_ptr<FfnImpl> ffn_;
+  std::string mixer_scope_, ffn_scope_;  // profiler range names
 };
 
 }  // namespace cemfrac

@@ -40,6 +40,50 @@ TEST(BenchTrainCli, TinyLlamaJsonHasPositiveFields) {
   EXPECT_TRUE(std::isfinite(cpp["last_loss"].get<double>()));
 }
 
+// --profile: one more step under the autograd profiler. Its table must name what a step is made
+// of: the layer scopes cemfrac records (block.cpp), ATen ops and autograd nodes; self times are
+// disjoint parts of the profiled step, so they sum to at most its wall time.
+TEST(BenchTrainCli, ProfileNamesLayerScopesOpsAndBackwardNodes) {
+  auto r = run_cemfrac({"--threads", "1", "bench", "train", "--config",
+                        test::source_path("configs/tiny-cem-both.toml"), "--steps", "1",
+                        "--warmup", "0", "--no-peer", "--json", "--profile", "--profile-top",
+                        "1000"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const auto& p = j["cpp"]["profile"];
+  const double wall = p["wall_ms"].get<double>();
+  EXPECT_GT(wall, 0);
+  std::set<std::string> names;
+  double self_sum = 0;
+  for (const auto& op : p["ops"]) {
+    names.insert(op["name"].get<std::string>());
+    EXPECT_GE(op["calls"].get<int64_t>(), 1);
+    EXPECT_GE(op["self_ms"].get<double>(), 0) << op.dump();
+    EXPECT_GE(op["total_ms"].get<double>() + 1e-9, op["self_ms"].get<double>()) << op.dump();
+    self_sum += op["self_ms"].get<double>();
+  }
+  EXPECT_NEAR(self_sum, p["attributed_ms"].get<double>(), 1e-6 * wall + 1e-9);
+  EXPECT_LE(self_sum, wall * (1 + 1e-9));
+  EXPECT_TRUE(names.count("cemfrac::mixer.cem_attention")) << p.dump();
+  EXPECT_TRUE(names.count("cemfrac::ffn.cem_mlp")) << p.dump();
+  EXPECT_TRUE(names.count("cemfrac::step (outside any op)")) << p.dump();
+  EXPECT_TRUE(std::any_of(names.begin(), names.end(), [](const std::string& n) {
+    return n.rfind("aten::", 0) == 0;
+  })) << p.dump();
+  EXPECT_TRUE(std::any_of(names.begin(), names.end(), [](const std::string& n) {
+    return n.find("Backward") != std::string::npos;
+  })) << p.dump();
+}
+
+TEST(BenchTrainCli, ProfileWithNprocIsOneLineError) {
+  auto r = run_cemfrac({"bench", "train", "--config", test::source_path("configs/tiny-llama.toml"),
+                        "--nproc", "2", "--profile"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_LT(r.exit_code, 128) << "killed by a signal: " << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find("--profile"), std::string::npos) << r.err;
+}
+
 TEST(BenchTrainCli, BadConfigPathIsOneLineError) {
   auto r = run_cemfrac({"bench", "train", "--config", "no/such/config.toml", "--no-peer"});
   EXPECT_NE(r.exit_code, 0);
