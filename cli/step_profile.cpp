@@ -24,6 +24,8 @@ struct Open {
 
 // One thread's events, in the order they were recorded: a pop closes the innermost open range
 // with the same handle (ranges of one thread nest; the search tolerates a pop without its push).
+std::string display_name(std::string name);
+
 void accumulate(const std::vector<prof::LegacyEvent>& events,
                 std::map<std::string, OpTime>& by_name) {
   std::vector<Open> stack;
@@ -39,14 +41,31 @@ void accumulate(const std::vector<prof::LegacyEvent>& events,
       const Open o = stack.back();
       stack.pop_back();
       const double total_us = o.push->cpuElapsedUs(e);
-      OpTime& row = by_name[o.push->name()];
-      row.name = o.push->name();
+      const std::string name = display_name(o.push->name());
+      OpTime& row = by_name[name];
+      row.name = name;
       row.calls += 1;
       row.total_ms += total_us / 1e3;
       row.self_ms += (total_us - o.child_us) / 1e3;
       if (!stack.empty()) stack.back().child_us += total_us;
     }
   }
+}
+
+// Shorter names for the table: a custom autograd Function's backward node reads
+// "torch::autograd::CppNode<cemfrac::(anonymous namespace)::FusedCausalAttention>".
+std::string display_name(std::string name) {
+  auto strip = [&](const std::string& what) {
+    for (size_t at; (at = name.find(what)) != std::string::npos;) name.erase(at, what.size());
+  };
+  const std::string node = "torch::autograd::CppNode<";
+  if (name.rfind(node, 0) == 0 && name.back() == '>') {
+    name = name.substr(node.size(), name.size() - node.size() - 1) + " (backward)";
+  }
+  strip("(anonymous namespace)::");
+  const std::string eval = "autograd::engine::evaluate_function: ";
+  if (name.rfind(eval, 0) == 0) name = "autograd: " + name.substr(eval.size());
+  return name;
 }
 
 }  // namespace
