@@ -14,7 +14,9 @@
 //   and
 //              verdicts) and plots/*.svg.
 // A finished job is reused, an interrupted training resumed; a job whose settings changed is
-// refused.
+// refused. A row with task = "gp" is a GP in-context regression model instead (docs/compare.md,
+// "GP runs"): its job is `cemfrac gp --one`, which trains it and scores the validation set (the
+// grid) or the validation and test sets at every evaluated T (final runs) itself.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
