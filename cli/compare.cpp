@@ -14,7 +14,9 @@
 //   and
 //              verdicts) and plots/*.svg.
 // A finished job is reused, an interrupted training resumed; a job whose settings changed is
-// refused.
+// refused. A row with task = "gp" is a GP in-context regression model instead (docs/compare.md,
+// "GP runs"): its job is `cemfrac gp --one`, which trains it and scores the validation set (the
+// grid) or the validation and test sets at every evaluated T (final runs) itself.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -46,6 +48,7 @@
 #include "cemfrac/core/check.h"
 #include "cemfrac/core/clock.h"
 #include "cemfrac/model/lm_model.h"
+#include "cemfrac/tasks/gp_experiment.h"  // apply_gp_variant
 #include "cemfrac/train/run_config.h"
 #include "cli/build_info.h"
 #include "cli/commands.h"
@@ -129,6 +132,7 @@ struct Job {
   std::string capture;            // eval: stdout goes to this file (written when the job succeeds)
   int64_t tokens = 0;             // training: tokens of the whole run
   double est_s = 0;               // estimated seconds at the planned threads
+  int threads = 0;                // > 0: this job's --threads (GP jobs), else the runner's
 };
 
 struct Running {
@@ -210,7 +214,8 @@ class Runner {
  private:
   Running launch(const Job& job) {
     fs::create_directories(fs::path(job.log).parent_path());
-    std::vector<std::string> argv_s = {exe_, "--threads", std::to_string(threads_)};
+    std::vector<std::string> argv_s = {exe_, "--threads",
+                                       std::to_string(job.threads > 0 ? job.threads : threads_)};
     argv_s.insert(argv_s.end(), job.args.begin(), job.args.end());
     std::vector<char*> argv;
     for (std::string& s : argv_s) argv.push_back(s.data());
@@ -371,24 +376,34 @@ std::string train_status(const std::string& dir) {
   return s ? s->value("status", "") : "";
 }
 
-// The job that brings `t` to completion, or nullopt when it is complete (or diverged) already.
-// A directory trained with other settings is refused.
-std::optional<Job> train_job(const TrainSpec& t, double est_s_per_token) {
-  const json settings = {{"config", t.config}, {"set", t.sets}};
-  const std::string stamp = t.dir + "/compare-run.json";
+// Refuses `dir` when it was made with other settings than `settings` (its compare-run.json), or
+// not by cemfrac compare at all.
+void check_settings(const std::string& dir, const json& settings) {
+  const std::string stamp = dir + "/compare-run.json";
   if (const auto old = read_json(stamp)) {
     CEMFRAC_CHECK(
         *old == settings,
         "{} was trained with other settings than the suite now gives (see {}): remove that "
         "directory to train it again, or restore the suite",
-        t.dir, stamp);
-  } else if (fs::exists(t.dir) && !fs::is_empty(t.dir)) {
-    fail("{} exists and was not made by cemfrac compare: remove it or choose another --out", t.dir);
+        dir, stamp);
+  } else if (fs::exists(dir) && !fs::is_empty(dir)) {
+    fail("{} exists and was not made by cemfrac compare: remove it or choose another --out", dir);
   }
+}
+
+void write_settings(const std::string& dir, const json& settings) {
+  fs::create_directories(dir);
+  write_file_atomic(dir + "/compare-run.json", settings.dump(2) + "\n");
+}
+
+// The job that brings `t` to completion, or nullopt when it is complete (or diverged) already.
+// A directory trained with other settings is refused.
+std::optional<Job> train_job(const TrainSpec& t, double est_s_per_token) {
+  const json settings = {{"config", t.config}, {"set", t.sets}};
+  check_settings(t.dir, settings);
   const std::string status = train_status(t.dir);
   if (status == "completed" || status == "diverged") return std::nullopt;
-  fs::create_directories(t.dir);
-  write_file_atomic(stamp, settings.dump(2) + "\n");
+  write_settings(t.dir, settings);
   Job j;
   j.label = t.label;
   j.dir = t.dir;
@@ -408,16 +423,94 @@ std::optional<Job> train_job(const TrainSpec& t, double est_s_per_token) {
 }
 
 // ---------------------------------------------------------------------------------------------------
+// GP runs (task = "gp"): one child `cemfrac gp --one` each, which trains, evaluates and prints its
+// result as one JSON object, kept as <dir>/gp-run.json when the job succeeds. A finished GP run is
+// reused; an interrupted one starts again from step 0 (the GP trainer keeps no checkpoints).
+
+struct GpSpec {
+  std::string label;
+  std::string dir;
+  std::vector<std::string> args;  // after `cemfrac --threads K`
+  int64_t steps = 0;
+};
+
+std::string gp_result_path(const std::string& dir) {
+  return dir + "/gp-run.json";
+}
+
+// `steps` optimizer steps at `lr` from `seed`; the validation set of val_seqs sequences; with
+// `test`, the test set at the trained T and at each test-time T.
+GpSpec make_gp(const Suite& suite, const SuiteRun& run, const std::string& label,
+               const std::string& dir, int64_t steps, double lr, uint64_t seed, int64_t val_seqs,
+               bool test) {
+  const SuiteGp& g = suite.gp;
+  GpSpec spec;
+  spec.label = label;
+  spec.dir = dir;
+  spec.steps = steps;
+  spec.args = {"gp",
+               "--one",
+               "--train-steps",
+               std::to_string(steps),
+               "--batch",
+               std::to_string(g.batch),
+               "--layers",
+               std::to_string(g.layers),
+               "--positions",
+               g.positions,
+               "--lr",
+               lr_text(lr),
+               "--seed",
+               std::to_string(seed),
+               "--eval-seed",
+               std::to_string(g.eval_seed),
+               "--val-seqs",
+               std::to_string(val_seqs),
+               "--eval-seqs",
+               std::to_string(test ? g.test_seqs : 0)};
+  if (run.gp.model == "llama") {
+    spec.args.insert(spec.args.end(), {"--model", "llama"});
+  } else {
+    spec.args.insert(spec.args.end(),
+                     {"--variants", run.gp.variant, "--steps", std::to_string(run.gp.T)});
+    std::vector<std::string> ts;
+    for (const SuiteVariant& v : run.variants) ts.push_back(std::to_string(v.cem_steps));
+    if (test && !ts.empty())
+      spec.args.insert(spec.args.end(), {"--eval-steps", fmt::format("{}", fmt::join(ts, ","))});
+  }
+  return spec;
+}
+
+// The job that produces <dir>/gp-run.json, or nullopt when it exists (a finished run, completed or
+// diverged). A directory made with other settings is refused.
+std::optional<Job> gp_job(const GpSpec& spec, const SuiteGp& g, double est_s) {
+  const json settings = {{"task", "gp"}, {"args", spec.args}};
+  check_settings(spec.dir, settings);
+  if (read_json(gp_result_path(spec.dir))) return std::nullopt;
+  write_settings(spec.dir, settings);
+  Job j;
+  j.label = spec.label;
+  j.args = spec.args;
+  j.capture = gp_result_path(spec.dir);
+  j.log = spec.dir + "/gp.log";
+  j.est_s = est_s;
+  j.threads = static_cast<int>(g.threads);
+  return j;
+}
+
+// ---------------------------------------------------------------------------------------------------
 // The suite's state.
 
 struct RunPlan {
   const SuiteRun* run = nullptr;
+  bool gp = false;        // task = "gp"
+  double s_per_step = 0;  // GP: measured seconds per optimizer step (at [gp].threads)
   int64_t params = 0;
   int64_t per_step = 0;
   double s_per_token = 0;  // measured, at the planned threads
   double lr = 0;           // chosen (0 until known)
   std::map<std::string, std::optional<double>>
-      lr_search;  // lr text -> final val loss (nullopt: diverged)
+      lr_search;  // lr text -> final val loss, GP: val RMSE (nullopt: diverged)
 };
 
 std::string stem(const std::string& path) {
@@ -444,8 +537,11 @@ struct SeedResult {
   std::optional<double> best_val_loss;
   std::optional<double> test_loss, test_ppl, test_bpb;
   std::map<std::string, double> text_loss;     // stem -> loss
-  std::map<std::string, double> variant_loss;  // variant -> loss on the eval split
-  double tokens_per_s = 0;                     // median over logged steps
+  std::map<std::string, double> variant_loss;  // variant -> loss on the eval split (GP: test RMSE)
+  // GP runs: RMSE against the posterior mean (validation, test) and against the noisy targets.
+  std::optional<double> val_rmse, test_rmse, test_rmse_targets, oracle_rmse_targets;
+  int64_t steps_done = 0;
+  double tokens_per_s = 0;  // median over logged steps
   double train_s = 0;
   std::vector<std::pair<double, double>> val_curve;  // (tokens, val loss)
 };
@@ -490,6 +586,36 @@ SeedResult collect(const std::string& dir, uint64_t seed, const Suite& suite, co
   return r;
 }
 
+// A GP run's seed, from the gp-run.json of `cemfrac gp --one`.
+SeedResult collect_gp(const std::string& dir, uint64_t seed, const SuiteRun& run) {
+  SeedResult r;
+  r.seed = seed;
+  const auto j = read_json(gp_result_path(dir));
+  if (!j) return r;
+  r.diverged = j->value("status", "") == "diverged";
+  r.train_s = j->value("train_s", 0.0);
+  r.steps_done = j->value("steps_done", int64_t{0});
+  if (r.train_s > 0) r.tokens_per_s = static_cast<double>(r.steps_done) / r.train_s;  // steps/s
+  auto rmse = [](const json& e, const char* key) -> std::optional<double> {
+    if (!e.is_object() || !e.contains(key) || !e.at(key).is_number()) return std::nullopt;
+    return e.at(key).get<double>();
+  };
+  if (r.diverged) return r;
+  r.val_rmse = rmse(j->value("val", json()), "rmse_posterior");
+  r.val_loss = r.val_rmse;
+  r.test_rmse = rmse(j->value("test", json()), "rmse_posterior");
+  r.test_rmse_targets = rmse(j->value("test", json()), "rmse_targets");
+  if (j->contains("oracle_test_rmse_targets") && j->at("oracle_test_rmse_targets").is_number())
+    r.oracle_rmse_targets = j->at("oracle_test_rmse_targets").get<double>();
+  const json at = j->value("test_at_T", json::object());
+  for (const SuiteVariant& v : run.variants) {
+    const std::string key = std::to_string(v.cem_steps);
+    if (at.contains(key))
+      if (auto x = rmse(at.at(key), "rmse_posterior")) r.variant_loss[v.name] = *x;
+  }
+  return r;
+}
+
 std::optional<double> metric_of(const SeedResult& r, const std::string& metric,
                                 const std::string& variant) {
   if (r.diverged) return std::nullopt;
@@ -499,6 +625,9 @@ std::optional<double> metric_of(const SeedResult& r, const std::string& metric,
   }
   if (metric == "test_loss") return r.test_loss;
   if (metric == "val_loss") return r.val_loss;
+  if (metric == "test_rmse") return r.test_rmse;
+  if (metric == "val_rmse") return r.val_rmse;
+  if (metric == "test_rmse_targets") return r.test_rmse_targets;
   const std::string name = metric.substr(std::string("text_loss:").size());
   auto it = r.text_loss.find(name);
   return it == r.text_loss.end() ? std::nullopt : std::optional<double>(it->second);
@@ -526,14 +655,185 @@ struct Report {
   std::map<std::string, std::string> plots;  // file name -> SVG
 };
 
+// The GP runs' table and their test-time table (markdown), and their entries of results.json's
+// "runs" (appended to `runs`).
+std::string gp_runs_section(const std::vector<RunPlan>& plans,
+                            std::map<std::string, std::vector<SeedResult>>& results,
+                            const Suite& suite, json& runs) {
+  const SuiteGp& g = suite.gp;
+  std::string md = fmt::format(
+      "## GP runs (in-context regression, docs/gp.md)\n\n"
+      "{} sequences per step, L = {}, positions {}; validation set {} and test set {} sequences "
+      "(eval seed {}: the same sets for every run and seed; the seed sets the init and the "
+      "training batches). RMSE against the GP posterior mean unless marked; mean ± sample "
+      "standard deviation over seeds.\n\n",
+      g.batch, g.layers, g.positions, with_commas(g.val_seqs), with_commas(g.test_seqs),
+      g.eval_seed);
+  md +=
+      "| run | model | variant | trained T | params | steps | seeds | lr | val RMSE | test RMSE | "
+      "test RMSE vs targets | steps/s "
+      "|\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  std::optional<double> oracle;
+  for (const RunPlan& p : plans) {
+    if (!p.gp) continue;
+    const SuiteRun& run = *p.run;
+    const bool cem = run.gp.model == "cem";
+    std::vector<double> val, test, targets, rate;
+    int diverged = 0;
+    json seeds = json::array();
+    for (const SeedResult& r : results[run.name]) {
+      auto opt = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
+      seeds.push_back({{"seed", r.seed},
+                       {"diverged", r.diverged},
+                       {"val_rmse", opt(r.val_rmse)},
+                       {"test_rmse", opt(r.test_rmse)},
+                       {"test_rmse_targets", opt(r.test_rmse_targets)},
+                       {"variant_rmse", r.variant_loss},
+                       {"train_s", r.train_s},
+                       {"steps_per_s", r.tokens_per_s}});
+      if (r.diverged) {
+        ++diverged;
+        continue;
+      }
+      if (r.val_rmse) val.push_back(*r.val_rmse);
+      if (r.test_rmse) test.push_back(*r.test_rmse);
+      if (r.test_rmse_targets) targets.push_back(*r.test_rmse_targets);
+      if (r.tokens_per_s > 0) rate.push_back(r.tokens_per_s);
+      if (r.oracle_rmse_targets) oracle = r.oracle_rmse_targets;
+    }
+    md += fmt::format(
+        "| {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", run.name,
+        diverged ? fmt::format(" ({} diverged)", diverged) : "", run.gp.model,
+        cem ? run.gp.variant : "–", cem ? std::to_string(run.gp.T) : "–", with_commas(p.params),
+        with_commas(run.gp.steps), run.seeds.size(),
+        p.lr > 0 ? lr_text(p.lr) + (run.lr_from.empty() ? "" : " (from " + run.lr_from + ")") : "—",
+        pm(mean_sd(val), "{:.4f}"), pm(mean_sd(test), "{:.4f}"), pm(mean_sd(targets), "{:.4f}"),
+        pm(mean_sd(rate), "{:.2f}"));
+    json lrj = json::object();
+    for (const auto& [k, v] : p.lr_search) lrj[k] = v ? json(*v) : json(nullptr);
+    runs.push_back({{"name", run.name},
+                    {"task", "gp"},
+                    {"model", run.gp.model},
+                    {"variant", cem ? json(run.gp.variant) : json(nullptr)},
+                    {"T", cem ? json(run.gp.T) : json(nullptr)},
+                    {"steps", run.gp.steps},
+                    {"params", p.params},
+                    {"lr", p.lr},
+                    {"lr_from", run.lr_from},
+                    {"lr_search", lrj},
+                    {"seeds", seeds}});
+  }
+  md += "\n";
+  if (oracle)
+    md += fmt::format(
+        "The oracle (the posterior mean itself) has RMSE {:.4f} against the noisy test targets: "
+        "the floor of the \"vs targets\" column.\n\n",
+        *oracle);
+
+  bool any_variant = false;
+  for (const RunPlan& p : plans) any_variant = any_variant || (p.gp && !p.run->variants.empty());
+  if (any_variant) {
+    md +=
+        "### GP: evaluated at T (test set, the weights trained at the run's T)\n\n"
+        "| run | trained T | evaluated T | test RMSE |\n|---|---:|---:|---:|\n";
+    for (const RunPlan& p : plans) {
+      if (!p.gp) continue;
+      for (const SuiteVariant& v : p.run->variants) {
+        std::vector<double> x;
+        for (const SeedResult& r : results[p.run->name]) {
+          auto it = r.variant_loss.find(v.name);
+          if (!r.diverged && it != r.variant_loss.end()) x.push_back(it->second);
+        }
+        md += fmt::format("| {} | {} | {} | {} |\n", p.run->name, p.run->gp.T, v.cem_steps,
+                          pm(mean_sd(x), "{:.4f}"));
+      }
+    }
+    md += "\n";
+  }
+  return md;
+}
+
+// Test RMSE against T (log axis): per CEM reading, its runs trained at each T (evaluated at that
+// T); per run with test-time steps, the same weights evaluated at each T (dashed in spirit: no
+// band); the Llama baseline as a flat line over the range.
+Plot gp_rmse_plot(const std::vector<RunPlan>& plans,
+                  std::map<std::string, std::vector<SeedResult>>& results, const Suite& suite) {
+  Plot plot;
+  plot.title =
+      fmt::format("{}: GP test RMSE against the posterior mean (± sd over seeds)", suite.name);
+  plot.x_label = "CEM steps T";
+  plot.y_label = "test RMSE";
+  plot.log_x = true;
+  auto stat = [&](const std::string& run, const std::string& variant) {
+    std::vector<double> x;
+    for (const SeedResult& r : results[run]) {
+      if (r.diverged) continue;
+      if (variant.empty() && r.test_rmse) x.push_back(*r.test_rmse);
+      auto it = r.variant_loss.find(variant);
+      if (!variant.empty() && it != r.variant_loss.end()) x.push_back(it->second);
+    }
+    return mean_sd(x);
+  };
+  auto add_point = [](PlotSeries& s, double x, const MeanSd& m) {
+    s.x.push_back(x);
+    s.y.push_back(m.n ? m.mean : std::nan(""));
+    s.lo.push_back(m.mean - m.sd);
+    s.hi.push_back(m.mean + m.sd);
+  };
+  std::vector<std::string> readings;
+  int64_t t_lo = 1, t_hi = 1;
+  for (const RunPlan& p : plans) {
+    if (!p.gp || p.run->gp.model != "cem") continue;
+    if (std::find(readings.begin(), readings.end(), p.run->gp.variant) == readings.end())
+      readings.push_back(p.run->gp.variant);
+    t_hi = std::max(t_hi, p.run->gp.T);
+    for (const SuiteVariant& v : p.run->variants) t_hi = std::max(t_hi, v.cem_steps);
+  }
+  for (const std::string& reading : readings) {
+    std::vector<std::pair<int64_t, MeanSd>> points;
+    for (const RunPlan& p : plans)
+      if (p.gp && p.run->gp.model == "cem" && p.run->gp.variant == reading)
+        points.emplace_back(p.run->gp.T, stat(p.run->name, ""));
+    std::sort(points.begin(), points.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    PlotSeries s;
+    s.name = reading + " trained at T";
+    s.band = false;
+    for (const auto& [T, m] : points) add_point(s, static_cast<double>(T), m);
+    plot.series.push_back(s);
+  }
+  for (const RunPlan& p : plans) {
+    if (!p.gp || p.run->variants.empty()) continue;
+    PlotSeries s;
+    s.name = fmt::format("{} (trained at T={}) evaluated at T", p.run->name, p.run->gp.T);
+    s.band = false;
+    for (const SuiteVariant& v : p.run->variants)
+      add_point(s, static_cast<double>(v.cem_steps), stat(p.run->name, v.name));
+    plot.series.push_back(s);
+  }
+  for (const RunPlan& p : plans) {
+    if (!p.gp || p.run->gp.model != "llama") continue;
+    PlotSeries s;
+    s.name = p.run->name + " (llama baseline)";
+    s.band = false;
+    const MeanSd m = stat(p.run->name, "");
+    add_point(s, static_cast<double>(t_lo), m);
+    add_point(s, static_cast<double>(t_hi), m);
+    plot.series.push_back(s);
+  }
+  return plot;
+}
+
 Report make_report(const Suite& suite, const std::vector<RunPlan>& plans, const std::string& out,
                    int64_t train_split_tokens, const json& provenance) {
   Report rep;
   std::map<std::string, std::vector<SeedResult>> results;
   for (const RunPlan& p : plans)
-    for (uint64_t seed : p.run->seeds)
-      results[p.run->name].push_back(
-          collect(fmt::format("{}/final/{}/seed-{}", out, p.run->name, seed), seed, suite, *p.run));
+    for (uint64_t seed : p.run->seeds) {
+      const std::string dir = fmt::format("{}/final/{}/seed-{}", out, p.run->name, seed);
+      results[p.run->name].push_back(p.gp ? collect_gp(dir, seed, *p.run)
+                                          : collect(dir, seed, suite, *p.run));
+    }
 
   json& J = rep.results;
   J["suite"] = suite.name;
@@ -552,12 +852,15 @@ Report make_report(const Suite& suite, const std::vector<RunPlan>& plans, const 
       provenance.value("command", ""), provenance.value("machine", ""),
       provenance.value("date", ""), provenance.value("commit", ""),
       provenance.value("wall_time", ""));
-  md += fmt::format(
-      "Data: `{}` (training split {} tokens); final numbers on the `{}` split. Loss in nats "
-      "per token; mean ± sample standard deviation over seeds.\n\n",
-      suite.data, with_commas(train_split_tokens), suite.eval_split);
+  const bool has_lm = suite.has_task("lm"), has_gp = suite.has_task("gp");
+  if (has_lm)
+    md += fmt::format(
+        "Data: `{}` (training split {} tokens); final numbers on the `{}` split. Loss in nats "
+        "per token; mean ± sample standard deviation over seeds.\n\n",
+        suite.data, with_commas(train_split_tokens), suite.eval_split);
 
   // Runs table.
+  const size_t lm_begin = md.size();  // the LM table is dropped from a suite without LM runs
   md += "## Runs\n\n| run | params | tokens (epochs) | seeds | lr | val loss | " +
         suite.eval_split + " loss | " + suite.eval_split + " ppl | " + suite.eval_split +
         " bits/byte |";
@@ -568,6 +871,7 @@ Report make_report(const Suite& suite, const std::vector<RunPlan>& plans, const 
   json runs = json::array();
   std::vector<std::string> notes;
   for (const RunPlan& p : plans) {
+    if (p.gp) continue;
     const auto& rs = results[p.run->name];
     std::vector<double> val, test, ppl, bpb, rate;
     std::map<std::string, std::vector<double>> text;
@@ -630,20 +934,22 @@ Report make_report(const Suite& suite, const std::vector<RunPlan>& plans, const 
                     {"lr_search", lrj},
                     {"seeds", seeds}});
   }
-  J["runs"] = runs;
   md += "\n";
   for (const std::string& n : notes) md += "- " + n + "\n";
   if (!notes.empty()) md += "\n";
+  if (!has_lm) md.resize(lm_begin);
+  if (has_gp) md += gp_runs_section(plans, results, suite, runs);
+  J["runs"] = runs;
 
   // Learning-rate search.
   bool any_search = false;
-  for (const RunPlan& p : plans) any_search = any_search || !p.lr_search.empty();
+  for (const RunPlan& p : plans) any_search = any_search || (!p.gp && !p.lr_search.empty());
   if (any_search) {
     md += fmt::format("## Learning-rate search ({} tokens, first seed, final validation loss)\n\n",
                       with_commas(suite.lr_search_tokens));
     md += "| run | lr: val loss |\n|---|---|\n";
     for (const RunPlan& p : plans) {
-      if (p.lr_search.empty()) continue;
+      if (p.gp || p.lr_search.empty()) continue;
       std::string cells;
       for (const auto& [k, v] : p.lr_search)
         cells += fmt::format("{}{}: {}", cells.empty() ? "" : ", ", k,
@@ -652,14 +958,33 @@ Report make_report(const Suite& suite, const std::vector<RunPlan>& plans, const 
     }
     md += "\n";
   }
+  bool any_gp_search = false;
+  for (const RunPlan& p : plans) any_gp_search = any_gp_search || (p.gp && !p.lr_search.empty());
+  if (any_gp_search) {
+    md += fmt::format(
+        "## GP learning-rate search ({} steps, first seed, validation RMSE against the posterior "
+        "mean; the test set plays no part)\n\n",
+        with_commas(suite.gp.search_steps));
+    md += "| run | lr: val RMSE |\n|---|---|\n";
+    for (const RunPlan& p : plans) {
+      if (!p.gp || p.lr_search.empty()) continue;
+      std::string cells;
+      for (const auto& [k, v] : p.lr_search)
+        cells += fmt::format("{}{}: {}", cells.empty() ? "" : ", ", k,
+                             v ? fmt::format("{:.4f}", *v) : "diverged");
+      md += fmt::format("| {} | {} (chose {}) |\n", p.run->name, cells, lr_text(p.lr));
+    }
+    md += "\n";
+  }
 
   // Test-time variants.
   bool any_variant = false;
-  for (const RunPlan& p : plans) any_variant = any_variant || !p.run->variants.empty();
+  for (const RunPlan& p : plans) any_variant = any_variant || (!p.gp && !p.run->variants.empty());
   if (any_variant) {
     md += fmt::format("## Test-time variants ({} split, same checkpoints)\n\n", suite.eval_split);
     md += "| run | variant | set | loss | perplexity |\n|---|---|---|---:|---:|\n";
     for (const RunPlan& p : plans) {
+      if (p.gp) continue;
       for (const SuiteVariant& v : p.run->variants) {
         std::vector<double> l, pp;
         for (const SeedResult& r : results[p.run->name]) {
@@ -680,15 +1005,17 @@ Report make_report(const Suite& suite, const std::vector<RunPlan>& plans, const 
   // Claims.
   json claims = json::array();
   if (!suite.claims.empty()) {
-    md +=
-        "## Claims\n\nd = a − b of the metric (nats per token, lower is better), paired over the "
-        "seeds both "
-        "rows share; 95% interval from Student's t with n − 1 degrees of freedom. `better`: "
-        "supported "
-        "when the interval lies below 0, contradicted when above 0; `not_worse` (margin m): "
-        "supported "
-        "when below +m, contradicted when above +m; otherwise, or with fewer than 2 seeds, "
-        "inconclusive.\n\n";
+    const std::string unit = !has_gp  ? "nats per token"
+                             : has_lm ? "nats per token; RMSE for GP rows"
+                                      : "RMSE";
+    md += "## Claims\n\nd = a − b of the metric (" + unit +
+          ", lower is better), paired over the seeds both "
+          "rows share; 95% interval from Student's t with n − 1 degrees of freedom. `better`: "
+          "supported "
+          "when the interval lies below 0, contradicted when above 0; `not_worse` (margin m): "
+          "supported "
+          "when below +m, contradicted when above +m; otherwise, or with fewer than 2 seeds, "
+          "inconclusive.\n\n";
     md +=
         "| claim | a | b | metric | test | d (mean) | 95% interval | n | verdict |\n"
         "|---|---|---|---|---|---:|---|---:|---|\n";
@@ -753,13 +1080,17 @@ Report make_report(const Suite& suite, const std::vector<RunPlan>& plans, const 
   J["claims"] = claims;
 
   // Plots.
-  {
+  if (has_gp) rep.plots["gp_rmse_vs_T.svg"] = to_svg(gp_rmse_plot(plans, results, suite));
+  if (has_lm) {
+    std::vector<RunPlan> lm_plans;  // the plots below are of the LM runs only
+    for (const RunPlan& p : plans)
+      if (!p.gp) lm_plans.push_back(p);
     Plot val;
     val.title =
         fmt::format("{}: validation loss during training (band: ± sd over seeds)", suite.name);
     val.x_label = "training tokens";
     val.y_label = "validation loss (nats/token)";
-    for (const RunPlan& p : plans) {
+    for (const RunPlan& p : lm_plans) {
       PlotSeries s;
       s.name = p.run->name;
       std::map<double, std::vector<double>> at;
@@ -789,22 +1120,22 @@ Report make_report(const Suite& suite, const std::vector<RunPlan>& plans, const 
     bars.name = suite.eval_split + " perplexity";
     bars.line = false;
     bars.band = false;
-    for (size_t i = 0; i < plans.size(); ++i) {
+    for (size_t i = 0; i < lm_plans.size(); ++i) {
       std::vector<double> v;
-      for (const SeedResult& r : results[plans[i].run->name])
+      for (const SeedResult& r : results[lm_plans[i].run->name])
         if (!r.diverged && r.test_ppl) v.push_back(*r.test_ppl);
       const MeanSd m = mean_sd(v);
-      ppl.categories.push_back(plans[i].run->name);
+      ppl.categories.push_back(lm_plans[i].run->name);
       const double y = m.n ? m.mean : std::nan("");
       bars.x.push_back(static_cast<double>(i));
       bars.y.push_back(y);
       bars.lo.push_back(y - m.sd);
       bars.hi.push_back(y + m.sd);
       PlotSeries pt;
-      pt.name = plans[i].run->name;
+      pt.name = lm_plans[i].run->name;
       pt.line = false;
       pt.band = false;
-      pt.x = {static_cast<double>(plans[i].params)};
+      pt.x = {static_cast<double>(lm_plans[i].params)};
       pt.y = {y};
       pt.lo = {y - m.sd};
       pt.hi = {y + m.sd};
@@ -820,7 +1151,7 @@ Report make_report(const Suite& suite, const std::vector<RunPlan>& plans, const 
     steps.x_label = "model.cem.steps at evaluation";
     steps.y_label = suite.eval_split + " perplexity";
     steps.log_x = true;
-    for (const RunPlan& p : plans) {
+    for (const RunPlan& p : lm_plans) {
       PlotSeries s;
       s.name = p.run->name;
       for (const SuiteVariant& v : p.run->variants) {
@@ -910,13 +1241,27 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
       if (c.metric.rfind("text_loss:", 0) == 0)
         CEMFRAC_CHECK(stems.count(c.metric.substr(10)), "claim '{}': metric {} names no eval text",
                       c.id, c.metric);
-    const auto meta = read_json(suite.data + "/meta.json");
-    CEMFRAC_CHECK(meta.has_value(),
-                  "{}/meta.json not found: prepare the data first (cemfrac prepare --corpus brown "
-                  "--tokenizer sp:4096 --out {})",
-                  suite.data, suite.data);
-    const int64_t train_tokens = (*meta)["splits"]["train"].value("tokens", int64_t{0});
-    const int64_t eval_tokens = (*meta)["splits"][suite.eval_split].value("tokens", int64_t{0});
+    // A GP variant name is checked here (apply_gp_variant is in tasks/, beside compare/).
+    for (const SuiteRun& r : suite.runs) {
+      if (r.task != "gp" || r.gp.model != "cem") continue;
+      try {
+        ModelConfig probe;
+        apply_gp_variant(probe, r.gp.variant);
+      } catch (const Error& e) {
+        fail("{}: run '{}': {}", r.gp.variant_at, r.name, e.what());
+      }
+    }
+    // The prepared dataset is for LM runs; a suite of GP runs only needs none.
+    int64_t train_tokens = 0, eval_tokens = 0;
+    if (suite.has_task("lm")) {
+      const auto meta = read_json(suite.data + "/meta.json");
+      CEMFRAC_CHECK(meta.has_value(),
+                    "{}/meta.json not found: prepare the data first (cemfrac prepare --corpus "
+                    "brown --tokenizer sp:4096 --out {})",
+                    suite.data, suite.data);
+      train_tokens = (*meta)["splits"]["train"].value("tokens", int64_t{0});
+      eval_tokens = (*meta)["splits"][suite.eval_split].value("tokens", int64_t{0});
+    }
     const std::string out = f->out.empty() ? "runs/suites/" + suite.name : f->out;
     const int total_threads =
         g->threads > 0 ? g->threads : static_cast<int>(std::thread::hardware_concurrency());
@@ -935,6 +1280,21 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
     for (const SuiteRun& r : suite.runs) {
       RunPlan p;
       p.run = &r;
+      if (r.task == "gp") {
+        // Timing: 3 steps without validation or test sets, on the GP jobs' threads.
+        p.gp = true;
+        plans.push_back(p);
+        const GpSpec t = make_gp(suite, r, "time " + r.name,
+                                 fmt::format("{}/plan/{}-t{}", out, r.name, suite.gp.threads), 3,
+                                 r.lr.empty() ? 1e-3 : r.lr.front(), 1, 0, false);
+        if (auto j = gp_job(t, suite.gp, 0)) {
+          j->est_s = 1;
+          timing.push_back(*j);
+        } else {
+          reused_timings.push_back(r.name);
+        }
+        continue;
+      }
       const RunConfig c = load_run_config(r.config, r.sets);
       p.per_step = tokens_per_step(c);
       p.params = LmModel(c.model, torch::kMeta)->num_parameters();
@@ -956,6 +1316,17 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
     }
     runner.run(timing, "timing");
     for (RunPlan& p : plans) {
+      if (p.gp) {
+        const auto j = read_json(
+            gp_result_path(fmt::format("{}/plan/{}-t{}", out, p.run->name, suite.gp.threads)));
+        if (j) {
+          p.params = j->value("params", int64_t{0});
+          const double train_s = j->value("train_s", 0.0);
+          const int64_t done = std::max<int64_t>(1, j->value("steps_done", int64_t{1}));
+          p.s_per_step = train_s / static_cast<double>(done);
+        }
+        continue;
+      }
       const auto m =
           read_jsonl(fmt::format("{}/plan/{}-t{}/metrics.jsonl", out, p.run->name, threads));
       double rate = 0;
@@ -977,8 +1348,48 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
     std::string table =
         fmt::format("{:<24} {:>11} {:>9} {:>11} {:>8} {:>5} {:>22} {:>9}\n", "run", "params",
                     "tok/step", "tokens", "epochs", "seeds", "lr", "est.");
+    // GP: steps at the measured rate; a forward pass over a sequence as a third of a training step
+    // per sequence of the batch, at T' / T of the cost for a model evaluated at T' (the CEM steps
+    // dominate).
+    auto gp_eval_s = [&](const RunPlan& p, int64_t val_seqs, bool test) {
+      const double fwd = p.s_per_step / 3 / static_cast<double>(suite.gp.batch);
+      double test_runs = 1;
+      for (const SuiteVariant& v : p.run->variants)
+        if (v.cem_steps != p.run->gp.T)
+          test_runs += static_cast<double>(v.cem_steps) / static_cast<double>(p.run->gp.T);
+      return fwd * (static_cast<double>(val_seqs) +
+                    (test ? static_cast<double>(suite.gp.test_seqs) * test_runs : 0.0));
+    };
+    auto gp_search_job_s = [&](const RunPlan& p) {
+      return static_cast<double>(suite.gp.search_steps) * p.s_per_step +
+             gp_eval_s(p, suite.gp.val_seqs, false);
+    };
+    auto gp_final_job_s = [&](const RunPlan& p) {
+      return static_cast<double>(p.run->gp.steps) * p.s_per_step +
+             gp_eval_s(p, suite.gp.val_seqs, true);
+    };
+    std::string gp_table =
+        fmt::format("{:<24} {:>9} {:>6} {:>16} {:>3} {:>9} {:>5} {:>22} {:>9}\n", "GP run",
+                    "params", "model", "variant", "T", "steps", "seeds", "lr", "est.");
     for (const RunPlan& p : plans) {
       const SuiteRun& r = *p.run;
+      std::string lr = !r.lr_from.empty() ? "from " + r.lr_from
+                       : r.lr.size() == 1 ? lr_text(r.lr[0])
+                                          : fmt::format("grid of {}", r.lr.size());
+      if (p.gp) {
+        const double search = r.lr_from.empty() && r.lr.size() > 1
+                                  ? static_cast<double>(r.lr.size()) * gp_search_job_s(p)
+                                  : 0;
+        const double fin = static_cast<double>(r.seeds.size()) * gp_final_job_s(p);
+        search_s += search;
+        final_s += fin;
+        const bool cem = r.gp.model == "cem";
+        gp_table += fmt::format("{:<24} {:>9} {:>6} {:>16} {:>3} {:>9} {:>5} {:>22} {:>9}\n",
+                                r.name, with_commas(p.params), r.gp.model, cem ? r.gp.variant : "-",
+                                cem ? std::to_string(r.gp.T) : "-", with_commas(r.gp.steps),
+                                r.seeds.size(), lr, format_duration((fin + search) / f->jobs));
+        continue;
+      }
       const int64_t tokens = ((r.tokens + p.per_step - 1) / p.per_step) * p.per_step;
       const double fin =
           static_cast<double>(r.seeds.size()) *
@@ -993,9 +1404,6 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
       search_s += search;
       final_s += fin;
       eval_s += ev;
-      std::string lr = !r.lr_from.empty() ? "from " + r.lr_from
-                       : r.lr.size() == 1 ? lr_text(r.lr[0])
-                                          : fmt::format("grid of {}", r.lr.size());
       table += fmt::format(
           "{:<24} {:>11} {:>9} {:>11} {:>8.2f} {:>5} {:>22} {:>9}\n", r.name, with_commas(p.params),
           p.per_step, with_commas(tokens),
@@ -1004,8 +1412,13 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
     }
     double load[3] = {0, 0, 0};
     getloadavg(load, 3);
-    fmt::print("suite {} ({}) -> {}\n{}\n\n{}\n", suite.name, suite.path, out, suite.description,
-               table);
+    fmt::print("suite {} ({}) -> {}\n{}\n\n", suite.name, suite.path, out, suite.description);
+    if (suite.has_task("lm")) fmt::print("{}\n", table);
+    if (suite.has_task("gp"))
+      fmt::print(
+          "{}(GP jobs: {} thread(s) each; their validation and test sets are scored inside the "
+          "job, in its estimate)\n\n",
+          gp_table, suite.gp.threads);
     std::string timed_when;
     if (reused_timings.empty()) {
       timed_when = fmt::format("timed now (load average {:.2f})", load[0]);
@@ -1035,6 +1448,17 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
         p.lr = r.lr[0];
         continue;
       }
+      if (p.gp) {
+        // Chosen on the validation set at a short budget; the test set is not drawn.
+        for (double lr : r.lr) {
+          const GpSpec t =
+              make_gp(suite, r, fmt::format("lr {} {}", r.name, lr_text(lr)),
+                      fmt::format("{}/lr/{}/lr-{}", out, r.name, lr_text(lr)),
+                      suite.gp.search_steps, lr, r.seeds.front(), suite.gp.val_seqs, false);
+          if (auto j = gp_job(t, suite.gp, gp_search_job_s(p))) search.push_back(*j);
+        }
+        continue;
+      }
       for (double lr : r.lr) {
         TrainSpec t =
             make_train(r, suite.data, fmt::format("lr {} {}", r.name, lr_text(lr)),
@@ -1049,11 +1473,20 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
       if (!r.lr_from.empty() || r.lr.size() == 1) continue;
       double best = std::numeric_limits<double>::infinity();
       for (double lr : r.lr) {
-        const auto s =
-            read_json(fmt::format("{}/lr/{}/lr-{}/summary.json", out, r.name, lr_text(lr)));
+        const std::string dir = fmt::format("{}/lr/{}/lr-{}", out, r.name, lr_text(lr));
         std::optional<double> v;
-        if (s && s->value("status", "") == "completed" && (*s)["last_val_loss"].is_number())
-          v = (*s)["last_val_loss"].get<double>();
+        if (p.gp) {
+          // The validation RMSE against the posterior mean (a diverged value has none).
+          const auto s = read_json(gp_result_path(dir));
+          const json val = s ? s->value("val", json()) : json();
+          if (s && s->value("status", "") == "completed" && val.is_object() &&
+              val.contains("rmse_posterior") && val.at("rmse_posterior").is_number())
+            v = val.at("rmse_posterior").get<double>();
+        } else {
+          const auto s = read_json(dir + "/summary.json");
+          if (s && s->value("status", "") == "completed" && (*s)["last_val_loss"].is_number())
+            v = (*s)["last_val_loss"].get<double>();
+        }
         p.lr_search[lr_text(lr)] = v;
         if (v && *v < best) {
           best = *v;
@@ -1071,6 +1504,13 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
     std::vector<Job> finals;
     for (const RunPlan& p : plans) {
       for (uint64_t seed : p.run->seeds) {
+        if (p.gp) {
+          const GpSpec t = make_gp(suite, *p.run, fmt::format("{} s{}", p.run->name, seed),
+                                   fmt::format("{}/final/{}/seed-{}", out, p.run->name, seed),
+                                   p.run->gp.steps, p.lr, seed, suite.gp.val_seqs, true);
+          if (auto j = gp_job(t, suite.gp, gp_final_job_s(p))) finals.push_back(*j);
+          continue;
+        }
         TrainSpec t = make_train(*p.run, suite.data, fmt::format("{} s{}", p.run->name, seed),
                                  fmt::format("{}/final/{}/seed-{}", out, p.run->name, seed),
                                  p.run->tokens, p.lr, suite.lr_min_ratio, seed, suite.val_points);
@@ -1082,6 +1522,7 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
     // 4. Evaluations.
     std::vector<Job> evals;
     for (const RunPlan& p : plans) {
+      if (p.gp) continue;  // a GP job evaluates its model itself
       for (uint64_t seed : p.run->seeds) {
         const std::string dir = fmt::format("{}/final/{}/seed-{}", out, p.run->name, seed);
         if (train_status(dir) != "completed") continue;  // diverged: reported as such

@@ -6,6 +6,10 @@
 //              [--positions none|rope] [--scale-from T] [--no-baseline] [--seed S] [--out DIR]
 //              [--json] [--quick]
 //   cemfrac gp --replot runs/gp/gp.json [--out DIR]      # redraw the SVG of a finished run
+//   cemfrac gp --one [--model cem|llama] [--variants V] [--steps T] [--eval-steps 1,2,4,8]
+//              [--train-steps N] [--lr X] [--seed S] [--eval-seed E] [--val-seqs V]
+//              [--eval-seqs S] [--out DIR]   # one model, its result as one JSON object
+//              (the GP job of `cemfrac compare`, docs/compare.md)
 //
 // Trains one CEM model per T (trained and tested at that T), evaluates the model trained at
 // --scale-from at every other T, trains the Llama baseline (mha + swiglu, same D, H, L, M), and
@@ -61,6 +65,18 @@ void print_table(const GpExperimentResult& r, const GpExperimentOptions& o) {
         with_commas(row.params), row.train_s > 0 ? fmt::format("{:.1f}", row.train_s) : "-",
         row.eval.seconds);
   }
+  if (r.val_seqs > 0) {
+    fmt::print("\nvalidation set ({} sequences, its own stream; choose --lr on these):\n",
+               r.val_seqs);
+    fmt::print("{:<8}  {:<16}  {:>9}  {:>5}  {:>15}  {:>18}\n", "model", "variant", "trained T",
+               "run T", "RMSE vs targets", "RMSE vs post. mean");
+    for (const GpRow& row : r.rows) {
+      if (!row.val) continue;
+      fmt::print("{:<8}  {:<16}  {:>9}  {:>5}  {:>15.4f}  {:>18.4f}\n", row.model,
+                 row.variant.empty() ? "-" : row.variant, t_text(row.train_T), t_text(row.eval_T),
+                 row.val->rmse_targets, row.val->rmse_posterior);
+    }
+  }
   fmt::print(
       "\n± is one standard error over held-out sequences; every model sees the same training "
       "batches and starts from the same seed. Total {:.1f} s.\n",
@@ -86,6 +102,11 @@ Command add_gp(CLI::App& root, const GlobalOptions& global) {
     bool json = false;
     bool quick = false;
     std::string replot;
+    int64_t val_seqs = -1;  // -1: the mode's default (experiment: none; --one: 256)
+    bool one = false;
+    std::string model = "cem";
+    std::vector<int64_t> eval_steps;
+    uint64_t eval_seed = 1;
   };
   auto flags = std::make_shared<Flags>();
   CLI::App* app = root.add_subcommand(
@@ -109,8 +130,8 @@ Command add_gp(CLI::App& root, const GlobalOptions& global) {
   app->add_option("--lr", flags->lr, "Peak learning rate (default 2e-3; cosine to a tenth)")
       ->check(CLI::Range(1e-7, 1.0));
   app->add_option("--eval-seqs", flags->eval_seqs,
-                  "Held-out sequences (default 1024; --quick: 256)")
-      ->check(CLI::Range(int64_t{2}, int64_t{1000000}));
+                  "Held-out (test) sequences (default 1024; --quick: 256; --one: 0 = no test)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1000000}));
   app->add_option("--layers", flags->layers, "Blocks L of every model (default 2)")
       ->check(CLI::Range(int64_t{1}, int64_t{64}));
   app->add_option("--positions", flags->positions, "Positions: none (default) | rope")
@@ -131,8 +152,33 @@ Command add_gp(CLI::App& root, const GlobalOptions& global) {
                   "beside the file)");
   app->add_flag("--quick", flags->quick,
                 "A small run (about a minute on 2 cores) for a first look");
+  app->add_option("--val-seqs", flags->val_seqs,
+                  "Validation sequences, drawn from their own stream apart from the held-out "
+                  "(test) set: choose --lr on these (default: none; --one: 256)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1000000}));
+  CLI::Option* one =
+      app->add_flag("--one", flags->one,
+                    "Train and evaluate one model (--model, one --variants value, one --steps "
+                    "value) and print its result as one JSON object (the GP job of cemfrac "
+                    "compare)");
+  CLI::Option* model =
+      app->add_option("--model", flags->model, "--one: cem (default) or llama (mha + swiglu)")
+          ->check(CLI::IsMember({"cem", "llama"}));
+  CLI::Option* eval_steps =
+      app->add_option("--eval-steps", flags->eval_steps,
+                      "--one: also evaluate the trained CEM model at these T on the test set")
+          ->delimiter(',')
+          ->check(CLI::Range(1, 64));
+  CLI::Option* eval_seed = app->add_option(
+      "--eval-seed", flags->eval_seed,
+      "--one: seed of the validation and test sets (--seed: init and training stream)");
+  model->needs(one);
+  eval_steps->needs(one);
+  eval_seed->needs(one);
+  for (const char* other : {"--replot", "--quick", "--no-baseline", "--scale-from"})
+    one->excludes(app->get_option(other));
 
-  auto run = [flags, &global]() {
+  auto run = [flags, app, &global]() {
     const Flags& f = *flags;
     // One thread unless --threads says otherwise: the matrices are 128 wide, and splitting every op
     // over threads cost more than it saved (2-core machine under load: T = 1 ran 3.8 steps/s on one
@@ -159,9 +205,48 @@ Command add_gp(CLI::App& root, const GlobalOptions& global) {
     o.train.lr_min = o.train.lr_max / 10;
     o.train.warmup_steps = std::max<int64_t>(1, o.train.steps / 20);
     o.train.progress = true;
-    o.eval_seqs = f.eval_seqs > 0 ? f.eval_seqs : (f.quick ? 256 : 1024);
     if (f.layers > 0) o.cem_model.n_layers = o.baseline.n_layers = f.layers;
     o.cem_model.positions = o.baseline.positions = f.positions;
+    if (f.one) {
+      GpRunOptions one;
+      one.task = o.task;
+      one.train = o.train;
+      one.train.throw_on_nonfinite = false;  // a diverged run is a result ("status": "diverged")
+      one.train.label = f.model == "llama" ? "gp llama" : "gp cem";
+      if (f.model == "llama") {
+        CEMFRAC_CHECK(
+            app->count("--steps") == 0 && app->count("--variants") == 0 && f.eval_steps.empty(),
+            "gp --one --model llama: --steps, --variants and --eval-steps are for CEM");
+        one.model = o.baseline;
+      } else {
+        CEMFRAC_CHECK(app->count("--steps") > 0 && f.steps.size() == 1,
+                      "gp --one trains one CEM model: give its T as one --steps value");
+        CEMFRAC_CHECK(f.variants.size() == 1,
+                      "gp --one trains one CEM model: give at most one --variants value");
+        one.model = o.cem_model;
+        apply_gp_variant(one.model, f.variants[0]);
+        one.model.cem.steps = f.steps[0];
+        one.train.label = fmt::format("gp cem {} T={}", f.variants[0], f.steps[0]);
+      }
+      one.eval_steps = f.eval_steps;
+      one.val_seqs = f.val_seqs >= 0 ? f.val_seqs : 256;
+      one.test_seqs = app->count("--eval-seqs") ? f.eval_seqs : 1024;
+      one.seed = f.seed;
+      one.eval_seed = f.eval_seed;
+      const GpRunResult result = run_gp_single(one);
+      const nlohmann::json j = to_json(result, one);
+      if (!f.out.empty()) {
+        std::error_code ec;
+        std::filesystem::create_directories(f.out, ec);
+        CEMFRAC_CHECK(!ec, "cannot create --out directory {}: {}", f.out, ec.message());
+        write_file_atomic((std::filesystem::path(f.out) / "gp-run.json").string(),
+                          j.dump(2) + "\n");
+      }
+      fmt::print("{}\n", j.dump(2));
+      return 0;
+    }
+    o.eval_seqs = app->count("--eval-seqs") ? f.eval_seqs : (f.quick ? 256 : 1024);
+    o.val_seqs = std::max<int64_t>(0, f.val_seqs);
     o.scale_from = f.scale_from;
     o.run_baseline = !f.no_baseline;
     o.seed = f.seed;

@@ -136,6 +136,12 @@ std::pair<std::string, std::string> split_row(const std::string& row) {
   return {row.substr(0, at), row.substr(at + 1)};
 }
 
+bool Suite::has_task(const std::string& task) const {
+  for (const SuiteRun& r : runs)
+    if (r.task == task) return true;
+  return false;
+}
+
 const SuiteRun& Suite::run(const std::string& name) const {
   for (const SuiteRun& r : runs)
     if (r.name == name) return r;
@@ -146,7 +152,7 @@ Suite load_suite(const std::string& path) {
   CEMFRAC_CHECK(std::filesystem::is_regular_file(path), "cannot read suite {}: no such file", path);
   const toml::table doc = parse_toml_file(path, "suite");
   const Reader r{path};
-  r.keys(doc, "the suite file", {"suite", "run", "claim"});
+  r.keys(doc, "the suite file", {"suite", "gp", "run", "claim"});
   Suite s;
   s.path = path;
   const toml::table* head = doc["suite"].as_table();
@@ -174,6 +180,34 @@ Suite load_suite(const std::string& path) {
   s.val_points = r.integer(*head, "val_points", "[suite]", s.val_points, 1);
   const std::vector<std::string> common = r.strings(*head, "set", "[suite]");
 
+  if (const toml::node* gn = doc.get("gp")) {
+    const toml::table* g = gn->as_table();
+    CEMFRAC_CHECK(g != nullptr, "{}: gp must be a [gp] table", r.at(*gn));
+    r.keys(*g, "[gp]",
+           {"steps", "search_steps", "batch", "layers", "positions", "val_seqs", "test_seqs",
+            "eval_seed", "threads"});
+    s.gp.steps = r.integer(*g, "steps", "[gp]", 0, 1);
+    s.gp.search_steps = r.integer(*g, "search_steps", "[gp]", 0, 1);
+    s.gp.batch = r.integer(*g, "batch", "[gp]", s.gp.batch, 1);
+    s.gp.layers = r.integer(*g, "layers", "[gp]", s.gp.layers, 1);
+    s.gp.positions = r.str(*g, "positions", "[gp]", false, s.gp.positions);
+    CEMFRAC_CHECK(s.gp.positions == "none" || s.gp.positions == "rope",
+                  "{}: [gp].positions '{}': expected none or rope", r.at(*g->get("positions")),
+                  s.gp.positions);
+    s.gp.val_seqs = r.integer(*g, "val_seqs", "[gp]", s.gp.val_seqs, 2);
+    s.gp.test_seqs = r.integer(*g, "test_seqs", "[gp]", s.gp.test_seqs, 2);
+    s.gp.eval_seed = static_cast<uint64_t>(
+        r.integer(*g, "eval_seed", "[gp]", static_cast<int64_t>(s.gp.eval_seed), 0));
+    s.gp.threads = r.integer(*g, "threads", "[gp]", s.gp.threads, 1);
+    // The bounds of `cemfrac gp`'s flags, so that a bad value fails here and not in a child.
+    const std::pair<const char*, int64_t> bounds[] = {
+        {"batch", 65536},  {"layers", 64},      {"val_seqs", 1000000},     {"test_seqs", 1000000},
+        {"threads", 1024}, {"steps", 10000000}, {"search_steps", 10000000}};
+    for (const auto& [key, max] : bounds)
+      if (const toml::node* n = g->get(key))
+        CEMFRAC_CHECK(n->as_integer()->get() <= max, "{}: [gp].{}: at most {}", r.at(*n), key, max);
+  }
+
   const toml::array* runs = r.array(doc, "run", "the suite file");
   CEMFRAC_CHECK(runs != nullptr && !runs->empty(), "{}: no [[run]] tables", path);
   std::set<std::string> names;
@@ -181,8 +215,8 @@ Suite load_suite(const std::string& path) {
     const toml::table* t = node.as_table();
     CEMFRAC_CHECK(t != nullptr, "{}: run must be [[run]] tables", r.at(node));
     r.keys(*t, "[[run]]",
-           {"name", "config", "set", "tokens", "seeds", "lr", "lr_from", "test_time_steps",
-            "variants"});
+           {"name", "task", "config", "set", "tokens", "seeds", "lr", "lr_from", "test_time_steps",
+            "variants", "model", "variant", "T", "steps"});
     SuiteRun run;
     run.name = r.str(*t, "name", "[[run]]", true);
     const std::string where = fmt::format("run '{}'", run.name);
@@ -190,6 +224,66 @@ Suite load_suite(const std::string& path) {
                   "{}: run name '{}': use letters, digits, '-', '_', '.', '='", r.at(node),
                   run.name);
     CEMFRAC_CHECK(names.insert(run.name).second, "{}: two runs named '{}'", r.at(node), run.name);
+    run.task = r.str(*t, "task", where, false, run.task);
+    CEMFRAC_CHECK(run.task == "lm" || run.task == "gp", "{}: {}.task '{}': expected lm or gp",
+                  r.at(*t->get("task")), where, run.task);
+    // Keys of the other task are refused by name, not ignored.
+    const std::vector<std::string> lm_only = {"config", "set", "tokens", "variants"};
+    const std::vector<std::string> gp_only = {"model", "variant", "T", "steps"};
+    for (const std::string& k : run.task == "gp" ? lm_only : gp_only) {
+      const toml::node* n = t->get(k);
+      CEMFRAC_CHECK(n == nullptr, "{}: {}: key '{}' is for task = \"{}\" runs, this one is \"{}\"",
+                    r.at(*n), where, k, run.task == "gp" ? "lm" : "gp", run.task);
+    }
+    run.seeds = r.seeds(*t, "seeds", where);
+    if (run.seeds.empty()) run.seeds = seeds;
+    run.lr = r.lrs(*t, "lr", where);
+    if (run.lr.empty()) run.lr = lr;
+    run.lr_from = r.str(*t, "lr_from", where, false);
+    if (run.task == "gp") {
+      SuiteGpRun& g = run.gp;
+      g.model = r.str(*t, "model", where, false, g.model);
+      CEMFRAC_CHECK(g.model == "cem" || g.model == "llama",
+                    "{}: {}.model '{}': expected cem or llama", r.at(*t->get("model")), where,
+                    g.model);
+      if (g.model == "llama") {
+        for (const char* k : {"variant", "T", "test_time_steps"})
+          CEMFRAC_CHECK(t->get(k) == nullptr,
+                        "{}: {}: key '{}' is for CEM models; model = \"llama\" has no steps T",
+                        r.at(*t->get(k)), where, k);
+      }
+      g.variant = r.str(*t, "variant", where, false, g.variant);
+      g.variant_at = t->get("variant") ? r.at(*t->get("variant")) : r.at(node);
+      g.T = r.integer(*t, "T", where, g.T, 1);
+      CEMFRAC_CHECK(g.T <= 64, "{}: {}.T = {}: expected 1..64", r.at(*t->get("T")), where, g.T);
+      g.steps = r.integer(*t, "steps", where, s.gp.steps, 1);
+      CEMFRAC_CHECK(g.steps <= 10000000, "{}: {}.steps: at most 10000000", r.at(*t->get("steps")),
+                    where);
+      CEMFRAC_CHECK(g.steps > 0, "{}: {}: no step budget ([gp].steps or the run's steps)",
+                    r.at(node), where);
+      if (run.lr_from.empty()) {
+        CEMFRAC_CHECK(!run.lr.empty(),
+                      "{}: {}: no learning rate ([suite].lr, the run's lr or lr_from)", r.at(node),
+                      where);
+        CEMFRAC_CHECK(run.lr.size() == 1 || s.gp.search_steps > 0,
+                      "{}: {}: a learning-rate grid of a GP run needs [gp].search_steps",
+                      r.at(node), where);
+      }
+      if (const toml::array* steps = r.array(*t, "test_time_steps", where)) {
+        for (const toml::node& n : *steps) {
+          CEMFRAC_CHECK(n.is_integer() && n.as_integer()->get() >= 1 && n.as_integer()->get() <= 64,
+                        "{}: {}.test_time_steps: expected integers in 1..64", r.at(n), where);
+          const int64_t k = n.as_integer()->get();
+          run.variants.push_back({fmt::format("T={}", k), {}, k});
+        }
+      }
+      std::set<std::string> vnames;
+      for (const SuiteVariant& v : run.variants)
+        CEMFRAC_CHECK(vnames.insert(v.name).second, "{}: {}: two variants named '{}'", r.at(node),
+                      where, v.name);
+      s.runs.push_back(std::move(run));
+      continue;
+    }
     run.config = r.str(*t, "config", where, true);
     CEMFRAC_CHECK(std::filesystem::is_regular_file(run.config),
                   "{}: {}: config '{}' not found (paths are relative to the working directory)",
@@ -199,11 +293,6 @@ Suite load_suite(const std::string& path) {
     run.tokens = r.integer(*t, "tokens", where, tokens, 1);
     CEMFRAC_CHECK(run.tokens > 0, "{}: {}: no token budget ([suite].tokens or the run's tokens)",
                   r.at(node), where);
-    run.seeds = r.seeds(*t, "seeds", where);
-    if (run.seeds.empty()) run.seeds = seeds;
-    run.lr = r.lrs(*t, "lr", where);
-    if (run.lr.empty()) run.lr = lr;
-    run.lr_from = r.str(*t, "lr_from", where, false);
     if (run.lr_from.empty()) {
       CEMFRAC_CHECK(!run.lr.empty(),
                     "{}: {}: no learning rate ([suite].lr, the run's lr or lr_from)", r.at(node),
@@ -257,6 +346,9 @@ Suite load_suite(const std::string& path) {
     CEMFRAC_CHECK(s.run(run.lr_from).lr_from.empty(),
                   "{}: run '{}': lr_from '{}' must name a run that chooses its own learning rate",
                   path, run.name, run.lr_from);
+    CEMFRAC_CHECK(s.run(run.lr_from).task == run.task,
+                  "{}: run '{}': lr_from '{}' names a run of another task", path, run.name,
+                  run.lr_from);
   }
 
   if (const toml::array* claims = r.array(doc, "claim", "the suite file")) {
@@ -280,24 +372,42 @@ Suite load_suite(const std::string& path) {
       CEMFRAC_CHECK(c.margin >= 0, "{}: {}: margin must be >= 0", r.at(node), where);
       CEMFRAC_CHECK(c.test == "not_worse" || c.margin == 0,
                     "{}: {}: margin is only for test = not_worse", r.at(node), where);
-      c.metric = r.str(*t, "metric", where, false, c.metric);
-      const bool text_metric = c.metric.rfind("text_loss:", 0) == 0;
-      CEMFRAC_CHECK(c.metric == "test_loss" || c.metric == "val_loss" || text_metric,
-                    "{}: {}: metric '{}': expected test_loss, val_loss or text_loss:<file stem>",
-                    r.at(node), where, c.metric);
       std::vector<std::string> rows = c.a;
       rows.push_back(c.b);
+      std::string task;
+      for (const std::string& row : rows) {
+        const std::string name = split_row(row).first;
+        CEMFRAC_CHECK(names.count(name), "{}: {}: '{}' names no run", r.at(node), where, row);
+        const std::string& row_task = s.run(name).task;
+        CEMFRAC_CHECK(task.empty() || task == row_task,
+                      "{}: {}: '{}' is a {} run, '{}' a {} run: a claim compares runs of one task",
+                      r.at(node), where, rows.front(), task, row, row_task);
+        task = row_task;
+      }
+      const bool gp = task == "gp";
+      c.metric = r.str(*t, "metric", where, false, gp ? "test_rmse" : c.metric);
+      if (gp) {
+        CEMFRAC_CHECK(
+            c.metric == "test_rmse" || c.metric == "val_rmse" || c.metric == "test_rmse_targets",
+            "{}: {}: metric '{}' for GP runs: expected test_rmse, val_rmse or test_rmse_targets",
+            r.at(node), where, c.metric);
+      } else {
+        const bool text_metric = c.metric.rfind("text_loss:", 0) == 0;
+        CEMFRAC_CHECK(c.metric == "test_loss" || c.metric == "val_loss" || text_metric,
+                      "{}: {}: metric '{}': expected test_loss, val_loss or text_loss:<file stem>",
+                      r.at(node), where, c.metric);
+      }
+      const std::string variant_metric = gp ? "test_rmse" : "test_loss";
       for (const std::string& row : rows) {
         const auto [name, variant] = split_row(row);
-        CEMFRAC_CHECK(names.count(name), "{}: {}: '{}' names no run", r.at(node), where, row);
         if (!variant.empty()) {
           bool found = false;
           for (const SuiteVariant& v : s.run(name).variants) found = found || v.name == variant;
           CEMFRAC_CHECK(found, "{}: {}: run '{}' has no test-time variant '{}'", r.at(node), where,
                         name, variant);
-          CEMFRAC_CHECK(c.metric == "test_loss",
-                        "{}: {}: a test-time variant has only test_loss (the {} split)", r.at(node),
-                        where, s.eval_split);
+          CEMFRAC_CHECK(c.metric == variant_metric,
+                        "{}: {}: a test-time variant has only {} (the {} set)", r.at(node), where,
+                        variant_metric, gp ? "GP test" : s.eval_split);
         }
       }
       s.claims.push_back(std::move(c));

@@ -12,12 +12,38 @@ namespace cemfrac {
 struct SuiteVariant {
   std::string name;               // "T=4"
   std::vector<std::string> sets;  // passed to `cemfrac eval --set`
-  int64_t cem_steps = 0;          // > 0 when the variant only sets model.cem.steps (steps plot)
+  int64_t cem_steps = 0;  // > 0 when the variant only sets the CEM steps T (steps plots; GP: all)
+};
+
+// The settings of a GP run (task = "gp": the GP in-context regression task of docs/gp.md, one
+// model trained and evaluated by `cemfrac gp --one`).
+struct SuiteGpRun {
+  std::string model = "cem";      // "cem" or "llama" (the baseline: mha + swiglu)
+  std::string variant = "fixed";  // CEM reading of the recursion (checked by the caller:
+                                  // apply_gp_variant lives in tasks/, beside this level)
+  std::string variant_at;         // file:line of the variant, for that check's message
+  int64_t T = 1;                  // CEM steps at training
+  int64_t steps = 0;              // optimizer steps of each final run
+};
+
+// [gp]: what every GP run of the suite shares.
+struct SuiteGp {
+  int64_t steps = 0;         // final runs' optimizer steps (a run may set its own)
+  int64_t search_steps = 0;  // steps of each learning-rate grid run (needed by a grid)
+  int64_t batch = 16;        // fresh sequences per step
+  int64_t layers = 2;
+  std::string positions = "none";
+  int64_t val_seqs = 256;    // the validation set (chooses the learning rate)
+  int64_t test_seqs = 1024;  // the test set (the claims)
+  uint64_t eval_seed = 1;    // both sets, the same for every seed of every run
+  int64_t threads = 1;       // threads of each GP job (its 128-wide matrices: docs/gp.md)
 };
 
 struct SuiteRun {
   std::string name;
-  std::string config;             // run config TOML path (relative to the working directory)
+  std::string task = "lm";        // "lm" (a language model, cemfrac train) or "gp"
+  SuiteGpRun gp;                  // task = "gp" only
+  std::string config;             // LM: run config TOML path (relative to the working directory)
   std::vector<std::string> sets;  // the suite's `set`, then the run's own
   int64_t tokens = 0;             // final training budget (the suite's unless the run names one)
   std::vector<uint64_t> seeds;    // the suite's unless the run names its own
@@ -33,9 +59,11 @@ struct SuiteClaim {
   std::string source;
   std::vector<std::string> a;  // "run" or "run@variant"
   std::string b;
-  std::string test = "better";       // "better": a < b; "not_worse": a < b + margin
-  double margin = 0;                 // nats per token (not_worse)
-  std::string metric = "test_loss";  // test_loss, val_loss, or text_loss:<name>
+  std::string test = "better";  // "better": a < b; "not_worse": a < b + margin
+  double margin = 0;            // nats per token (not_worse)
+  // LM rows: test_loss, val_loss, or text_loss:<name>; GP rows: test_rmse (against the posterior
+  // mean, the default for them), val_rmse, test_rmse_targets.
+  std::string metric = "test_loss";
 };
 
 struct Suite {
@@ -48,10 +76,12 @@ struct Suite {
   int64_t lr_search_tokens = 0;        // budget of each learning-rate grid run
   double lr_min_ratio = 0.1;           // lr_min = ratio * lr_max
   int64_t val_points = 8;              // validation evaluations per final run (the loss curve)
+  SuiteGp gp;
   std::vector<SuiteRun> runs;
   std::vector<SuiteClaim> claims;
 
   const SuiteRun& run(const std::string& name) const;
+  bool has_task(const std::string& task) const;
 };
 
 // Reads and checks a suite file. Run configs and --set texts are checked by load_run_config, so a

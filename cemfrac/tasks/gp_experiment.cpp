@@ -71,6 +71,11 @@ GpTrainResult train_gp_model(GpModel& model, const GpTaskOptions& task,
     loss.backward();
     const double grad_norm = clip_grad_norm(optimizer.trainable(), options.clip);
     const double loss_value = loss.item<double>();
+    if (!options.throw_on_nonfinite && !(std::isfinite(loss_value) && std::isfinite(grad_norm))) {
+      result.diverged = true;
+      result.diverged_at_step = step + 1;
+      break;
+    }
     CEMFRAC_CHECK(std::isfinite(loss_value) && std::isfinite(grad_norm),
                   "{}: training stopped at step {}/{}: non-finite {} (loss {}, grad norm {}) at lr "
                   "{:.3g}; lower --lr",
@@ -95,8 +100,8 @@ GpTrainResult train_gp_model(GpModel& model, const GpTaskOptions& task,
   }
   if (tty) std::cerr << "\n";
   model->eval();
-  result.steps = options.steps;
-  result.last_loss = tail_sum / double(tail);
+  result.steps = result.diverged ? result.diverged_at_step - 1 : options.steps;
+  result.last_loss = result.diverged ? std::nan("") : tail_sum / double(tail);
   result.seconds = seconds_since(start);
   return result;
 }
@@ -122,6 +127,16 @@ GpEvalResult evaluate_gp_model(GpModel& model, const GpBatch& heldout, int64_t c
   std::tie(r.rmse_oracle, r.se_oracle) = rmse_with_se((mu - y).pow(2).mean(1));
   r.seconds = seconds_since(start);
   return r;
+}
+
+GpSeeds gp_seeds(uint64_t seed) {
+  SplitMix64 stream(seed);
+  GpSeeds s;
+  s.init = stream.next();
+  s.train = stream.next();
+  s.test = stream.next();
+  s.val = stream.next();
+  return s;
 }
 
 GpExperimentOptions default_gp_experiment() {
@@ -186,15 +201,21 @@ GpExperimentResult run_gp_experiment(const GpExperimentOptions& options) {
                 options.eval_seqs);
   CEMFRAC_CHECK(options.scale_from >= 0 && options.scale_from <= 64,
                 "test-time scaling source T = {}: must be in 0..64 (0 = none)", options.scale_from);
+  CEMFRAC_CHECK(options.val_seqs == 0 || options.val_seqs >= 2,
+                "validation set of {} sequences: use 0 (none) or at least 2", options.val_seqs);
   const auto start = Clock::now();
   // One seed -> the init of every model (the same for all T), the training stream (the same batches
-  // for every model) and the held-out set.
-  SplitMix64 seeds(options.seed);
-  const uint64_t init_seed = seeds.next();
-  const uint64_t train_seed = seeds.next();
-  const uint64_t heldout_seed = seeds.next();
-  at::Generator heldout_gen = at::detail::createCPUGenerator(heldout_seed);
+  // for every model), the held-out set and the validation set.
+  const GpSeeds seeds = gp_seeds(options.seed);
+  const uint64_t init_seed = seeds.init;
+  const uint64_t train_seed = seeds.train;
+  at::Generator heldout_gen = at::detail::createCPUGenerator(seeds.test);
   const GpBatch heldout = sample_gp_batch(options.eval_seqs, options.task, heldout_gen, true);
+  std::optional<GpBatch> val_set;
+  if (options.val_seqs > 0) {
+    at::Generator val_gen = at::detail::createCPUGenerator(seeds.val);
+    val_set = sample_gp_batch(options.val_seqs, options.task, val_gen, true);
+  }
 
   GpExperimentResult result;
   result.train_steps = options.train.steps;
@@ -202,6 +223,7 @@ GpExperimentResult run_gp_experiment(const GpExperimentOptions& options) {
   result.eval_seqs = options.eval_seqs;
   result.n_points = options.task.n_points;
   result.seed = options.seed;
+  result.val_seqs = options.val_seqs;
 
   auto train_one = [&](const ModelConfig& config, const std::string& label) {
     torch::manual_seed(init_seed);
@@ -220,6 +242,7 @@ GpExperimentResult run_gp_experiment(const GpExperimentOptions& options) {
     row.train_T = train_T;
     row.eval_T = eval_T;
     row.eval = evaluate_gp_model(model, heldout);
+    if (val_set) row.val = evaluate_gp_model(model, *val_set);
     row.params = model->num_parameters();
     row.train_s = train_s;
     row.last_train_loss = last_loss;
@@ -301,16 +324,23 @@ nlohmann::json to_json(const GpExperimentResult& result) {
       j["train_s"] = r.train_s;
       j["eval_s"] = r.eval.seconds;
       j["last_train_mse"] = r.last_train_loss;
+      if (r.val) {
+        j["val_rmse_targets"] = r.val->rmse_targets;
+        j["val_rmse_posterior"] = r.val->rmse_posterior;
+      }
     }
     rows.push_back(j);
   }
-  return {{"rows", rows},
-          {"train_steps", result.train_steps},
-          {"batch", result.batch},
-          {"eval_seqs", result.eval_seqs},
-          {"n_points", result.n_points},
-          {"seed", result.seed},
-          {"seconds", result.seconds}};
+  nlohmann::json out = {{"rows", rows},
+                        {"train_steps", result.train_steps},
+                        {"batch", result.batch},
+                        {"eval_seqs", result.eval_seqs},
+                        {"n_points", result.n_points},
+                        {"seed", result.seed},
+                        {"seconds", result.seconds}};
+  // Only with a validation set, so the files of runs without one stay as they were.
+  if (result.val_seqs > 0) out["val_seqs"] = result.val_seqs;
+  return out;
 }
 
 GpExperimentResult gp_result_from_json(const nlohmann::json& j, const std::string& source) {
@@ -322,6 +352,7 @@ GpExperimentResult gp_result_from_json(const nlohmann::json& j, const std::strin
     r.n_points = j.at("n_points").get<int64_t>();
     r.seed = j.at("seed").get<uint64_t>();
     r.seconds = j.at("seconds").get<double>();
+    r.val_seqs = j.value("val_seqs", int64_t{0});
     for (const nlohmann::json& row : j.at("rows")) {
       GpRow g;
       g.model = row.at("model").get<std::string>();
@@ -338,6 +369,12 @@ GpExperimentResult gp_result_from_json(const nlohmann::json& j, const std::strin
         g.train_s = row.at("train_s").get<double>();
         g.eval.seconds = row.at("eval_s").get<double>();
         g.last_train_loss = row.at("last_train_mse").get<double>();
+        if (row.contains("val_rmse_posterior")) {
+          GpEvalResult v;
+          v.rmse_targets = row.at("val_rmse_targets").get<double>();
+          v.rmse_posterior = row.at("val_rmse_posterior").get<double>();
+          g.val = v;
+        }
       }
       r.rows.push_back(g);
     }
@@ -534,6 +571,101 @@ std::string gp_rmse_svg(const GpExperimentResult& result) {
       result.seed);
   svg += "</svg>\n";
   return svg;
+}
+
+namespace {
+
+// Whether the model has CEM steps T at all (a CEM mixer or FFN).
+bool gp_is_cem(const ModelConfig& config) {
+  return config.mixer == "cem_attention" || config.ffn == "cem_mlp";
+}
+
+}  // namespace
+
+GpRunResult run_gp_single(const GpRunOptions& options) {
+  CEMFRAC_CHECK(options.val_seqs == 0 || options.val_seqs >= 2,
+                "validation set of {} sequences: use 0 (none) or at least 2", options.val_seqs);
+  CEMFRAC_CHECK(options.test_seqs == 0 || options.test_seqs >= 2,
+                "test set of {} sequences: use 0 (none) or at least 2", options.test_seqs);
+  CEMFRAC_CHECK(gp_is_cem(options.model) || options.eval_steps.empty(),
+                "test-time step counts T need a CEM model ({} + {} has no steps)",
+                options.model.mixer, options.model.ffn);
+  for (int64_t T : options.eval_steps)
+    CEMFRAC_CHECK(T >= 1 && T <= 64, "test-time step count T = {}: must be in 1..64", T);
+  // The run's seed: init and training stream; the eval seed: the validation and test sets (the
+  // same sets for every seed of a suite, so that seeds pair on identical data).
+  const GpSeeds own = gp_seeds(options.seed);
+  const GpSeeds sets = gp_seeds(options.eval_seed);
+  torch::manual_seed(own.init);
+  GpModel model(options.model);
+  GpTrainOptions train = options.train;
+  train.data_seed = own.train;
+  GpRunResult result;
+  result.params = model->num_parameters();
+  result.train = train_gp_model(model, options.task, train);
+  if (result.train.diverged) {
+    result.status = "diverged";
+    return result;
+  }
+  if (options.val_seqs > 0) {
+    at::Generator gen = at::detail::createCPUGenerator(sets.val);
+    const GpBatch val = sample_gp_batch(options.val_seqs, options.task, gen, true);
+    result.val = evaluate_gp_model(model, val);
+  }
+  if (options.test_seqs > 0) {
+    at::Generator gen = at::detail::createCPUGenerator(sets.test);
+    const GpBatch test = sample_gp_batch(options.test_seqs, options.task, gen, true);
+    result.test = evaluate_gp_model(model, test);
+    const int64_t trained_T = options.model.cem.steps;
+    for (int64_t T : options.eval_steps) {
+      if (T == trained_T) {
+        result.test_at[T] = *result.test;
+        continue;
+      }
+      GpModel other = gp_model_with_steps(model, T);
+      result.test_at[T] = evaluate_gp_model(other, test);
+    }
+    torch::Tensor y = test.y.narrow(1, 1, test.y.size(1) - 1);  // (S, N - 1)
+    result.oracle_test_rmse = rmse_with_se((test.posterior_mean - y).pow(2).mean(1)).first;
+  }
+  return result;
+}
+
+nlohmann::json to_json(const GpRunResult& result, const GpRunOptions& options) {
+  auto eval_json = [](const GpEvalResult& e) {
+    return nlohmann::json{{"rmse_posterior", e.rmse_posterior},
+                          {"se_posterior", e.se_posterior},
+                          {"rmse_targets", e.rmse_targets},
+                          {"se_targets", e.se_targets},
+                          {"eval_s", e.seconds}};
+  };
+  nlohmann::json j = {{"status", result.status},
+                      {"mixer", options.model.mixer},
+                      {"ffn", options.model.ffn},
+                      {"train_T", gp_is_cem(options.model) ? nlohmann::json(options.model.cem.steps)
+                                                           : nlohmann::json(nullptr)},
+                      {"params", result.params},
+                      {"train_steps", options.train.steps},
+                      {"steps_done", result.train.steps},
+                      {"batch", options.train.batch},
+                      {"lr", options.train.lr_max},
+                      {"seed", options.seed},
+                      {"eval_seed", options.eval_seed},
+                      {"val_seqs", options.val_seqs},
+                      {"test_seqs", options.test_seqs},
+                      {"train_s", result.train.seconds}};
+  if (result.train.diverged) {
+    j["diverged_at_step"] = result.train.diverged_at_step;
+    return j;
+  }
+  j["last_train_mse"] = result.train.last_loss;
+  j["val"] = result.val ? eval_json(*result.val) : nlohmann::json(nullptr);
+  j["test"] = result.test ? eval_json(*result.test) : nlohmann::json(nullptr);
+  nlohmann::json at = nlohmann::json::object();
+  for (const auto& [T, e] : result.test_at) at[std::to_string(T)] = eval_json(e);
+  j["test_at_T"] = at;
+  if (result.test) j["oracle_test_rmse_targets"] = result.oracle_test_rmse;
+  return j;
 }
 
 }  // namespace cemfrac

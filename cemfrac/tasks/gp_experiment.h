@@ -5,7 +5,9 @@
 // scaling).
 #pragma once
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,15 +28,21 @@ struct GpTrainOptions {
   uint64_t data_seed = 1;     // the stream of training batches (the same for every model)
   bool progress = false;      // a progress line on stderr
   std::string label = "gp";   // prefix of the progress line
+  // On a non-finite loss or gradient norm: throw cemfrac::Error (true), or stop and report the run
+  // as diverged (false; a learning-rate grid treats a diverged value as a result, not a failure).
+  bool throw_on_nonfinite = true;
 };
 
 struct GpTrainResult {
   int64_t steps = 0;
-  double last_loss = 0;  // mean training MSE over the last min(50, steps) steps
-  double seconds = 0;    // wall time of the training loop
+  double last_loss = 0;          // mean training MSE over the last min(50, steps) steps
+  double seconds = 0;            // wall time of the training loop
+  bool diverged = false;         // only with throw_on_nonfinite = false
+  int64_t diverged_at_step = 0;  // 1-based step whose loss or gradient norm was not finite
 };
 
-// Trains `model` in place. Throws cemfrac::Error on a non-finite loss or gradient norm.
+// Trains `model` in place. On a non-finite loss or gradient norm throws cemfrac::Error, or (with
+// throw_on_nonfinite = false) stops before that step's update and returns diverged = true.
 GpTrainResult train_gp_model(GpModel& model, const GpTaskOptions& task,
                              const GpTrainOptions& options);
 
@@ -51,6 +59,14 @@ struct GpEvalResult {
 // chunks of `chunk` sequences, without gradients.
 GpEvalResult evaluate_gp_model(GpModel& model, const GpBatch& heldout, int64_t chunk = 256);
 
+// The streams drawn from one seed, in this order (core/random.h SplitMix64): the init of every
+// model, the training batches, the held-out (test) set, the validation set. The validation stream
+// was added after the others, so the first three are those of every earlier run.
+struct GpSeeds {
+  uint64_t init = 0, train = 0, test = 0, val = 0;
+};
+GpSeeds gp_seeds(uint64_t seed);
+
 struct GpExperimentOptions {
   GpTaskOptions task;
   GpTrainOptions train;   // data_seed and label are set per run
@@ -63,7 +79,10 @@ struct GpExperimentOptions {
   int64_t scale_from = 2;  // T of the model also evaluated at every T in `steps` (0: none)
   bool run_baseline = true;
   int64_t eval_seqs = 1024;  // held-out sequences
-  uint64_t seed = 1;         // -> model init, training stream and held-out set (core/random.h)
+  // Validation sequences (0: none), from their own stream (GpSeeds::val), disjoint in draws from
+  // the held-out (test) set: choose a learning rate on them, never on the held-out set.
+  int64_t val_seqs = 0;
+  uint64_t seed = 1;  // -> model init, training stream and held-out set (core/random.h)
 };
 
 // Defaults of the experiment: the spec's D = 128, H = 4, M = 512, L = 2, positions none, N = 64.
@@ -83,6 +102,7 @@ struct GpRow {
   int64_t train_T = 0;  // T the model was trained at (0: not a CEM model)
   int64_t eval_T = 0;   // T it was evaluated at
   GpEvalResult eval;
+  std::optional<GpEvalResult> val;  // on the validation set (val_seqs > 0), at eval_T
   int64_t params = 0;
   double train_s = 0;  // wall time of the training (0 for test-time rows and the oracle)
   double last_train_loss = 0;
@@ -91,6 +111,7 @@ struct GpRow {
 struct GpExperimentResult {
   std::vector<GpRow> rows;  // CEM at each T, the test-time rows, the baseline, the oracle (last)
   int64_t train_steps = 0, batch = 0, eval_seqs = 0, n_points = 0;
+  int64_t val_seqs = 0;
   uint64_t seed = 0;
   double seconds = 0;  // the whole experiment
 };
@@ -105,5 +126,33 @@ GpExperimentResult gp_result_from_json(const nlohmann::json& j, const std::strin
 // scale_from model evaluated at T, the baseline as a horizontal line; and the same against the
 // noisy targets with the oracle floor.
 std::string gp_rmse_svg(const GpExperimentResult& result);
+
+// One model of the task, trained and evaluated on its own (`cemfrac gp --one`, the GP job of
+// `cemfrac compare`, docs/compare.md): train `model` for train.steps, then RMSE on the validation
+// set (at the trained T) and on the test set at the trained T and at every `eval_steps` T (the
+// same weights, gp_model_with_steps).
+struct GpRunOptions {
+  GpTaskOptions task;
+  GpTrainOptions train;             // data_seed is set from `seed`
+  ModelConfig model;                // as trained (cem.steps = the trained T of a CEM model)
+  std::vector<int64_t> eval_steps;  // CEM only: further T at test time
+  int64_t val_seqs = 256;           // 0: no validation
+  int64_t test_seqs = 1024;         // 0: no test (a learning-rate grid run)
+  uint64_t seed = 1;       // the init and the training stream: gp_seeds(seed).init / .train
+  uint64_t eval_seed = 1;  // the validation and test sets: gp_seeds(eval_seed).val / .test
+};
+
+struct GpRunResult {
+  std::string status = "completed";  // or "diverged" (nothing evaluated)
+  int64_t params = 0;
+  GpTrainResult train;
+  std::optional<GpEvalResult> val;          // at the trained T
+  std::optional<GpEvalResult> test;         // at the trained T
+  std::map<int64_t, GpEvalResult> test_at;  // eval T -> test RMSE with the same weights
+  double oracle_test_rmse = 0;              // the posterior mean against the noisy test targets
+};
+
+GpRunResult run_gp_single(const GpRunOptions& options);
+nlohmann::json to_json(const GpRunResult& result, const GpRunOptions& options);
 
 }  // namespace cemfrac

@@ -5,6 +5,7 @@
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -329,6 +330,148 @@ TEST(CompareSuite, BadSuitesAreOneLineErrors) {
                               "cannot read suite");
 }
 
+// ---- GP suites (task = "gp")
+// -----------------------------------------------------------------------------------
+
+// Two CEM runs (T = 1 with a learning-rate grid and test-time T = 1, 2; T = 2 taking T = 1's rate)
+// and the Llama baseline; claims on test RMSE. Small enough for seconds: 3 steps x 2 sequences.
+std::string gp_suite(const std::string& extra_gp = "", const std::string& tail = "") {
+  return "[suite]\nname = \"gp-tiny\"\ndescription = \"GP test suite\"\nseeds = [1, 2]\n"
+         "lr = [3e-3]\n\n[gp]\nsteps = 3\nsearch_steps = 2\nbatch = 2\nlayers = 1\n"
+         "val_seqs = 4\ntest_seqs = 4\neval_seed = 5\n" +
+         extra_gp +
+         "\n[[run]]\nname = \"fixed-t1\"\ntask = \"gp\"\nvariant = \"fixed\"\nT = 1\n"
+         "lr = [1e-3, 1e-2]\ntest_time_steps = [1, 2]\n\n"
+         "[[run]]\nname = \"fixed-t2\"\ntask = \"gp\"\nT = 2\nlr_from = \"fixed-t1\"\n\n"
+         "[[run]]\nname = \"llama\"\ntask = \"gp\"\nmodel = \"llama\"\nsteps = 2\nseeds = [1]\n\n"
+         "[[claim]]\nid = \"G1\"\ntext = \"T = 2 beats T = 1\"\na = \"fixed-t2\"\nb = "
+         "\"fixed-t1\"\n\n"
+         "[[claim]]\nid = \"G2\"\ntext = \"two test-time steps are no worse\"\n"
+         "a = \"fixed-t1@T=2\"\nb = \"fixed-t1@T=1\"\ntest = \"not_worse\"\nmargin = 0.01\n" +
+         tail;
+}
+
+TEST(CompareSuite, ParsesGpRuns) {
+  const std::string dir = test::temp_dir("compare-gp-suite");
+  const Suite s = load_suite(write_suite(dir, gp_suite()));
+  EXPECT_EQ(s.gp.steps, 3);
+  EXPECT_EQ(s.gp.search_steps, 2);
+  EXPECT_EQ(s.gp.batch, 2);
+  EXPECT_EQ(s.gp.eval_seed, 5u);
+  EXPECT_EQ(s.gp.threads, 1);  // the default
+  ASSERT_EQ(s.runs.size(), 3u);
+  EXPECT_EQ(s.runs[0].task, "gp");
+  EXPECT_EQ(s.runs[0].gp.model, "cem");
+  EXPECT_EQ(s.runs[0].gp.T, 1);
+  EXPECT_EQ(s.runs[0].gp.steps, 3);
+  ASSERT_EQ(s.runs[0].variants.size(), 2u);
+  EXPECT_EQ(s.runs[0].variants[1].name, "T=2");
+  EXPECT_EQ(s.runs[0].variants[1].cem_steps, 2);
+  EXPECT_EQ(s.runs[1].gp.variant, "fixed");  // the default reading
+  EXPECT_EQ(s.runs[1].gp.T, 2);
+  EXPECT_EQ(s.runs[2].gp.model, "llama");
+  EXPECT_EQ(s.runs[2].gp.steps, 2);  // the run's own budget
+  EXPECT_EQ(s.runs[2].seeds, (std::vector<uint64_t>{1}));
+  EXPECT_TRUE(s.has_task("gp"));
+  EXPECT_FALSE(s.has_task("lm"));
+  ASSERT_EQ(s.claims.size(), 2u);
+  EXPECT_EQ(s.claims[0].metric, "test_rmse");  // the default for GP rows
+  EXPECT_EQ(s.claims[1].metric, "test_rmse");
+}
+
+// The 1-based line of the first occurrence of `needle` in `text`.
+int line_of(const std::string& text, const std::string& needle) {
+  const size_t at = text.find(needle);
+  EXPECT_NE(at, std::string::npos) << needle;
+  return 1 + static_cast<int>(std::count(text.begin(), text.begin() + at, '\n'));
+}
+
+TEST(CompareSuite, BadGpSuitesAreOneLineErrorsWithTheLine) {
+  const std::string dir = test::temp_dir("compare-gp-bad");
+  auto expect_bad = [&](const std::string& text, const std::string& needle) {
+    const std::string path = write_suite(dir, text);
+    try {
+      load_suite(path);
+      ADD_FAILURE() << "accepted a suite that should fail with '" << needle << "'";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(needle), std::string::npos) << what;
+      EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    }
+  };
+  const int extra = line_of(gp_suite("depth = 3\n"), "depth");  // where extra_gp lands
+  expect_bad(gp_suite("depth = 3\n"),
+             fmt::format("suite.toml:{}: unknown key 'depth' in [gp]", extra));
+  expect_bad(gp_suite("threads = 0\n"),
+             fmt::format("suite.toml:{}: [gp].threads: expected an integer >= 1", extra));
+  expect_bad(gp_suite("positions = \"rope\"\nthreads = 2000\n"),
+             fmt::format("suite.toml:{}: [gp].threads: at most 1024", extra + 1));
+  expect_bad(gp_suite("positions = \"learned\"\n"), "[gp].positions 'learned'");
+  expect_bad(gp_suite("", "\n[[run]]\nname = \"x\"\ntask = \"gp\"\nconfig = \"a.toml\"\n"),
+             "key 'config' is for task = \"lm\" runs");
+  expect_bad(gp_suite("", "\n[[run]]\nname = \"x\"\ntask = \"gp\"\nT = 65\n"), ".T = 65");
+  expect_bad(gp_suite("", "\n[[run]]\nname = \"x\"\ntask = \"gp\"\nT = 0\n"),
+             "T: expected an integer >= 1");
+  expect_bad(gp_suite("", "\n[[run]]\nname = \"x\"\ntask = \"lmm\"\n"), "task 'lmm'");
+  expect_bad(gp_suite("", "\n[[run]]\nname = \"x\"\ntask = \"gp\"\nmodel = \"gpt\"\n"),
+             "model 'gpt'");
+  expect_bad(gp_suite("", "\n[[run]]\nname = \"x\"\ntask = \"gp\"\nmodel = \"llama\"\nT = 2\n"),
+             "key 'T' is for CEM models");
+  expect_bad(gp_suite("",
+                      "\n[[claim]]\nid = \"G3\"\ntext = \"t\"\na = \"fixed-t2\"\nb = "
+                      "\"fixed-t1\"\nmetric = \"test_loss\"\n"),
+             "metric 'test_loss' for GP runs");
+  expect_bad(gp_suite("",
+                      "\n[[claim]]\nid = \"G3\"\ntext = \"t\"\na = \"fixed-t1@T=2\"\nb = "
+                      "\"fixed-t1\"\nmetric = \"val_rmse\"\n"),
+             "a test-time variant has only test_rmse");
+  expect_bad(gp_suite("",
+                      "\n[[claim]]\nid = \"G3\"\ntext = \"t\"\na = \"fixed-t2@T=4\"\nb = "
+                      "\"fixed-t1\"\n"),
+             "no test-time variant 'T=4'");
+  std::string no_search = gp_suite();
+  no_search.replace(no_search.find("search_steps = 2\n"), 17, "");
+  expect_bad(no_search, "needs [gp].search_steps");
+  std::string no_steps = gp_suite();
+  no_steps.replace(no_steps.find("steps = 3\n"), 10, "");
+  expect_bad(no_steps, "run 'fixed-t1': no step budget");
+  // An LM key in a GP run and a GP key in an LM run, each with its line.
+  const std::string lm =
+      tiny_suite("data/x", "",
+                 "\n[[run]]\nname = \"y\"\nconfig = \"" +
+                     test::source_path("configs/tiny-llama.toml") + "\"\nvariant = \"iterate\"\n");
+  const std::string lm_path = write_suite(dir, lm);
+  try {
+    load_suite(lm_path);
+    ADD_FAILURE() << "accepted a GP key in an LM run";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    const int line = line_of(lm, "variant = \"iterate\"");
+    EXPECT_NE(
+        what.find(fmt::format("suite.toml:{}: run 'y': key 'variant' is for task = \"gp\"", line)),
+        std::string::npos)
+        << what;
+  }
+  // A claim across tasks: a GP run against an LM run.
+  const std::string mixed =
+      tiny_suite("data/x", "",
+                 "\n[[run]]\nname = \"g\"\ntask = \"gp\"\nsteps = 3\n\n[[claim]]\nid = \"M\"\n"
+                 "text = \"t\"\na = \"g\"\nb = \"llama\"\n");
+  expect_bad(mixed, "a claim compares runs of one task");
+  // An unknown reading of the recursion is refused by compare (the variant names live in the GP
+  // task), with the variant's line, before anything trains.
+  const std::string bad_variant = gp_suite("",
+                                           "\n[[run]]\nname = \"x\"\ntask = \"gp\"\n"
+                                           "variant = \"iterate+proxx\"\nT = 2\n");
+  const int vline = line_of(bad_variant, "variant = \"iterate+proxx\"");
+  const std::string out = dir + "/out-bad-variant";
+  test::expect_one_line_error(
+      test::run_cemfrac({"compare", "--suite", write_suite(dir, bad_variant), "--out", out}),
+      fmt::format("suite.toml:{}: run 'x': GP variant \"iterate+proxx\": unknown part \"proxx\"",
+                  vline));
+  EXPECT_FALSE(fs::exists(out + "/plan")) << "nothing may run before the suite is checked";
+}
+
 // ---- end to end
 // ------------------------------------------------------------------------------------
 
@@ -433,6 +576,115 @@ TEST(CompareCli, TinySuiteEndToEndThenReused) {
   test::expect_one_line_error(test::run_cemfrac({"--threads", "1", "compare", "--suite",
                                                  write_suite(root, changed), "--out", out}),
                               "other settings");
+}
+
+// A GP suite end to end: the grid chosen on validation RMSE at its short budget (the test set is
+// not even drawn there), final runs per seed with the test set at the trained T and at each
+// test-time T, claims on paired test RMSE, the report and the RMSE-against-T plot; then a second
+// invocation reuses every finished GP run, and a changed budget is refused.
+TEST(CompareCli, TinyGpSuiteEndToEndThenReused) {
+  const std::string root = test::temp_dir("compare-gp-e2e");
+  const std::string suite = write_suite(root, gp_suite());
+  const std::string out = root + "/out";
+  auto r = test::run_cemfrac(
+      {"--threads", "2", "compare", "--suite", suite, "--out", out, "--jobs", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("estimated time"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("GP run"), std::string::npos) << r.out;
+
+  // Grid runs: validation only.
+  for (const char* lr : {"0.001", "0.01"}) {
+    const auto g = nlohmann::json::parse(
+        test::read_file(fmt::format("{}/lr/fixed-t1/lr-{}/gp-run.json", out, lr)));
+    EXPECT_EQ(g["train_steps"], 2);
+    EXPECT_TRUE(g["val"]["rmse_posterior"].is_number()) << g.dump();
+    EXPECT_TRUE(g["test"].is_null()) << g.dump();
+  }
+  const auto j = nlohmann::json::parse(test::read_file(out + "/results.json"));
+  ASSERT_EQ(j["runs"].size(), 3u);
+  const auto& t1 = j["runs"][0];
+  EXPECT_EQ(t1["task"], "gp");
+  EXPECT_EQ(t1["T"], 1);
+  ASSERT_EQ(t1["lr_search"].size(), 2u);
+  // The lower validation RMSE of the grid won.
+  const double v_small = t1["lr_search"]["0.001"], v_large = t1["lr_search"]["0.01"];
+  EXPECT_EQ(t1["lr"].get<double>(), v_small <= v_large ? 1e-3 : 1e-2);
+  EXPECT_EQ(j["runs"][1]["lr"], t1["lr"]);  // lr_from
+  EXPECT_EQ(j["runs"][2]["model"], "llama");
+  EXPECT_EQ(j["runs"][2]["steps"], 2);
+  EXPECT_EQ(j["runs"][2]["seeds"].size(), 1u);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(j["runs"][i]["seeds"].size(), 2u);
+    for (const auto& s : j["runs"][i]["seeds"]) {
+      EXPECT_TRUE(s["test_rmse"].is_number()) << s.dump();
+      EXPECT_TRUE(s["val_rmse"].is_number()) << s.dump();
+      EXPECT_TRUE(s["test_rmse_targets"].is_number()) << s.dump();
+    }
+  }
+  // Seeds differ (init and training batches); validation and test are different sets.
+  const auto& s1 = t1["seeds"][0];
+  EXPECT_NE(s1["test_rmse"], t1["seeds"][1]["test_rmse"]);
+  EXPECT_NE(s1["test_rmse"], s1["val_rmse"]);
+  // Test-time T: at the trained T it is the run's own test RMSE; another T differs.
+  ASSERT_EQ(s1["variant_rmse"].size(), 2u);
+  EXPECT_EQ(s1["variant_rmse"]["T=1"], s1["test_rmse"]);
+  EXPECT_NE(s1["variant_rmse"]["T=2"], s1["test_rmse"]);
+  const auto final_run =
+      nlohmann::json::parse(test::read_file(out + "/final/fixed-t1/seed-1/gp-run.json"));
+  EXPECT_EQ(final_run["train_steps"], 3);
+  EXPECT_EQ(final_run["eval_seed"], 5);
+  EXPECT_EQ(final_run["test_seqs"], 4);
+
+  ASSERT_EQ(j["claims"].size(), 2u);
+  EXPECT_EQ(j["claims"][0]["metric"], "test_rmse");
+  const auto& pair = j["claims"][0]["pairs"][0];
+  EXPECT_EQ(pair["n"], 2);
+  EXPECT_TRUE(pair["lo"].is_number());
+  EXPECT_NEAR(pair["mean_diff"].get<double>(),
+              (j["runs"][1]["seeds"][0]["test_rmse"].get<double>() -
+               t1["seeds"][0]["test_rmse"].get<double>() +
+               j["runs"][1]["seeds"][1]["test_rmse"].get<double>() -
+               t1["seeds"][1]["test_rmse"].get<double>()) /
+                  2,
+              1e-12);
+  const std::string verdict = j["claims"][0]["verdict"];
+  EXPECT_TRUE(verdict == "supported" || verdict == "contradicted" || verdict == "inconclusive");
+  EXPECT_EQ(j["claims"][1]["pairs"][0]["a_values"][0], s1["variant_rmse"]["T=2"]);
+
+  const std::string md = test::read_file(out + "/results.md");
+  EXPECT_NE(md.find("## GP runs"), std::string::npos) << md;
+  EXPECT_NE(md.find("## GP learning-rate search"), std::string::npos) << md;
+  EXPECT_NE(md.find("| G1 | fixed-t2 | fixed-t1 | test_rmse |"), std::string::npos) << md;
+  EXPECT_EQ(md.find("## Runs"), std::string::npos) << "no LM runs, no LM table\n" << md;
+  // The plot: the fixed reading at its trained T = 1, 2; the T = 1 run evaluated at T = 1, 2; the
+  // baseline as a flat line. No LM plots.
+  EXPECT_EQ(svg_series(test::read_file(out + "/plots/gp_rmse_vs_T.svg")),
+            (std::map<std::string, int>{{"fixed trained at T", 2},
+                                        {"fixed-t1 (trained at T=1) evaluated at T", 2},
+                                        {"llama (llama baseline)", 2}}));
+  EXPECT_FALSE(fs::exists(out + "/plots/val_loss.svg"));
+
+  // Second invocation: every GP run is reused (its log gets no second command line).
+  const std::string log = out + "/final/fixed-t2/seed-2/gp.log";
+  const std::string before = test::read_file(log);
+  EXPECT_EQ(count(before, "== cemfrac"), 1);
+  const auto mtime = fs::last_write_time(out + "/final/fixed-t2/seed-2/gp-run.json");
+  r = test::run_cemfrac(
+      {"--threads", "2", "compare", "--suite", suite, "--out", out, "--jobs", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(test::read_file(log), before);
+  EXPECT_EQ(fs::last_write_time(out + "/final/fixed-t2/seed-2/gp-run.json"), mtime);
+  EXPECT_EQ(nlohmann::json::parse(test::read_file(out + "/results.json"))["runs"], j["runs"]);
+  EXPECT_NE(r.out.find("3 of 3 timed by an earlier invocation and reused"), std::string::npos)
+      << r.out;
+
+  // A changed GP budget is refused, naming the directory.
+  std::string changed = gp_suite();
+  changed.replace(changed.find("steps = 3\n"), 10, "steps = 4\n");
+  test::expect_one_line_error(
+      test::run_cemfrac({"--threads", "2", "compare", "--suite", write_suite(root, changed),
+                         "--out", out, "--jobs", "2"}),
+      "other settings");
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "cemfrac/core/check.h"
+#include "cemfrac/core/random.h"
 #include "cemfrac/tasks/gp_data.h"
 #include "cemfrac/tasks/gp_experiment.h"
 #include "cemfrac/tasks/gp_model.h"
@@ -272,6 +273,143 @@ TEST(GpExperiment, VariantsAreRowsAndShareTheTOneModel) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("unknown part \"proxy\""), std::string::npos) << e.what();
   }
+}
+
+// The validation set (issue 18): its stream comes after the three of every earlier run, so adding
+// it changes no init, no training batch and no held-out set; it is a different set from the
+// held-out one; and without it the JSON has no trace of it (earlier gp.json files keep their exact
+// form).
+TEST(GpExperiment, ValidationSetIsSeparateAndChangesNothingElse) {
+  SplitMix64 stream(11);
+  const GpSeeds seeds = gp_seeds(11);
+  EXPECT_EQ(seeds.init, stream.next());
+  EXPECT_EQ(seeds.train, stream.next());
+  EXPECT_EQ(seeds.test, stream.next());
+  EXPECT_EQ(seeds.val, stream.next());
+
+  GpExperimentOptions o = default_gp_experiment();
+  o.task.n_points = 12;
+  o.cem_model = tiny_config("cem_attention", "cem_mlp", 1);
+  o.steps = {1};
+  o.scale_from = 0;
+  o.run_baseline = false;
+  o.train.steps = 3;
+  o.train.batch = 4;
+  o.eval_seqs = 8;
+  const GpExperimentResult without = run_gp_experiment(o);
+  o.val_seqs = 8;  // as many as held out: equal RMSEs would mean the same set
+  const GpExperimentResult with = run_gp_experiment(o);
+  ASSERT_EQ(with.rows.size(), without.rows.size());
+  EXPECT_EQ(with.rows[0].eval.rmse_posterior, without.rows[0].eval.rmse_posterior);
+  EXPECT_EQ(with.rows[0].last_train_loss, without.rows[0].last_train_loss);
+  EXPECT_FALSE(without.rows[0].val.has_value());
+  ASSERT_TRUE(with.rows[0].val.has_value());
+  EXPECT_NE(with.rows[0].val->rmse_posterior, with.rows[0].eval.rmse_posterior);
+  EXPECT_FALSE(to_json(without).contains("val_seqs"));
+  EXPECT_FALSE(to_json(without)["rows"][0].contains("val_rmse_posterior"));
+  const GpExperimentResult back = gp_result_from_json(to_json(with), "gp.json");
+  EXPECT_EQ(back.val_seqs, 8);
+  ASSERT_TRUE(back.rows[0].val.has_value());
+  EXPECT_EQ(back.rows[0].val->rmse_posterior, with.rows[0].val->rmse_posterior);
+}
+
+// One model on its own (cemfrac gp --one, the GP job of cemfrac compare) is the experiment's model:
+// with seed = eval seed it reproduces the experiment's rows bit for bit, test-time T included.
+// Another eval seed changes the sets and not the model; another seed changes the model.
+TEST(GpSingle, ReproducesTheExperimentsRows) {
+  GpExperimentOptions o = default_gp_experiment();
+  o.task.n_points = 12;
+  o.cem_model = tiny_config("cem_attention", "cem_mlp", 1);
+  o.steps = {1, 2};
+  o.variants = {"iterate"};
+  o.scale_from = 2;
+  o.run_baseline = false;
+  o.train.steps = 3;
+  o.train.batch = 4;
+  o.eval_seqs = 8;
+  o.val_seqs = 6;
+  o.seed = 4;
+  const GpExperimentResult r = run_gp_experiment(o);
+  ASSERT_EQ(r.rows.size(), 4u);  // T=1, T=2, T=2 run at 1, oracle
+  ASSERT_EQ(r.rows[2].train_T, 2);
+  ASSERT_EQ(r.rows[2].eval_T, 1);
+
+  GpRunOptions one;
+  one.task = o.task;
+  one.train = o.train;
+  one.model = o.cem_model;
+  apply_gp_variant(one.model, "iterate");
+  one.model.cem.steps = 2;
+  one.eval_steps = {1, 2};
+  one.val_seqs = 6;
+  one.test_seqs = 8;
+  one.seed = 4;
+  one.eval_seed = 4;
+  const GpRunResult s = run_gp_single(one);
+  EXPECT_EQ(s.status, "completed");
+  EXPECT_EQ(s.params, r.rows[1].params);
+  ASSERT_TRUE(s.test.has_value() && s.val.has_value());
+  EXPECT_EQ(s.test->rmse_posterior, r.rows[1].eval.rmse_posterior);
+  EXPECT_EQ(s.test->rmse_targets, r.rows[1].eval.rmse_targets);
+  EXPECT_EQ(s.val->rmse_posterior, r.rows[1].val->rmse_posterior);
+  EXPECT_EQ(s.test_at.at(1).rmse_posterior, r.rows[2].eval.rmse_posterior);
+  EXPECT_EQ(s.test_at.at(2).rmse_posterior, s.test->rmse_posterior);
+  EXPECT_EQ(s.train.last_loss, r.rows[1].last_train_loss);
+  EXPECT_EQ(s.oracle_test_rmse, r.rows.back().eval.rmse_targets);
+
+  GpRunOptions other_sets = one;
+  other_sets.eval_seed = 5;
+  const GpRunResult t = run_gp_single(other_sets);
+  EXPECT_EQ(t.train.last_loss, s.train.last_loss);            // the same model...
+  EXPECT_NE(t.test->rmse_posterior, s.test->rmse_posterior);  // ...on other sets
+  GpRunOptions other_seed = one;
+  other_seed.seed = 5;
+  const GpRunResult u = run_gp_single(other_seed);
+  EXPECT_NE(u.train.last_loss, s.train.last_loss);
+  EXPECT_EQ(u.oracle_test_rmse, s.oracle_test_rmse);  // the same test set
+
+  // A grid run: no test set drawn, and the JSON says so.
+  GpRunOptions grid = one;
+  grid.test_seqs = 0;
+  grid.eval_steps = {};
+  const nlohmann::json j = to_json(run_gp_single(grid), grid);
+  EXPECT_TRUE(j["test"].is_null());
+  EXPECT_EQ(j["val"]["rmse_posterior"].get<double>(), s.val->rmse_posterior);
+  // test-time T is for CEM models only.
+  GpRunOptions llama = one;
+  llama.model = tiny_config("mha", "swiglu", 1);
+  EXPECT_THROW(run_gp_single(llama), Error);
+}
+
+// A non-finite loss: the trainer throws by default; a single run (a learning-rate grid value) stops
+// and reports "diverged" with the step, evaluating nothing. A NaN learning rate makes every weight
+// NaN at the first update, so step 2's loss is the first non-finite one.
+TEST(GpSingle, DivergedIsAResult) {
+  GpRunOptions one;
+  one.task.n_points = 12;
+  one.model = tiny_config("cem_attention", "cem_mlp", 1);
+  one.train.steps = 5;
+  one.train.batch = 2;
+  one.train.warmup_steps = 1;
+  one.train.lr_max = std::nan("");
+  one.train.lr_min = std::nan("");
+  one.val_seqs = 4;
+  one.test_seqs = 4;
+  {
+    torch::manual_seed(1);
+    GpModel model(one.model);
+    EXPECT_THROW(train_gp_model(model, one.task, one.train), Error);
+  }
+  one.train.throw_on_nonfinite = false;
+  const GpRunResult r = run_gp_single(one);
+  EXPECT_EQ(r.status, "diverged");
+  EXPECT_EQ(r.train.diverged_at_step, 2);
+  EXPECT_EQ(r.train.steps, 1);
+  EXPECT_FALSE(r.val.has_value());
+  EXPECT_FALSE(r.test.has_value());
+  const nlohmann::json j = to_json(r, one);
+  EXPECT_EQ(j["status"], "diverged");
+  EXPECT_EQ(j["diverged_at_step"], 2);
 }
 
 }  // namespace
