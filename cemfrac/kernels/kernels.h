@@ -71,4 +71,13 @@ void causal_attention_backward_cpu(const at::Tensor& q, const at::Tensor& k, con
                                    const at::Tensor& dq, const at::Tensor& dk,
                                    const at::Tensor& dv);
 
+// Rotary position embedding, one pass, float or double (cemfrac/kernels/cpu/rope_cpu.cpp):
+// y = R x, or R^T x when inverse, with R rotating each pair (x_i, x_{i + d_h/2}) of a head vector
+// at position n by the angle whose cos and sin are cos[n][i], sin[n][i]. x (B, h, N, d_h) with unit
+// stride along d_h and any other strides; cos, sin (N, d_h/2) contiguous, x's dtype; y: x's shape
+// and dtype, unit stride along d_h (e.g. at::empty_like(x), which keeps a dense x's layout), not
+// overlapping x.
+void rope_cpu(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool inverse,
+              const at::Tensor& y);
+
 }  // namespace cemfrac::kernels

@@ -1,7 +1,7 @@
 // The fused causal attention (offset 0, the training path of causal_attention) against autograd
 // through a plain ATen formulation: outputs and the gradients of q, k and v, for multi-head,
 // grouped-query and multi-query shapes, in float64 and float32, with 1 and 2 threads, in one and in
-// several query blocks; and the fused RoPE against its reference.
+// several query blocks. (The fused RoPE against its reference: tests/ops/rope_test.cpp.)
 #include <gtest/gtest.h>
 #include <torch/autograd.h>
 #include <torch/types.h>
@@ -12,7 +12,6 @@
 
 #include "cemfrac/core/blas.h"
 #include "cemfrac/layers/base/mha.h"
-#include "cemfrac/layers/base/rope.h"
 
 namespace cemfrac {
 namespace {
@@ -131,60 +130,6 @@ TEST(FusedAttention, MaskedProbabilitiesAreExactZeros) {
   const torch::Tensor long_after = causal_attention(q, k, v, 0);
   EXPECT_TRUE(torch::equal(long_before.narrow(2, 0, 100), long_after.narrow(2, 0, 100)));
   EXPECT_FALSE(torch::equal(long_before.narrow(2, 100, 30), long_after.narrow(2, 100, 30)));
-}
-
-// The fused RoPE (one pass, layout-preserving, inverse rotation as its backward) against the
-// reference made of tensor ops: bitwise forward, gradients and second derivatives, for a contiguous
-// input, a transposed view (what split_heads gives) and a strided slice (what a fused QKV split
-// gives).
-TEST(FusedRope, EqualsReferenceWithGradients) {
-  torch::manual_seed(5);
-  const int64_t B = 2, H = 3, N = 7, d_h = 8;
-  const auto o = torch::TensorOptions().dtype(torch::kFloat64);
-  RotaryEmbedding rotary(d_h, 16, 10000.0);
-  const auto [cos, sin] = rotary.tables(0, N, o);
-  std::vector<std::pair<const char*, torch::Tensor>> inputs = {
-      {"contiguous", torch::randn({B, H, N, d_h}, o)},
-      {"transposed view", torch::randn({B, N, H, d_h}, o).transpose(1, 2)},
-      {"strided slice", torch::randn({B, N, 3 * H * d_h}, o)
-                            .narrow(-1, H * d_h, H * d_h)
-                            .view({B, N, H, d_h})
-                            .transpose(1, 2)},
-  };
-  for (const auto& [name, base] : inputs) {
-    for (bool inverse : {false, true}) {
-      SCOPED_TRACE(::testing::Message() << name << (inverse ? ", inverse" : ""));
-      const torch::Tensor x = base.detach().requires_grad_();
-      const torch::Tensor fused = apply_rope(x, cos, sin, inverse);
-      const torch::Tensor ref = apply_rope_reference(x, cos, sin, inverse);
-      EXPECT_TRUE(torch::equal(fused, ref));
-      if (x.is_non_overlapping_and_dense()) {
-        EXPECT_EQ(fused.strides(), x.strides());
-      }
-      // An output gradient whose last dimension is not contiguous (as matmul backward can produce).
-      const torch::Tensor g = torch::randn({B, H, d_h, N}, o).transpose(2, 3);
-      const auto gf =
-          torch::autograd::grad({fused}, {x}, {g}, /*retain_graph=*/true, /*create_graph=*/true);
-      const auto gr =
-          torch::autograd::grad({ref}, {x}, {g}, /*retain_graph=*/true, /*create_graph=*/true);
-      EXPECT_TRUE(torch::allclose(gf[0], gr[0], 0, 1e-14));
-      // Second order, through the backward's own graph: the gradient of sum(y^2 w1) depends on x,
-      // and the gradient of <that gradient, w2> runs the Function's backward of the backward.
-      const torch::Tensor w1 = torch::randn({B, H, N, d_h}, o),
-                          w2 = torch::randn({B, H, N, d_h}, o);
-      const auto d1f = torch::autograd::grad({(fused * fused * w1).sum()}, {x}, {}, true, true);
-      const auto d1r = torch::autograd::grad({(ref * ref * w1).sum()}, {x}, {}, true, true);
-      const auto d2f = torch::autograd::grad({(d1f[0] * w2).sum()}, {x});
-      const auto d2r = torch::autograd::grad({(d1r[0] * w2).sum()}, {x});
-      EXPECT_TRUE(torch::allclose(d2f[0], d2r[0], 0, 1e-13));
-      // A rotation followed by its inverse is the identity.
-      EXPECT_TRUE(torch::allclose(apply_rope(fused, cos, sin, !inverse), x, 0, 1e-14));
-    }
-  }
-  // Float32 takes the same fused path and matches the reference bitwise too.
-  const torch::Tensor x32 = torch::randn({B, N, H, d_h}).transpose(1, 2);
-  const auto [c32, s32] = rotary.tables(0, N, torch::TensorOptions().dtype(torch::kFloat32));
-  EXPECT_TRUE(torch::equal(apply_rope(x32, c32, s32), apply_rope_reference(x32, c32, s32)));
 }
 
 }  // namespace

@@ -1,8 +1,7 @@
-// The whole model: causality, tied embeddings, cached decoding, initialisation, the parameter table
-// (exact counts of the published shapes, equality with an instantiated model) and a one-batch
-// overfit.
+// The whole model: causality, tied embeddings, cached decoding, initialisation and the parameter
+// table (exact counts of the published shapes, equality with an instantiated model). That every
+// kind's model learns one batch is part of the contract suite (tests/layers/contract_test.cpp).
 #include <gtest/gtest.h>
-#include <torch/optim/adam.h>
 #include <torch/optim/sgd.h>
 #include <torch/types.h>
 #include <torch/utils.h>
@@ -277,34 +276,6 @@ TEST(LmModel, LayerOverridesPickKindsPerLayer) {
   EXPECT_TRUE(names.count("blocks.0.mlp.w_gate"));
   EXPECT_TRUE(names.count("blocks.1.mlp.w_fc"));
   EXPECT_FALSE(names.count("blocks.1.mlp.w_gate"));
-}
-
-// A tiny model memorises one batch: the loss falls from ~ln(V) = 6.2 to below 0.5 within 150 Adam
-// steps (it reaches that in well under 100 on this setup; the margin absorbs BLAS differences).
-TEST(LmModel, OverfitsOneBatch) {
-  for (const char* name : kTinyPresets) {
-    SCOPED_TRACE(name);
-    torch::manual_seed(10);
-    LmModel model(preset(name));
-    const int64_t V = model->config().vocab_size;
-    torch::Tensor batch = random_tokens(4, 33, V, 12);
-    torch::Tensor input = batch.narrow(1, 0, 32), target = batch.narrow(1, 1, 32);
-    torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(3e-3));
-    double first = 0, loss_value = 0;
-    int64_t step = 0;
-    for (; step < 150; ++step) {
-      adam.zero_grad();
-      torch::Tensor loss =
-          torch::cross_entropy_loss(model->forward(input).reshape({-1, V}), target.reshape({-1}));
-      loss.backward();
-      adam.step();
-      loss_value = loss.item<double>();
-      if (step == 0) first = loss_value;
-      if (loss_value < 0.5) break;
-    }
-    EXPECT_NEAR(first, std::log(double(V)), 0.5);
-    EXPECT_LT(loss_value, 0.5) << "after " << step << " steps";
-  }
 }
 
 }  // namespace

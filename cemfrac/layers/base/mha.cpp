@@ -6,8 +6,8 @@
 
 #include <vector>
 
-#include "cemfrac/layers/base/rope.h"
 #include "cemfrac/ops/causal_attention.h"
+#include "cemfrac/ops/rope.h"
 
 namespace cemfrac {
 

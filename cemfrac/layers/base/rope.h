@@ -1,6 +1,8 @@
 // Rotary position embedding (Su et al. 2021), in the half-split ("rotate half") layout Llama uses:
 // a head vector x = [x1, x2] (each d_h/2 wide) at position p becomes
 //     [x1 * cos(p w) - x2 * sin(p w),  x2 * cos(p w) + x1 * sin(p w)],   w_i = theta^(-2i / d_h).
+// Here: the frequencies and the cos/sin tables. The rotation itself is an op (cemfrac/ops/rope.h,
+// apply_rope, with its fused kernel and reference twin).
 #pragma once
 #include <torch/types.h>
 
@@ -36,16 +38,5 @@ class RotaryEmbedding {
   RopeScaling scaling_;
   std::map<std::string, std::pair<torch::Tensor, torch::Tensor>> cache_;  // by dtype + device
 };
-
-// x (B, h, N, d_h), cos/sin (N, d_h / 2) -> x rotated, same shape; inverse = rotate by the negative
-// angles (R^T x, what sin -> -sin gives). Float32/64 on the CPU run one fused pass whose output
-// keeps x's memory layout and whose backward is the inverse rotation; anything else runs the
-// reference.
-torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                         bool inverse = false);
-
-// The same function composed of tensor ops (autograd differentiates it): the fused path's oracle.
-torch::Tensor apply_rope_reference(const torch::Tensor& x, const torch::Tensor& cos,
-                                   const torch::Tensor& sin, bool inverse = false);
 
 }  // namespace cemfrac

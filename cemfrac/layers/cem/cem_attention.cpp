@@ -20,8 +20,8 @@
 #include <string>
 
 #include "cemfrac/core/check.h"
-#include "cemfrac/layers/base/rope.h"
 #include "cemfrac/ops/causal_attention.h"
+#include "cemfrac/ops/rope.h"
 #include "cemfrac/ops/symmetric_gram.h"
 
 namespace cemfrac {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "cemfrac/core/check.h"
-#include "cemfrac/layers/base/rope.h"
+#include "cemfrac/ops/rope.h"
 
 namespace cemfrac {
 
