@@ -133,7 +133,20 @@ struct Job {
   int64_t tokens = 0;             // training: tokens of the whole run
   double est_s = 0;               // estimated seconds at the planned threads
   int threads = 0;                // > 0: this job's --threads (GP jobs), else the runner's
+  std::vector<Job> then;          // run next, once this training completed (its evaluations)
 };
+
+// The estimated seconds and the number of `jobs` with every job they lead to.
+double total_est_s(const std::vector<Job>& jobs) {
+  double s = 0;
+  for (const Job& j : jobs) s += j.est_s + total_est_s(j.then);
+  return s;
+}
+size_t total_jobs(const std::vector<Job>& jobs) {
+  size_t n = 0;
+  for (const Job& j : jobs) n += 1 + total_jobs(j.then);
+  return n;
+}
 
 struct Running {
   Job job;
@@ -158,12 +171,16 @@ class Runner {
       : exe_(std::move(exe)), jobs_(jobs), threads_(threads_per_job), title_(std::move(title)),
         tty_(isatty(STDERR_FILENO) != 0) {}
 
-  // Runs every job (at most jobs_ at once). Throws on the first failure after the running jobs end.
-  void run(const std::vector<Job>& jobs, const std::string& phase) {
-    if (jobs.empty()) return;
+  // Runs every job (at most jobs_ at once). A training that completes puts the jobs of its `then`
+  // next in the queue, so a run is evaluated as soon as it is trained (and its folder is then
+  // finished, whatever happens to the rest of the suite). Throws on the first failure after the
+  // running jobs end.
+  void run(const std::vector<Job>& jobs_in, const std::string& phase) {
+    if (jobs_in.empty()) return;
+    std::vector<Job> jobs = jobs_in;
+    const size_t n_jobs = total_jobs(jobs);
     phase_ = phase;
-    total_est_ = 0;
-    for (const Job& j : jobs) total_est_ += j.est_s;
+    total_est_ = total_est_s(jobs);
     done_est_ = 0;
     started_ = Clock::now();
     size_t next = 0;
@@ -184,10 +201,17 @@ class Runner {
           ++i;
           continue;
         }
-        const std::string problem = finish(running[i].job, status);
+        bool completed = false;
+        const std::string problem = finish(running[i].job, status, completed);
         done_est_ += running[i].job.est_s;
         ++finished_;
         if (!problem.empty() && failure.empty()) failure = problem;
+        if (completed && !g_stop) {
+          const std::vector<Job> then = running[i].job.then;
+          jobs.insert(jobs.begin() + static_cast<std::ptrdiff_t>(next), then.begin(), then.end());
+        } else {
+          done_est_ += total_est_s(running[i].job.then);  // they will not run in this invocation
+        }
         running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
       }
       if (g_stop) {
@@ -198,12 +222,12 @@ class Runner {
       }
       const auto now = Clock::now();
       if (now - last_print >= std::chrono::seconds(tty_ ? 1 : 60)) {
-        print_progress(running, jobs.size());
+        print_progress(running, n_jobs);
         last_print = now;
       }
     }
     if (tty_) fmt::print(stderr, "\n");
-    print_progress(running, jobs.size());
+    print_progress(running, n_jobs);
     if (!tty_) fmt::print(stderr, "\n");
     finished_ = 0;
     CEMFRAC_CHECK(!g_stop,
@@ -249,7 +273,9 @@ class Runner {
   }
 
   // "" when the job succeeded (a diverged training counts: it is a result), else the problem.
-  std::string finish(const Job& job, int status) {
+  // `completed`: a training that ran to its end (its `then` jobs may start).
+  std::string finish(const Job& job, int status, bool& completed) {
+    completed = false;
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     if (!job.capture.empty()) {
       if (code == 0) {
@@ -263,6 +289,7 @@ class Runner {
     }
     const auto summary = read_json(job.dir + "/summary.json");
     const std::string st = summary ? summary->value("status", "") : "";
+    completed = st == "completed";
     if (st == "completed" || st == "diverged" || (g_stop && st == "interrupted")) return "";
     if (g_stop) return "";
     return fmt::format("{} failed (exit {}): {} (log: {})", job.label, code, log_problem(job.log),
@@ -391,6 +418,19 @@ void check_settings(const std::string& dir, const json& settings) {
   }
 }
 
+// An unfinished run with no checkpoint to resume from (stopped before its first one, or a folder
+// kept without its checkpoints, e.g. a committed suite): what it wrote is dropped, so that it
+// starts again from step 0 into a clean folder (its log and metrics start afresh). The folder is
+// the suite's own (check_settings has seen its compare-run.json, which stays).
+void clear_run_dir(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().filename() == "compare-run.json") continue;
+    fs::remove_all(e.path());
+  }
+}
+
 void write_settings(const std::string& dir, const json& settings) {
   fs::create_directories(dir);
   write_file_atomic(dir + "/compare-run.json", settings.dump(2) + "\n");
@@ -403,6 +443,7 @@ std::optional<Job> train_job(const TrainSpec& t, double est_s_per_token) {
   check_settings(t.dir, settings);
   const std::string status = train_status(t.dir);
   if (status == "completed" || status == "diverged") return std::nullopt;
+  if (!has_checkpoint(t.dir)) clear_run_dir(t.dir);
   write_settings(t.dir, settings);
   Job j;
   j.label = t.label;
@@ -852,6 +893,14 @@ Report make_report(const Suite& suite, const std::vector<RunPlan>& plans, const 
       provenance.value("command", ""), provenance.value("machine", ""),
       provenance.value("date", ""), provenance.value("commit", ""),
       provenance.value("wall_time", ""));
+  const int64_t n_final = provenance.value("final_runs", int64_t{0});
+  const int64_t n_done = provenance.value("final_runs_finished", int64_t{0});
+  if (n_done < n_final)
+    md += fmt::format(
+        "**Partial report:** {} of {} final runs are trained and evaluated; the others show — "
+        "and the claims use the seeds finished so far. Run the same command without --report "
+        "to go on.\n\n",
+        n_done, n_final);
   const bool has_lm = suite.has_task("lm"), has_gp = suite.has_task("gp");
   if (has_lm)
     md += fmt::format(
@@ -954,7 +1003,8 @@ Report make_report(const Suite& suite, const std::vector<RunPlan>& plans, const 
       for (const auto& [k, v] : p.lr_search)
         cells += fmt::format("{}{}: {}", cells.empty() ? "" : ", ", k,
                              v ? fmt::format("{:.3f}", *v) : "diverged");
-      md += fmt::format("| {} | {} (chose {}) |\n", p.run->name, cells, lr_text(p.lr));
+      md += fmt::format("| {} | {} ({}) |\n", p.run->name, cells,
+                        p.lr > 0 ? "chose " + lr_text(p.lr) : "not chosen yet");
     }
     md += "\n";
   }
@@ -972,7 +1022,8 @@ Report make_report(const Suite& suite, const std::vector<RunPlan>& plans, const 
       for (const auto& [k, v] : p.lr_search)
         cells += fmt::format("{}{}: {}", cells.empty() ? "" : ", ", k,
                              v ? fmt::format("{:.4f}", *v) : "diverged");
-      md += fmt::format("| {} | {} (chose {}) |\n", p.run->name, cells, lr_text(p.lr));
+      md += fmt::format("| {} | {} ({}) |\n", p.run->name, cells,
+                        p.lr > 0 ? "chose " + lr_text(p.lr) : "not chosen yet");
     }
     md += "\n";
   }
@@ -1213,6 +1264,7 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
     int jobs = 1;
     std::vector<std::string> eval_text;
     bool plan_only = false;
+    bool report_only = false;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* app = root.add_subcommand(
@@ -1227,6 +1279,10 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
   app->add_option("--eval-text", f->eval_text,
                   "Also evaluate every final run on this text file (repeatable)");
   app->add_flag("--plan", f->plan_only, "Print the plan (with the timed steps) and stop");
+  app->add_flag("--report", f->report_only,
+                "Write the report from the jobs finished so far and run nothing (results.md says "
+                "how many final runs it holds)")
+      ->excludes("--plan");
   const GlobalOptions* g = &global;
   auto run = [f, g]() {
     const auto wall_start = Clock::now();
@@ -1287,6 +1343,7 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
         const GpSpec t = make_gp(suite, r, "time " + r.name,
                                  fmt::format("{}/plan/{}-t{}", out, r.name, suite.gp.threads), 3,
                                  r.lr.empty() ? 1e-3 : r.lr.front(), 1, 0, false);
+        if (f->report_only) continue;  // runs nothing, writes nothing but the report
         if (auto j = gp_job(t, suite.gp, 0)) {
           j->est_s = 1;
           timing.push_back(*j);
@@ -1303,6 +1360,7 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
                                fmt::format("{}/plan/{}-t{}", out, r.name, threads), 3 * p.per_step,
                                r.lr.empty() ? 1e-3 : r.lr.front(), suite.lr_min_ratio, 1, 1,
                                {fmt::format("train.eval_tokens={}", p.per_step)});
+      if (f->report_only) continue;
       if (auto j = train_job(t, 0)) {
         j->est_s = 1;
         timing.push_back(*j);
@@ -1310,7 +1368,7 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
         reused_timings.push_back(r.name);
       }
     }
-    if (!timing.empty()) {
+    if (!timing.empty() && !f->report_only) {
       fmt::print("timing 3 training steps of each run ({} thread(s) each)...\n", threads);
       std::fflush(stdout);
     }
@@ -1412,31 +1470,34 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
     }
     double load[3] = {0, 0, 0};
     getloadavg(load, 3);
-    fmt::print("suite {} ({}) -> {}\n{}\n\n", suite.name, suite.path, out, suite.description);
-    if (suite.has_task("lm")) fmt::print("{}\n", table);
-    if (suite.has_task("gp"))
+    if (!f->report_only) {
+      fmt::print("suite {} ({}) -> {}\n{}\n\n", suite.name, suite.path, out, suite.description);
+      if (suite.has_task("lm")) fmt::print("{}\n", table);
+      if (suite.has_task("gp"))
+        fmt::print(
+            "{}(GP jobs: {} thread(s) each; their validation and test sets are scored inside the "
+            "job, in its estimate)\n\n",
+            gp_table, suite.gp.threads);
+      std::string timed_when;
+      if (reused_timings.empty()) {
+        timed_when = fmt::format("timed now (load average {:.2f})", load[0]);
+      } else {
+        timed_when = fmt::format(
+            "{} of {} timed by an earlier invocation and reused ({}; delete {}/plan to time them "
+            "again), "
+            "load average now {:.2f}",
+            reused_timings.size(), plans.size(), fmt::join(reused_timings, ", "), out, load[0]);
+      }
       fmt::print(
-          "{}(GP jobs: {} thread(s) each; their validation and test sets are scored inside the "
-          "job, in its estimate)\n\n",
-          gp_table, suite.gp.threads);
-    std::string timed_when;
-    if (reused_timings.empty()) {
-      timed_when = fmt::format("timed now (load average {:.2f})", load[0]);
-    } else {
-      timed_when = fmt::format(
-          "{} of {} timed by an earlier invocation and reused ({}; delete {}/plan to time them "
-          "again), "
-          "load average now {:.2f}",
-          reused_timings.size(), plans.size(), fmt::join(reused_timings, ", "), out, load[0]);
+          "estimated time: {} (learning-rate search {}, final runs {}, evaluations {}), {} job(s) "
+          "x "
+          "{} "
+          "thread(s), from 3 training steps per run: {}\n",
+          format_duration((search_s + final_s + eval_s) / f->jobs),
+          format_duration(search_s / f->jobs), format_duration(final_s / f->jobs),
+          format_duration(eval_s / f->jobs), f->jobs, threads, timed_when);
+      std::fflush(stdout);
     }
-    fmt::print(
-        "estimated time: {} (learning-rate search {}, final runs {}, evaluations {}), {} job(s) x "
-        "{} "
-        "thread(s), from 3 training steps per run: {}\n",
-        format_duration((search_s + final_s + eval_s) / f->jobs),
-        format_duration(search_s / f->jobs), format_duration(final_s / f->jobs),
-        format_duration(eval_s / f->jobs), f->jobs, threads, timed_when);
-    std::fflush(stdout);
     if (f->plan_only) return 0;
 
     // 2. Learning rates.
@@ -1455,6 +1516,7 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
               make_gp(suite, r, fmt::format("lr {} {}", r.name, lr_text(lr)),
                       fmt::format("{}/lr/{}/lr-{}", out, r.name, lr_text(lr)),
                       suite.gp.search_steps, lr, r.seeds.front(), suite.gp.val_seqs, false);
+          if (f->report_only) continue;
           if (auto j = gp_job(t, suite.gp, gp_search_job_s(p))) search.push_back(*j);
         }
         continue;
@@ -1464,6 +1526,7 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
             make_train(r, suite.data, fmt::format("lr {} {}", r.name, lr_text(lr)),
                        fmt::format("{}/lr/{}/lr-{}", out, r.name, lr_text(lr)),
                        suite.lr_search_tokens, lr, suite.lr_min_ratio, r.seeds.front(), 1);
+        if (f->report_only) continue;
         if (auto j = train_job(t, p.s_per_token)) search.push_back(*j);
       }
     }
@@ -1472,9 +1535,17 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
       const SuiteRun& r = *p.run;
       if (!r.lr_from.empty() || r.lr.size() == 1) continue;
       double best = std::numeric_limits<double>::infinity();
+      bool grid_done = true;  // false only with --report, before the search has finished
       for (double lr : r.lr) {
         const std::string dir = fmt::format("{}/lr/{}/lr-{}", out, r.name, lr_text(lr));
         std::optional<double> v;
+        const bool done =
+            p.gp ? fs::exists(gp_result_path(dir))
+                 : (train_status(dir) == "completed" || train_status(dir) == "diverged");
+        if (!done) {
+          grid_done = false;
+          continue;
+        }
         if (p.gp) {
           // The validation RMSE against the posterior mean (a diverged value has none).
           const auto s = read_json(gp_result_path(dir));
@@ -1493,6 +1564,10 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
           p.lr = lr;
         }
       }
+      if (!grid_done) {
+        p.lr = 0;  // not chosen yet: the report shows the grid values finished so far
+        continue;
+      }
       CEMFRAC_CHECK(p.lr > 0, "run '{}': every learning rate of the grid diverged", r.name);
     }
     for (RunPlan& p : plans)
@@ -1500,68 +1575,86 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
         for (const RunPlan& q : plans)
           if (q.run->name == p.run->lr_from) p.lr = q.lr;
 
-    // 3. Final runs.
+    // 3. Final runs, each evaluated (4) as soon as it is trained: the evaluation split, every
+    // test-time variant and every eval text. A run's folder is then finished on its own, so it
+    // can be kept without its checkpoints (a committed suite) and is reused as it is.
+    auto eval_jobs = [&](const RunPlan& p, uint64_t seed, const std::string& dir) {
+      std::vector<Job> evals;
+      auto add = [&](const std::string& label, const std::string& path,
+                     std::vector<std::string> args, double tokens) {
+        if (fs::exists(path)) return;
+        Job j;
+        j.label = label;
+        j.capture = path;
+        j.log = dir + "/eval.log";
+        j.est_s = tokens * p.s_per_token;
+        j.args = {"eval", "--checkpoint", dir, "--json"};
+        j.args.insert(j.args.end(), args.begin(), args.end());
+        evals.push_back(j);
+      };
+      const std::string data = suite.data + ":" + suite.eval_split;
+      add(fmt::format("eval {} s{}", p.run->name, seed), eval_path(dir, suite.eval_split, ""),
+          {"--data", data}, eval_cost_tokens);
+      for (const SuiteVariant& v : p.run->variants) {
+        std::vector<std::string> args = {"--data", data};
+        for (const std::string& s : v.sets) {
+          args.push_back("--set");
+          args.push_back(s);
+        }
+        add(fmt::format("eval {} s{} {}", p.run->name, seed, v.name),
+            eval_path(dir, suite.eval_split, v.name), args, eval_cost_tokens);
+      }
+      for (const std::string& t : suite.eval_text)
+        add(fmt::format("eval {} s{} {}", p.run->name, seed, stem(t)), text_eval_path(dir, t),
+            {"--text", t}, static_cast<double>(fs::file_size(t)) / 2);
+      return evals;
+    };
     std::vector<Job> finals;
     for (const RunPlan& p : plans) {
+      if (f->report_only) break;
       for (uint64_t seed : p.run->seeds) {
-        if (p.gp) {
+        if (p.gp) {  // a GP job evaluates its model itself
           const GpSpec t = make_gp(suite, *p.run, fmt::format("{} s{}", p.run->name, seed),
                                    fmt::format("{}/final/{}/seed-{}", out, p.run->name, seed),
                                    p.run->gp.steps, p.lr, seed, suite.gp.val_seqs, true);
           if (auto j = gp_job(t, suite.gp, gp_final_job_s(p))) finals.push_back(*j);
           continue;
         }
-        TrainSpec t = make_train(*p.run, suite.data, fmt::format("{} s{}", p.run->name, seed),
-                                 fmt::format("{}/final/{}/seed-{}", out, p.run->name, seed),
+        const std::string dir = fmt::format("{}/final/{}/seed-{}", out, p.run->name, seed);
+        TrainSpec t = make_train(*p.run, suite.data, fmt::format("{} s{}", p.run->name, seed), dir,
                                  p.run->tokens, p.lr, suite.lr_min_ratio, seed, suite.val_points);
-        if (auto j = train_job(t, p.s_per_token)) finals.push_back(*j);
+        if (auto j = train_job(t, p.s_per_token)) {
+          j->then = eval_jobs(p, seed, dir);
+          finals.push_back(*j);
+          continue;
+        }
+        if (train_status(dir) != "completed") continue;  // diverged: reported as such
+        std::vector<Job> evals = eval_jobs(p, seed, dir);
+        CEMFRAC_CHECK(evals.empty() || has_checkpoint(dir),
+                      "{} is trained but has no checkpoint left to evaluate ({} missing; a suite "
+                      "kept without its checkpoints): remove that directory to train it again",
+                      dir, evals.front().capture);
+        finals.insert(finals.end(), evals.begin(), evals.end());
       }
     }
-    runner.run(finals, "final");
+    if (!f->report_only) runner.run(finals, "final");
 
-    // 4. Evaluations.
-    std::vector<Job> evals;
-    for (const RunPlan& p : plans) {
-      if (p.gp) continue;  // a GP job evaluates its model itself
+    // 5. Report. A final run is finished when it is trained (or diverged) and evaluated.
+    int64_t n_final = 0, n_finished = 0;
+    for (const RunPlan& p : plans)
       for (uint64_t seed : p.run->seeds) {
         const std::string dir = fmt::format("{}/final/{}/seed-{}", out, p.run->name, seed);
-        if (train_status(dir) != "completed") continue;  // diverged: reported as such
-        auto add = [&](const std::string& label, const std::string& path,
-                       std::vector<std::string> args, double tokens) {
-          if (fs::exists(path)) return;
-          Job j;
-          j.label = label;
-          j.capture = path;
-          j.log = dir + "/eval.log";
-          j.est_s = tokens * p.s_per_token;
-          j.args = {"eval", "--checkpoint", dir, "--json"};
-          j.args.insert(j.args.end(), args.begin(), args.end());
-          evals.push_back(j);
-        };
-        const std::string data = suite.data + ":" + suite.eval_split;
-        add(fmt::format("eval {} s{}", p.run->name, seed), eval_path(dir, suite.eval_split, ""),
-            {"--data", data}, eval_cost_tokens);
-        for (const SuiteVariant& v : p.run->variants) {
-          std::vector<std::string> args = {"--data", data};
-          for (const std::string& s : v.sets) {
-            args.push_back("--set");
-            args.push_back(s);
-          }
-          add(fmt::format("eval {} s{} {}", p.run->name, seed, v.name),
-              eval_path(dir, suite.eval_split, v.name), args, eval_cost_tokens);
-        }
-        for (const std::string& t : suite.eval_text)
-          add(fmt::format("eval {} s{} {}", p.run->name, seed, stem(t)), text_eval_path(dir, t),
-              {"--text", t}, static_cast<double>(fs::file_size(t)) / 2);
+        ++n_final;
+        const std::string st = train_status(dir);
+        n_finished +=
+            p.gp ? fs::exists(gp_result_path(dir))
+                 : st == "diverged" || (st == "completed" && eval_jobs(p, seed, dir).empty());
       }
-    }
-    runner.run(evals, "eval");
-
-    // 5. Report.
     std::string command = "cemfrac";
     if (g->threads > 0) command += fmt::format(" --threads {}", g->threads);
     command += " compare --suite " + f->suite;
     if (!f->out.empty()) command += " --out " + f->out;
+    if (f->report_only) command += " --report";
     if (f->jobs != 1) command += fmt::format(" --jobs {}", f->jobs);
     for (const std::string& t : f->eval_text) command += " --eval-text " + t;
     const std::string commit = build_commit();  // the binary's, not the working directory's
@@ -1571,6 +1664,8 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
         {"date", utc_now()},
         {"commit", commit},
         {"version", CEMFRAC_VERSION},
+        {"final_runs", n_final},
+        {"final_runs_finished", n_finished},
         {"wall_time",
          format_duration(seconds_since(wall_start)) +
              " (jobs already finished by an earlier invocation were reused, not timed)"}};

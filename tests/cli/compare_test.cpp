@@ -570,6 +570,67 @@ TEST(CompareCli, TinySuiteEndToEndThenReused) {
   EXPECT_EQ(r.out.find("timed now"), std::string::npos) << r.out;
   EXPECT_EQ(j["provenance"]["commit"], commit) << j.dump();
 
+  // Each final run was evaluated as soon as it was trained (with --jobs 1: the first run's
+  // evaluation is older than the last run's training), so a run's folder is finished on its own.
+  EXPECT_LE(fs::last_write_time(out + "/final/llama/seed-1/eval-test.json"),
+            fs::last_write_time(out + "/final/cem/seed-2/metrics.jsonl"));
+
+  // The suite kept without any checkpoint (as committed to a repository) is reused as it is.
+  const std::string kept = root + "/kept";
+  fs::copy(out, kept, fs::copy_options::recursive);
+  int removed = 0;
+  for (auto it = fs::recursive_directory_iterator(kept); it != fs::recursive_directory_iterator();
+       ++it) {
+    if (it->is_directory() && it->path().filename() == "checkpoints") {
+      fs::remove_all(it->path());
+      it.disable_recursion_pending();
+      ++removed;
+    }
+  }
+  ASSERT_GE(removed, 4);  // 4 final runs at least (and the grid and timing runs)
+  // ... except one final run stopped midway: its folder has a summary that says so, metrics and a
+  // log, but no checkpoint, and no evaluation.
+  const std::string cut = kept + "/final/cem/seed-2";
+  test::write_file(cut + "/summary.json", "{\"status\": \"interrupted\"}\n");
+  for (const auto& e : fs::directory_iterator(cut))
+    if (e.path().filename().string().rfind("eval-", 0) == 0) fs::remove(e.path());
+  // --report runs nothing and says what it holds.
+  r = test::run_cemfrac({"--threads", "1", "compare", "--suite", suite, "--out", kept, "--report",
+                         "--eval-text", text});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("Partial report:** 3 of 4 final runs"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("estimated time"), std::string::npos) << r.out;
+  const auto partial = nlohmann::json::parse(test::read_file(kept + "/results.json"));
+  EXPECT_EQ(partial["provenance"]["final_runs_finished"], 3);
+  EXPECT_EQ(partial["runs"][0]["seeds"], j["runs"][0]["seeds"]);
+  EXPECT_TRUE(partial["runs"][1]["seeds"][1]["test_loss"].is_null());
+  EXPECT_FALSE(fs::exists(cut + "/checkpoints"));
+  // Going on: the stopped run starts again from step 0 in a clean folder (one trainer start in its
+  // log, its metrics from step 1) and, with the same seed, ends where it ended the first time;
+  // nothing else runs again.
+  const std::string kept_log = test::read_file(kept + "/final/llama/seed-1/train.log");
+  r = test::run_cemfrac(
+      {"--threads", "1", "compare", "--suite", suite, "--out", kept, "--eval-text", text});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(count(test::read_file(cut + "/train.log"), "== cemfrac"), 1);
+  EXPECT_EQ(test::read_file(kept + "/final/llama/seed-1/train.log"), kept_log);
+  const auto again = nlohmann::json::parse(test::read_file(kept + "/results.json"));
+  ASSERT_EQ(again["runs"].size(), j["runs"].size());
+  for (size_t i = 0; i < j["runs"].size(); ++i)
+    for (size_t k = 0; k < j["runs"][i]["seeds"].size(); ++k)
+      for (const char* key :
+           {"val_loss", "test_loss", "val_curve", "variant_loss", "text_loss", "diverged"})
+        EXPECT_EQ(again["runs"][i]["seeds"][k][key], j["runs"][i]["seeds"][k][key])
+            << i << " " << k << " " << key;
+  EXPECT_EQ(again["provenance"]["final_runs_finished"], 4);
+  EXPECT_EQ(test::read_file(kept + "/results.md").find("Partial report"), std::string::npos);
+  // A trained run whose evaluation is missing and whose checkpoint is gone is a clear refusal.
+  fs::remove_all(cut + "/checkpoints");
+  fs::remove(cut + "/eval-test.json");
+  test::expect_one_line_error(test::run_cemfrac({"--threads", "1", "compare", "--suite", suite,
+                                                 "--out", kept, "--eval-text", text}),
+                              "no checkpoint left to evaluate");
+
   // A changed budget is refused, naming the directory, rather than mixing settings.
   std::string changed = tiny_suite(data);
   changed.replace(changed.find("tokens = 256"), 12, "tokens = 320");
