@@ -70,6 +70,26 @@ void causal_attention_backward_cpu(const at::Tensor& q, const at::Tensor& k, con
                                    const at::Tensor& p, const at::Tensor& d_out, bool tied,
                                    const at::Tensor& dq, const at::Tensor& dk,
                                    const at::Tensor& dv);
+// The same attention with one logit bias shared by every head, and the heads' probabilities summed
+// and read out once (CEM attention's shared D+LR diagonal; ops/causal_attention.h):
+//   P_k = softmax((q_k k_k^T + a b^T) / sqrt(d_h) + causal mask),  out_k = P_k v_k,
+//   psum = sum_k P_k,  read = psum r.
+// a, b (B, N, E) and r (B, N, F) contiguous. Writes p (B, H, N, N) and psum (B, N, N) (rows past
+// each query's last key left unwritten beyond the query block, as above), out (B, N, H, d_h) and
+// read (B, N, F), contiguous. Parallel over the batch rows, every head of a row on its thread.
+void causal_attention_shared_bias_forward_cpu(const at::Tensor& q, const at::Tensor& k,
+                                              const at::Tensor& v, const at::Tensor& a,
+                                              const at::Tensor& b, const at::Tensor& r,
+                                              const at::Tensor& p, const at::Tensor& psum,
+                                              const at::Tensor& out, const at::Tensor& read);
+// Its backward from d_out (B, N, H, d_h) and d_read (B, N, F), contiguous: dq, dk, dv as above;
+// da, db, dr contiguous like a, b, r (b and r may be one tensor: their gradients come separately).
+void causal_attention_shared_bias_backward_cpu(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& a,
+    const at::Tensor& b, const at::Tensor& r, const at::Tensor& p, const at::Tensor& psum,
+    const at::Tensor& d_out, const at::Tensor& d_read, bool tied, const at::Tensor& dq,
+    const at::Tensor& dk, const at::Tensor& dv, const at::Tensor& da, const at::Tensor& db,
+    const at::Tensor& dr);
 
 // Rotary position embedding, one pass, float or double (cemfrac/kernels/cpu/rope_cpu.cpp):
 // y = R x, or R^T x when inverse, with R rotating each pair (x_i, x_{i + d_h/2}) of a head vector

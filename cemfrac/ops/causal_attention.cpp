@@ -56,7 +56,86 @@ class FusedCausalAttention : public torch::autograd::Function<FusedCausalAttenti
   }
 };
 
+// The shared-bias variant over kernels::causal_attention_shared_bias_{forward,backward}_cpu.
+// Returns out (B, N, H, d_h) contiguous and read (B, N, F).
+class FusedSharedBiasAttention : public torch::autograd::Function<FusedSharedBiasAttention> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                const at::Tensor& q_in, const at::Tensor& k_in,
+                                                const at::Tensor& v_in, const at::Tensor& a_in,
+                                                const at::Tensor& b_in, const at::Tensor& r_in,
+                                                bool tied) {
+    const at::Tensor q = kernels::attention_rows_cpu(q_in.detach());
+    const at::Tensor k = kernels::attention_rows_cpu(k_in.detach());
+    const at::Tensor v = tied ? k : kernels::attention_rows_cpu(v_in.detach());
+    const at::Tensor a = a_in.detach().contiguous(), b = b_in.detach().contiguous(),
+                     r = r_in.detach().contiguous();
+    const int64_t B = q.size(0), H = q.size(1), N = q.size(2), d_h = q.size(3);
+    at::Tensor p = at::empty({B, H, N, N}, q.options());
+    at::Tensor psum = at::empty({B, N, N}, q.options());
+    at::Tensor out = at::empty({B, N, H, d_h}, q.options());
+    at::Tensor read = at::empty({B, N, r.size(2)}, q.options());
+    kernels::causal_attention_shared_bias_forward_cpu(q, k, v, a, b, r, p, psum, out, read);
+    ctx->save_for_backward({q, k, v, a, b, r});
+    ctx->saved_data["p"] = p;
+    ctx->saved_data["psum"] = psum;
+    ctx->saved_data["tied"] = tied;
+    return {out, read};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2];
+    const at::Tensor &a = saved[3], &b = saved[4], &r = saved[5];
+    const at::Tensor p = ctx->saved_data["p"].toTensor();
+    const at::Tensor psum = ctx->saved_data["psum"].toTensor();
+    const bool tied = ctx->saved_data["tied"].toBool();
+    const int64_t B = q.size(0), H = q.size(1), N = q.size(2), d_h = q.size(3);
+    const at::Tensor d_out =
+        grads[0].defined() ? grads[0].contiguous() : at::zeros({B, N, H, d_h}, q.options());
+    const at::Tensor d_read =
+        grads[1].defined() ? grads[1].contiguous() : at::zeros({B, N, r.size(2)}, q.options());
+    at::Tensor dq = at::empty_like(q), dk = at::empty_like(k);
+    at::Tensor dv = tied ? dk : at::empty_like(v);
+    at::Tensor da = at::empty_like(a), db = at::empty_like(b), dr = at::empty_like(r);
+    kernels::causal_attention_shared_bias_backward_cpu(q, k, v, a, b, r, p, psum, d_out, d_read,
+                                                       tied, dq, dk, dv, da, db, dr);
+    return {dq, dk, tied ? at::Tensor() : dv, da, db, dr, at::Tensor()};
+  }
+};
+
 }  // namespace
+
+AttentionWithRead causal_attention_shared_bias(const at::Tensor& q, const at::Tensor& k,
+                                               const at::Tensor& v, const at::Tensor& a,
+                                               const at::Tensor& b, const at::Tensor& r,
+                                               int64_t offset) {
+  const int64_t N = q.size(2), T = k.size(2);
+  if (offset == 0 && N == T && q.device().is_cpu() &&
+      (q.scalar_type() == at::kFloat || q.scalar_type() == at::kDouble)) {
+    const auto o = FusedSharedBiasAttention::apply(q, k, v, a, b, r, v.is_same(k));
+    return {o[0].permute({0, 2, 1, 3}), o[1]};  // out as a (B, H, N, d_h) view
+  }
+  return causal_attention_shared_bias_reference(q, k, v, a, b, r, offset);
+}
+
+AttentionWithRead causal_attention_shared_bias_reference(const at::Tensor& q, const at::Tensor& k,
+                                                         const at::Tensor& v, const at::Tensor& a,
+                                                         const at::Tensor& b, const at::Tensor& r,
+                                                         int64_t offset) {
+  const int64_t H = q.size(1), N = q.size(2), d_h = q.size(3);
+  const int64_t H_kv = k.size(1), T = k.size(2);
+  const at::Tensor kk = k.repeat_interleave(H / H_kv, 1), vv = v.repeat_interleave(H / H_kv, 1);
+  at::Tensor scores =
+      at::matmul(q, kk.transpose(-2, -1)) + at::matmul(a, b.transpose(-2, -1)).unsqueeze(1);
+  scores = scores / std::sqrt(double(d_h));  // (B, H, N, T)
+  const at::Tensor hidden =
+      at::ones({N, T}, at::TensorOptions().dtype(at::kBool).device(q.device())).triu(offset + 1);
+  scores = scores.masked_fill(hidden, -std::numeric_limits<double>::infinity());
+  const at::Tensor probs = at::softmax(scores, -1);
+  return {at::matmul(probs, vv), at::matmul(probs.sum(1), r)};
+}
 
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             int64_t offset) {

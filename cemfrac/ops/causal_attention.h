@@ -28,4 +28,27 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
 at::Tensor causal_attention_reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                       int64_t offset);
 
+// Causal attention with one logit bias a b^T shared by every head, and the heads' probabilities
+// summed and read out once against r (CEM attention's shared D+LR diagonal, docs/layers/cem.md):
+//
+//   P_k = softmax((q_k k_k^T + a b^T) / sqrt(d_h) + causal mask),   out_k = P_k v_k,
+//   read = (sum_k P_k) r
+//
+// q, k, v as for causal_attention; a (B, N, E) at the queries' positions, b (B, T, E) and r
+// (B, T, F) at the keys'. Returns out (B, H, N, d_h) and read (B, N, F). Full sequences in
+// float32/64 on the CPU take the fused kernel (kernels/cpu/attention_cpu.cpp: the (N, T) bias is
+// made once per query block and never stored, the summed probabilities are read out block by
+// block); anything else runs the reference.
+struct AttentionWithRead {
+  at::Tensor out, read;
+};
+AttentionWithRead causal_attention_shared_bias(const at::Tensor& q, const at::Tensor& k,
+                                               const at::Tensor& v, const at::Tensor& a,
+                                               const at::Tensor& b, const at::Tensor& r,
+                                               int64_t offset);
+AttentionWithRead causal_attention_shared_bias_reference(const at::Tensor& q, const at::Tensor& k,
+                                                         const at::Tensor& v, const at::Tensor& a,
+                                                         const at::Tensor& b, const at::Tensor& r,
+                                                         int64_t offset);
+
 }  // namespace cemfrac

@@ -84,5 +84,128 @@ TEST(CausalAttention, FusedBackwardMatchesCentralDifferences) {
   }
 }
 
+// ---- the shared-bias variant (CEM's shared D+LR diagonal)
+
+struct BiasInputs {
+  at::Tensor q, k, v, a, b, r;
+};
+
+// q (B, H, N, d_h), k and v (B, H_kv, T, d_h), a (B, N, E), b (B, T, E), r (B, T, F) in float64
+// that require gradients; tied: v is k; b_is_r: r is b (CEM passes h as both).
+BiasInputs bias_inputs(int64_t B, int64_t H, int64_t H_kv, int64_t N, int64_t T, int64_t E,
+                       int64_t F, bool tied, bool b_is_r, at::TensorOptions o = kF64) {
+  const int64_t d_h = 8;
+  BiasInputs in;
+  in.q = at::randn({B, H, N, d_h}, o).requires_grad_();
+  in.k = at::randn({B, H_kv, T, d_h}, o).requires_grad_();
+  in.v = tied ? in.k : at::randn({B, H_kv, T, d_h}, o).requires_grad_();
+  in.a = at::randn({B, N, E}, o).mul(0.5).requires_grad_();
+  in.b = at::randn({B, T, E}, o).requires_grad_();
+  in.r = b_is_r ? in.b : at::randn({B, T, F}, o).requires_grad_();
+  return in;
+}
+
+std::vector<at::Tensor> leaves(const BiasInputs& in) {
+  std::vector<at::Tensor> out{in.q, in.k};
+  if (!in.v.is_same(in.k)) out.push_back(in.v);
+  out.push_back(in.a);
+  out.push_back(in.b);
+  if (!in.r.is_same(in.b)) out.push_back(in.r);
+  return out;
+}
+
+TEST(CausalAttentionSharedBias, FusedEqualsTheReferenceInValuesAndGradients) {
+  at::manual_seed(4);
+  struct Case {
+    int64_t B, H, H_kv, N, E, F;
+    bool tied, b_is_r;
+  };
+  // One query block and several (64 rows each), grouped-query heads, tied values (CEM), r = b
+  // (CEM) and r apart with another width.
+  for (const Case& c : std::vector<Case>{{2, 4, 4, 9, 6, 6, true, true},
+                                         {3, 4, 2, 70, 5, 7, false, false},
+                                         {2, 2, 2, 130, 16, 16, true, true},
+                                         {1, 3, 3, 64, 4, 3, true, false}}) {
+    const BiasInputs in = bias_inputs(c.B, c.H, c.H_kv, c.N, c.N, c.E, c.F, c.tied, c.b_is_r);
+    const auto y = causal_attention_shared_bias(in.q, in.k, in.v, in.a, in.b, in.r, 0);
+    const auto ref = causal_attention_shared_bias_reference(in.q, in.k, in.v, in.a, in.b, in.r, 0);
+    // The fused kernel ran (not the reference it is compared with).
+    ASSERT_NE(y.read.grad_fn()->name().find("FusedSharedBiasAttention"), std::string::npos)
+        << y.read.grad_fn()->name();
+    EXPECT_TRUE(at::allclose(y.out, ref.out, 1e-12, 1e-12)) << c.N;
+    EXPECT_TRUE(at::allclose(y.read, ref.read, 1e-12, 1e-12)) << c.N;
+    const at::Tensor up = at::randn_like(ref.out), up_r = at::randn_like(ref.read);
+    const auto gy = torch::autograd::grad({(y.out * up).sum() + (y.read * up_r).sum()}, leaves(in));
+    const auto gr =
+        torch::autograd::grad({(ref.out * up).sum() + (ref.read * up_r).sum()}, leaves(in));
+    for (size_t i = 0; i < gy.size(); ++i)
+      EXPECT_TRUE(at::allclose(gy[i], gr[i], 1e-11, 1e-11)) << "input " << i << " at N " << c.N;
+  }
+}
+
+TEST(CausalAttentionSharedBias, ZeroBiasIsPlainAttentionAndReadIsTheSummedProbabilities) {
+  at::manual_seed(5);
+  const int64_t B = 2, H = 3, N = 80, E = 4;
+  BiasInputs in = bias_inputs(B, H, H, N, N, E, N, true, false);
+  const at::Tensor zero = at::zeros({B, N, E}, kF64);
+  const at::Tensor eye = at::eye(N, kF64).expand({B, N, N}).contiguous();  // read = sum_k P_k
+  const auto y = causal_attention_shared_bias(in.q, in.k, in.v, zero, in.b, eye, 0);
+  EXPECT_TRUE(at::allclose(y.out, causal_attention(in.q, in.k, in.v, 0), 1e-13, 1e-13));
+  // Rows of the summed probabilities: H each, nothing past the diagonal.
+  EXPECT_TRUE(at::allclose(y.read.sum(-1), at::full({B, N}, double(H), kF64), 1e-12, 1e-12));
+  EXPECT_EQ(y.read.triu(1).abs().max().item<double>(), 0.0);
+}
+
+TEST(CausalAttentionSharedBias, ContinuationAgainstACacheEqualsTheFullSequence) {
+  at::manual_seed(6);
+  const int64_t B = 2, H = 2, T = 12, N = 3, E = 5;
+  const BiasInputs in = bias_inputs(B, H, H, T, T, E, E, true, true);
+  const auto full = causal_attention_shared_bias(in.q, in.k, in.v, in.a, in.b, in.r, 0);
+  const auto last = causal_attention_shared_bias(in.q.narrow(2, T - N, N), in.k, in.v,
+                                                 in.a.narrow(1, T - N, N), in.b, in.r, T - N);
+  EXPECT_TRUE(at::allclose(last.out, full.out.narrow(2, T - N, N), 1e-12, 1e-12));
+  EXPECT_TRUE(at::allclose(last.read, full.read.narrow(1, T - N, N), 1e-12, 1e-12));
+}
+
+TEST(CausalAttentionSharedBias, Float32FusedPathIsCloseToTheReference) {
+  at::manual_seed(7);
+  const BiasInputs in = bias_inputs(2, 4, 4, 100, 100, 16, 16, true, true, at::TensorOptions());
+  const auto y = causal_attention_shared_bias(in.q, in.k, in.v, in.a, in.b, in.r, 0);
+  const auto ref = causal_attention_shared_bias_reference(in.q, in.k, in.v, in.a, in.b, in.r, 0);
+  // float32: dot products of at most 100 terms of O(1) values and logits of O(10) carry errors of
+  // about 100 x 2^-24 x 10 = 6e-5 at worst, so 1e-4 (absolute and relative) bounds them.
+  EXPECT_TRUE(at::allclose(y.out, ref.out, 1e-4, 1e-4));
+  EXPECT_TRUE(at::allclose(y.read, ref.read, 1e-4, 1e-4));
+}
+
+TEST(CausalAttentionSharedBias, FusedBackwardMatchesCentralDifferences) {
+  at::manual_seed(8);
+  const BiasInputs in = bias_inputs(2, 2, 1, 5, 5, 3, 2, false, false);
+  std::vector<at::Tensor> base;
+  for (const at::Tensor& t : {in.q, in.k, in.v, in.a, in.b, in.r}) base.push_back(t.detach());
+  const at::Tensor up = at::randn({2, 2, 5, 8}, kF64), up_r = at::randn({2, 5, 2}, kF64);
+  auto loss = [&](const std::vector<at::Tensor>& x) {
+    const auto y = causal_attention_shared_bias(x[0], x[1], x[2], x[3], x[4], x[5], 0);
+    return (y.out * up).sum() + (y.read * up_r).sum();
+  };
+  std::vector<at::Tensor> vars;
+  for (const at::Tensor& t : base) vars.push_back(t.clone().requires_grad_());
+  const auto g = torch::autograd::grad({loss(vars)}, vars);
+  const double h = 1e-6;
+  for (size_t which = 0; which < base.size(); ++which) {
+    for (int64_t i = 0; i < base[which].numel(); ++i) {
+      std::vector<at::Tensor> plus, minus;
+      for (const at::Tensor& t : base) {
+        plus.push_back(t.clone());
+        minus.push_back(t.clone());
+      }
+      plus[which].view({-1})[i] += h;
+      minus[which].view({-1})[i] -= h;
+      const double numeric = (loss(plus) - loss(minus)).item<double>() / (2 * h);
+      EXPECT_NEAR(g[which].reshape({-1})[i].item<double>(), numeric, 1e-7) << which << " " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cemfrac

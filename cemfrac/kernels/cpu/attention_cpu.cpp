@@ -370,3 +370,176 @@ void causal_attention_backward_cpu(const at::Tensor& q, const at::Tensor& k, con
 }
 
 }  // namespace cemfrac::kernels
+
+// ---------------------------------------------------------------------------------------------------
+// Causal attention with one logit bias shared by every head (CEM's shared D+LR diagonal, see
+// kernels.h). One item per batch row, its heads in order inside it: the bias block a b^T is
+// computed once per query block and added to every head's scores, and the heads' probabilities are
+// summed into psum in a fixed order (the same bits for any thread count), then read out once
+// against r. Like the plain kernel, query blocks stop at their last visible key, in the D-wide
+// products too.
+
+namespace cemfrac::kernels {
+
+void causal_attention_shared_bias_forward_cpu(const at::Tensor& q, const at::Tensor& k,
+                                              const at::Tensor& v, const at::Tensor& a,
+                                              const at::Tensor& b, const at::Tensor& r,
+                                              const at::Tensor& p, const at::Tensor& psum,
+                                              const at::Tensor& out, const at::Tensor& read) {
+  const int64_t B = q.size(0), H = q.size(1), N = q.size(2), d_h = q.size(3);
+  const int64_t group = H / k.size(1), E = a.size(2), F = r.size(2);
+  const double scale = 1.0 / std::sqrt(double(d_h));
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "fused_causal_attention_shared_bias", [&] {
+    const scalar_t* qp = q.data_ptr<scalar_t>();
+    const scalar_t* kp = k.data_ptr<scalar_t>();
+    const scalar_t* vp = v.data_ptr<scalar_t>();
+    const scalar_t* ap = a.data_ptr<scalar_t>();
+    const scalar_t* bp = b.data_ptr<scalar_t>();
+    const scalar_t* rp = r.data_ptr<scalar_t>();
+    scalar_t* pp = p.data_ptr<scalar_t>();
+    scalar_t* psp = psum.data_ptr<scalar_t>();
+    scalar_t* op = out.data_ptr<scalar_t>();
+    scalar_t* rdp = read.data_ptr<scalar_t>();
+    const int64_t ldq = row_stride(q), ldk = row_stride(k), ldv = row_stride(v), ldo = H * d_h;
+    SerialBlasGuard serial_blas;
+    std::atomic<int64_t> next{0};
+    at::parallel_for(0, claimers(B), 1, [&](int64_t, int64_t) {
+      const int64_t block = std::min(N, kQueryBlock);
+      const std::unique_ptr<scalar_t[]> scratch(new scalar_t[2 * block * N]);
+      scalar_t* s = scratch.get();
+      scalar_t* bias = s + block * N;
+      for (int64_t bi = next++; bi < B; bi = next++) {
+        const scalar_t* a_b = ap + bi * N * E;
+        const scalar_t* b_b = bp + bi * N * E;
+        const scalar_t* r_b = rp + bi * N * F;
+        scalar_t* ps_b = psp + bi * N * N;
+        for (int64_t r0 = 0; r0 < N; r0 += kQueryBlock) {
+          const int64_t r1 = std::min(N, r0 + kQueryBlock), rows = r1 - r0;
+          gemm<scalar_t>(false, true, rows, r1, E, a_b + r0 * E, E, b_b, E, 0, bias, r1);
+          for (int64_t h = 0; h < H; ++h) {
+            const int64_t j = h / group;
+            const scalar_t* q_i = qp + bi * q.stride(0) + h * q.stride(1);
+            const scalar_t* k_j = kp + bi * k.stride(0) + j * k.stride(1);
+            const scalar_t* v_j = vp + bi * v.stride(0) + j * v.stride(1);
+            scalar_t* p_i = pp + (bi * H + h) * N * N;
+            scalar_t* out_i = op + bi * N * H * d_h + h * d_h;
+            std::copy(bias, bias + rows * r1, s);
+            gemm<scalar_t>(false, true, rows, r1, d_h, q_i + r0 * ldq, ldq, k_j, ldk, 1, s, r1);
+            causal_softmax_rows<scalar_t>(s, p_i, r0, r1, N, scale);
+            gemm<scalar_t>(false, false, rows, d_h, r1, p_i + r0 * N, N, v_j, ldv, 0,
+                           out_i + r0 * ldo, ldo);
+            for (int64_t n = r0; n < r1; ++n) {
+              const scalar_t* pr = p_i + n * N;
+              scalar_t* sr = ps_b + n * N;
+              if (h == 0) {
+                std::copy(pr, pr + r1, sr);
+              } else {
+                for (int64_t t = 0; t < r1; ++t) sr[t] += pr[t];
+              }
+            }
+          }
+          // read = psum r over the keys the block sees.
+          gemm<scalar_t>(false, false, rows, F, r1, ps_b + r0 * N, N, r_b, F, 0,
+                         rdp + (bi * N + r0) * F, F);
+        }
+      }
+    });
+  });
+}
+
+void causal_attention_shared_bias_backward_cpu(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& a,
+    const at::Tensor& b, const at::Tensor& r, const at::Tensor& p, const at::Tensor& psum,
+    const at::Tensor& d_out, const at::Tensor& d_read, bool tied, const at::Tensor& dq,
+    const at::Tensor& dk, const at::Tensor& dv, const at::Tensor& da, const at::Tensor& db,
+    const at::Tensor& dr) {
+  const int64_t B = q.size(0), H = q.size(1), N = q.size(2), d_h = q.size(3);
+  const int64_t H_kv = k.size(1), group = H / H_kv, E = a.size(2), F = r.size(2);
+  const double scale = 1.0 / std::sqrt(double(d_h));
+  // As in the plain backward, every block is first written with beta = 0 and then accumulated:
+  // the query blocks run last to first, so the first one (keys 0..N-1) covers every row of the
+  // key-side gradients (dk, dv, db, dr).
+  const int64_t last_r0 = ((N - 1) / kQueryBlock) * kQueryBlock;
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "fused_causal_attention_shared_bias_backward", [&] {
+    const scalar_t* qp = q.data_ptr<scalar_t>();
+    const scalar_t* kp = k.data_ptr<scalar_t>();
+    const scalar_t* vp = v.data_ptr<scalar_t>();
+    const scalar_t* ap = a.data_ptr<scalar_t>();
+    const scalar_t* bp = b.data_ptr<scalar_t>();
+    const scalar_t* rp = r.data_ptr<scalar_t>();
+    const scalar_t* pp = p.data_ptr<scalar_t>();
+    const scalar_t* psp = psum.data_ptr<scalar_t>();
+    const scalar_t* dop = d_out.data_ptr<scalar_t>();
+    const scalar_t* drdp = d_read.data_ptr<scalar_t>();
+    scalar_t* dqp = dq.data_ptr<scalar_t>();
+    scalar_t* dkp = dk.data_ptr<scalar_t>();
+    scalar_t* dvp = dv.data_ptr<scalar_t>();
+    scalar_t* dap = da.data_ptr<scalar_t>();
+    scalar_t* dbp = db.data_ptr<scalar_t>();
+    scalar_t* drp = dr.data_ptr<scalar_t>();
+    const int64_t ldq = row_stride(q), ldk = row_stride(k), ldv = row_stride(v), lddo = H * d_h;
+    const int64_t lddq = row_stride(dq), lddk = row_stride(dk), lddv = row_stride(dv);
+    SerialBlasGuard serial_blas;
+    std::atomic<int64_t> next{0};
+    at::parallel_for(0, claimers(B), 1, [&](int64_t, int64_t) {
+      const int64_t block = std::min(N, kQueryBlock);
+      const std::unique_ptr<scalar_t[]> scratch(new scalar_t[3 * block * N]);
+      scalar_t* ds = scratch.get();
+      scalar_t* dps = ds + block * N;     // d psum of the block
+      scalar_t* dbias = dps + block * N;  // sum over heads of dS
+      for (int64_t bi = next++; bi < B; bi = next++) {
+        const scalar_t* a_b = ap + bi * N * E;
+        const scalar_t* b_b = bp + bi * N * E;
+        const scalar_t* r_b = rp + bi * N * F;
+        const scalar_t* ps_b = psp + bi * N * N;
+        const scalar_t* drd_b = drdp + bi * N * F;
+        scalar_t* da_b = dap + bi * N * E;
+        scalar_t* db_b = dbp + bi * N * E;
+        scalar_t* dr_b = drp + bi * N * F;
+        for (int64_t r0 = last_r0; r0 >= 0; r0 -= kQueryBlock) {
+          const int64_t r1 = std::min(N, r0 + kQueryBlock), rows = r1 - r0;
+          const bool first_block = r1 == N;
+          // The read-out: dpsum = d_read r^T; dr (+)= psum^T d_read.
+          gemm<scalar_t>(false, true, rows, r1, F, drd_b + r0 * F, F, r_b, F, 0, dps, r1);
+          gemm<scalar_t>(true, false, r1, F, rows, ps_b + r0 * N, N, drd_b + r0 * F, F,
+                         first_block ? 0 : 1, dr_b, F);
+          for (int64_t h = 0; h < H; ++h) {
+            const int64_t j = h / group;
+            const scalar_t* k_j = kp + bi * k.stride(0) + j * k.stride(1);
+            const scalar_t* v_j = vp + bi * v.stride(0) + j * v.stride(1);
+            scalar_t* dk_j = dkp + bi * dk.stride(0) + j * dk.stride(1);
+            scalar_t* dv_j = dvp + bi * dv.stride(0) + j * dv.stride(1);
+            const scalar_t* p_i = pp + (bi * H + h) * N * N;
+            const scalar_t* q_i = qp + bi * q.stride(0) + h * q.stride(1);
+            const scalar_t* do_i = dop + bi * N * H * d_h + h * d_h;
+            scalar_t* dq_i = dqp + bi * dq.stride(0) + h * dq.stride(1);
+            const bool first = h == j * group && first_block;
+            const scalar_t* p_blk = p_i + r0 * N;
+            const scalar_t* do_blk = do_i + r0 * lddo;
+            gemm<scalar_t>(true, false, r1, d_h, rows, p_blk, N, do_blk, lddo, first ? 0 : 1, dv_j,
+                           lddv);
+            // dP = dpsum + dO v^T, then dS in place.
+            std::copy(dps, dps + rows * r1, ds);
+            gemm<scalar_t>(false, true, rows, r1, d_h, do_blk, lddo, v_j, ldv, 1, ds, r1);
+            causal_softmax_backward_rows<scalar_t>(ds, p_i, r0, r1, N, scale);
+            gemm<scalar_t>(false, false, rows, d_h, r1, ds, r1, k_j, ldk, 0, dq_i + r0 * lddq,
+                           lddq);
+            gemm<scalar_t>(true, false, r1, d_h, rows, ds, r1, q_i + r0 * ldq, ldq,
+                           first && !tied ? 0 : 1, dk_j, lddk);
+            if (h == 0) {
+              std::copy(ds, ds + rows * r1, dbias);
+            } else {
+              for (int64_t t = 0; t < rows * r1; ++t) dbias[t] += ds[t];
+            }
+          }
+          // The bias a b^T: da = dbias b; db (+)= dbias^T a.
+          gemm<scalar_t>(false, false, rows, E, r1, dbias, r1, b_b, E, 0, da_b + r0 * E, E);
+          gemm<scalar_t>(true, false, r1, E, rows, dbias, r1, a_b + r0 * E, E, first_block ? 0 : 1,
+                         db_b, E);
+        }
+      }
+    });
+  });
+}
+
+}  // namespace cemfrac::kernels

@@ -10,7 +10,9 @@
 // x) h^T instead (h broadcast over the heads, nothing of size H T D materialised per token).
 //
 // D+LR shared adds one (N, T) logit bias beta (delta * x) h^T to every head and reads the diagonal
-// term once: delta * (sum_k P_k) h, so it costs two D-wide matmuls instead of H.
+// term once: delta * (sum_k P_k) h, so it costs two D-wide matmuls instead of H; the bilinear form
+// runs as one op (causal_attention_shared_bias: fused for full sequences), the distance form with
+// explicit logits.
 #include "cemfrac/layers/cem/cem_attention.h"
 
 #include <torch/types.h>
@@ -227,7 +229,15 @@ torch::Tensor CemAttentionImpl::direction(const torch::Tensor& x,
       break;
     }
     case CemDiagonal::kShared: {
-      // Logits beta (q k^T + (delta * x) h^T [+ key bias]), causal mask, softmax over keys.
+      if (!options_.dlr_distance()) {
+        // One op: the bias (delta * x) h^T shared by the heads, and (sum_k P_k) h read once.
+        const AttentionWithRead o =
+            causal_attention_shared_bias(q, c.k, c.v, x * delta, c.h, c.h, c.offset);
+        a = o.out;
+        diag = delta * o.read;
+        break;
+      }
+      // Distance form: logits beta (q k^T + (delta * x) h^T + key bias), causal mask, softmax.
       torch::Tensor scores = torch::matmul(q, c.k.transpose(-2, -1));  // (B, H, N, T)
       scores =
           scores + torch::matmul(x * delta, c.h.transpose(-2, -1)).unsqueeze(1);  // + (B, 1, N, T)
