@@ -259,7 +259,8 @@ class Runner {
       std::ofstream log(job.log, std::ios::app);
       log << "== cemfrac";
       for (size_t i = 1; i < argv_s.size(); ++i) log << ' ' << argv_s[i];
-      log << '\n';
+      // The binary that ran this job: a suite kept across sittings may be trained by several.
+      log << "\n== binary: cemfrac " << CEMFRAC_VERSION << " (commit " << build_commit() << ")\n";
     }
     pid_t pid = 0;
     const int rc = posix_spawn(&pid, exe_.c_str(), &actions, nullptr, argv.data(), environ);
