@@ -88,8 +88,8 @@ const char* type_name() {
     return "int";
   else if constexpr (std::is_floating_point_v<T>)
     return "float";
-  else if constexpr (std::is_same_v<T, std::string>)
-    return "str";
+  else if constexpr (std::is_same_v<T, std::string> || HasEnumNames<T>::value)
+    return "str";  // enum fields travel as their names, as in config.json
   else if constexpr (HasVisitFields<T>::value)
     return "dict";
   else

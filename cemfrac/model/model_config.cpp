@@ -29,6 +29,8 @@ struct JsonWriter {
       T copy = field;
       copy.visit_fields(nested);
       return nested.out;
+    } else if constexpr (HasEnumNames<T>::value) {
+      return json(enum_name(field));  // json(field) would write the number
     } else {
       return json(field);
     }
@@ -77,6 +79,16 @@ struct JsonReader {
   void read(const std::string& key, const json& v, std::string& out) const {
     if (!v.is_string()) wrong_type(key, v, "a string");
     out = v.get<std::string>();
+  }
+  template <typename E, std::enable_if_t<HasEnumNames<E>::value, int> = 0>
+  void read(const std::string& key, const json& v, E& out) const {
+    if (!v.is_string()) wrong_type(key, v, "a string");
+    const std::optional<E> value = enum_from_name<E>(v.get<std::string>());
+    if (!value) {
+      fail("{}: {} = {}: unknown; valid: {}", where, key,
+           v.dump(-1, ' ', false, json::error_handler_t::replace), enum_names_text<E>());
+    }
+    out = *value;
   }
   template <typename T>
   void read(const std::string& key, const json& v, std::vector<T>& out) const {
