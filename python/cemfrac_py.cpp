@@ -156,7 +156,7 @@ class Layer {
     config_ = model_config_from_json(j, source);
     if (family == "mixer") {
       mixer_ = make_mixer(config_, 0, torch::kCPU);
-      if (config_.positions == "rope") {
+      if (config_.positions == Positions::kRope) {
         rope_ = std::make_unique<RotaryEmbedding>(config_.head_dim(), config_.context,
                                                   config_.rope_theta, config_.rope_scaling);
       }

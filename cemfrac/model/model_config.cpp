@@ -224,16 +224,10 @@ std::optional<ConfigProblem> ModelConfig::first_problem() const {
         return p;
     }
   }
-  if (auto p = kind_problem("norm", [&] { parse_norm_kind(norm, "norm"); })) return p;
   if (!positive_finite(norm_eps)) {
     return problem("norm_eps", fmt::format("norm_eps = {}: must be a positive number", norm_eps));
   }
-  if (positions != "learned" && positions != "rope" && positions != "none") {
-    return problem(
-        "positions",
-        fmt::format("positions = \"{}\": unknown; valid: learned, rope, none", positions));
-  }
-  if (positions == "rope" && head_dim() % 2 != 0) {
+  if (positions == Positions::kRope && head_dim() % 2 != 0) {
     return problem(
         "positions",
         fmt::format("positions = \"rope\" needs an even head width, but d_model / n_heads = "
@@ -245,12 +239,7 @@ std::optional<ConfigProblem> ModelConfig::first_problem() const {
                    fmt::format("rope_theta = {}: must be a positive number", rope_theta));
   }
   const RopeScaling& rs = rope_scaling;
-  if (rs.type != "none" && rs.type != "llama3") {
-    return problem(
-        "rope_scaling.type",
-        fmt::format("rope_scaling.type = \"{}\": unknown; valid: none, llama3", rs.type));
-  }
-  if (rs.type == "llama3") {
+  if (rs.type == RopeScalingType::kLlama3) {
     if (!(std::isfinite(rs.factor) && rs.factor >= 1)) {
       return problem("rope_scaling.factor",
                      fmt::format("rope_scaling.factor = {}: must be at least 1", rs.factor));
