@@ -220,7 +220,7 @@ int run_layers(const LayersFlags& flags) {
     if (job.sublayer == "mixer") {
       auto mixer = make_mixer(c, 0, torch::kCPU);
       auto ctx = std::make_unique<MixerContext>();
-      if (c.positions == "rope") {
+      if (c.positions == Positions::kRope) {
         rotaries.push_back(std::make_unique<RotaryEmbedding>(c.head_dim(), c.context, c.rope_theta,
                                                              c.rope_scaling));
         std::tie(ctx->rope_cos, ctx->rope_sin) =

@@ -179,7 +179,7 @@ std::string peer_unsupported(const ModelConfig& m) {
     if (ffn != "swiglu" && ffn != "gelu_mlp" && ffn != "cem_mlp" && ffn != "cffn")
       return fmt::format("layer {} ffn '{}'", l, ffn);
   }
-  if (m.norm == "layernorm" && !m.bias) return "layernorm without bias";
+  if (m.norm == NormKind::kLayerNorm && !m.bias) return "layernorm without bias";
   return "";
 }
 

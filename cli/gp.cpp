@@ -42,7 +42,7 @@ void print_table(const GpExperimentResult& r, const GpExperimentOptions& o) {
       "H = {}, L = {}, M = {}, positions {}\n",
       o.task.n_points, o.task.lengthscale_min, o.task.lengthscale_max, o.task.noise_std,
       o.cem_model.d_model, o.cem_model.n_heads, o.cem_model.n_layers, o.cem_model.d_ff,
-      o.cem_model.positions);
+      enum_name(o.cem_model.positions));
   fmt::print(
       "{} training steps x {} fresh sequences, lr {}; held-out set: {} sequences ({} "
       "targets), seed {}\n\n",
@@ -206,7 +206,8 @@ Command add_gp(CLI::App& root, const GlobalOptions& global) {
     o.train.warmup_steps = std::max<int64_t>(1, o.train.steps / 20);
     o.train.progress = true;
     if (f.layers > 0) o.cem_model.n_layers = o.baseline.n_layers = f.layers;
-    o.cem_model.positions = o.baseline.positions = f.positions;
+    o.cem_model.positions = o.baseline.positions =
+        parse_enum<Positions>(f.positions, "--positions");
     if (f.one) {
       GpRunOptions one;
       one.task = o.task;

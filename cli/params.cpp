@@ -106,7 +106,7 @@ Command add_params(CLI::App& root, const GlobalOptions& global) {
     fmt::print("total            {:>15}\n", with_commas(total));
     fmt::print(
         "non-embedding    {:>15}  (total minus kind embedding: wte{}; an untied head counts)\n",
-        with_commas(non_embedding), config.model.positions == "learned" ? ", wpe" : "");
+        with_commas(non_embedding), config.model.positions == Positions::kLearned ? ", wpe" : "");
     fmt::print("tied             {}\n", tied.empty() ? "none" : tied + " (one tensor)");
     return 0;
   };

@@ -88,8 +88,8 @@ const char* type_name() {
     return "int";
   else if constexpr (std::is_floating_point_v<T>)
     return "float";
-  else if constexpr (std::is_same_v<T, std::string>)
-    return "str";
+  else if constexpr (std::is_same_v<T, std::string> || HasEnumNames<T>::value)
+    return "str";  // enum fields travel as their names, as in config.json
   else if constexpr (HasVisitFields<T>::value)
     return "dict";
   else
@@ -156,7 +156,7 @@ class Layer {
     config_ = model_config_from_json(j, source);
     if (family == "mixer") {
       mixer_ = make_mixer(config_, 0, torch::kCPU);
-      if (config_.positions == "rope") {
+      if (config_.positions == Positions::kRope) {
         rope_ = std::make_unique<RotaryEmbedding>(config_.head_dim(), config_.context,
                                                   config_.rope_theta, config_.rope_scaling);
       }

@@ -27,8 +27,8 @@ inline ModelConfig tiny_model(int64_t vocab_size, int64_t d_ff, int64_t context)
 
 // The GPT-2 flavour of a config: LayerNorm, learned positions, biases, tied head.
 inline ModelConfig gpt2_flavour(ModelConfig c) {
-  c.norm = "layernorm";
-  c.positions = "learned";
+  c.norm = NormKind::kLayerNorm;
+  c.positions = Positions::kLearned;
   c.bias = true;
   c.tie_embeddings = true;
   return c;

@@ -34,15 +34,6 @@ const char* to_string(FfnKind kind) {
   return "?";
 }
 
-const char* to_string(NormKind kind) {
-  switch (kind) {
-    case NormKind::kLayerNorm: return "layernorm";
-    case NormKind::kRmsNorm: return "rmsnorm";
-    case NormKind::kSentinel: break;
-  }
-  return "?";
-}
-
 namespace {
 
 template <typename Kind>
@@ -69,18 +60,12 @@ MixerKind parse_mixer_kind(const std::string& name, const std::string& what) {
 FfnKind parse_ffn_kind(const std::string& name, const std::string& what) {
   return parse_kind<FfnKind>(name, what, "FFN");
 }
-NormKind parse_norm_kind(const std::string& name, const std::string& what) {
-  return parse_kind<NormKind>(name, what, "norm");
-}
 
 std::vector<std::string> mixer_kind_names() {
   return names_of<MixerKind>();
 }
 std::vector<std::string> ffn_kind_names() {
   return names_of<FfnKind>();
-}
-std::vector<std::string> norm_kind_names() {
-  return names_of<NormKind>();
 }
 
 }  // namespace cemfrac

@@ -37,8 +37,8 @@ CemStepOptions cem_step_options(const ModelConfig& c) {
       .precond(c.cem.precond)
       .precond_rank(c.cem.precond_rank)
       .precond_psd(c.cem.precond_psd)
-      .prox(parse_cem_prox(c.cem.prox))
-      .step_norm(c.cem.step_norm == "rms");
+      .prox(c.cem.prox)
+      .step_norm(c.cem.step_norm == CemStepNorm::kRms);
 }
 
 }  // namespace
@@ -49,22 +49,21 @@ std::shared_ptr<MixerImpl> make_mixer(const ModelConfig& c, int64_t layer, torch
       return std::make_shared<MhaImpl>(MhaOptions(c.d_model, c.n_heads)
                                            .n_kv_heads(c.kv_heads())
                                            .bias(c.bias)
-                                           .rope(c.positions == "rope")
+                                           .rope(c.positions == Positions::kRope)
                                            .init_std(c.init_std)
                                            .out_init_std(residual_init_std(c))
                                            .device(device));
     case MixerKind::kCemAttention:
-      return std::make_shared<CemAttentionImpl>(
-          CemAttentionOptions(c.d_model, c.n_heads)
-              .rope(c.positions == "rope")
-              .rope_mode(parse_cem_rope_mode(c.cem.rope_mode))
-              .dlr(parse_cem_diagonal(c.cem.dlr))
-              .dlr_distance(c.cem.dlr_distance)
-              .recursion(parse_cem_recursion(c.cem.recursion))
-              .recursion_keys(parse_cem_recursion_keys(c.cem.recursion_keys))
-              .step(cem_step_options(c))
-              .init_std(c.init_std)
-              .device(device));
+      return std::make_shared<CemAttentionImpl>(CemAttentionOptions(c.d_model, c.n_heads)
+                                                    .rope(c.positions == Positions::kRope)
+                                                    .rope_mode(c.cem.rope_mode)
+                                                    .dlr(c.cem.dlr)
+                                                    .dlr_distance(c.cem.dlr_distance)
+                                                    .recursion(c.cem.recursion)
+                                                    .recursion_keys(c.cem.recursion_keys)
+                                                    .step(cem_step_options(c))
+                                                    .init_std(c.init_std)
+                                                    .device(device));
     case MixerKind::kCAttnU:
       return std::make_shared<CAttnUImpl>(
           CAttnUOptions(c.d_model, c.cofrgenet.length_for(c.context), c.cofrgenet.u_depth)
@@ -97,7 +96,7 @@ std::shared_ptr<MixerImpl> make_mixer(const ModelConfig& c, int64_t layer, torch
               .block(c.cofrgenet.sparse_block_for(c.context))
               .summary(c.cofrgenet.sparse_summary)
               .bias(c.bias)
-              .rope(c.positions == "rope")
+              .rope(c.positions == Positions::kRope)
               .init_std(c.init_std)
               .out_init_std(residual_init_std(c))
               .device(device));
@@ -117,7 +116,7 @@ std::shared_ptr<FfnImpl> make_ffn(const ModelConfig& c, int64_t layer, torch::De
     case FfnKind::kSwiGlu: return std::make_shared<SwiGluImpl>(options);
     case FfnKind::kCemMlp:
       return std::make_shared<CemMlpImpl>(CemMlpOptions(c.d_model, c.d_ff)
-                                              .form_b(c.cem.mlp_form == "b")
+                                              .form_b(c.cem.mlp_form == CemMlpForm::kB)
                                               .step(cem_step_options(c))
                                               .init_std(c.init_std)
                                               .device(device));
@@ -125,7 +124,7 @@ std::shared_ptr<FfnImpl> make_ffn(const ModelConfig& c, int64_t layer, torch::De
       return std::make_shared<CffnImpl>(
           CffnOptions(c.d_model, c.cofrgenet.ladders, c.cofrgenet.depth)
               .bias(c.cofrgenet.ladder_bias)
-              .gate(c.cofrgenet.gate == "silu" ? CffnGate::kSilu : CffnGate::kSigmoid)
+              .gate(c.cofrgenet.gate)
               .glu(c.cofrgenet.glu)
               .direct_raw(c.cofrgenet.direct_raw)
               .univariate(c.cofrgenet.univariate)
@@ -139,11 +138,10 @@ std::shared_ptr<FfnImpl> make_ffn(const ModelConfig& c, int64_t layer, torch::De
 }
 
 std::shared_ptr<NormImpl> make_norm(const ModelConfig& c, torch::Device device) {
-  switch (parse_norm_kind(c.norm)) {
+  switch (c.norm) {
     case NormKind::kLayerNorm:
       return std::make_shared<LayerNormImpl>(c.d_model, c.norm_eps, c.bias, device);
     case NormKind::kRmsNorm: return std::make_shared<RmsNormImpl>(c.d_model, c.norm_eps, device);
-    case NormKind::kSentinel: break;
   }
   TORCH_INTERNAL_ASSERT(false, "make_norm: unhandled kind");
 }

@@ -17,7 +17,7 @@ LmModelImpl::LmModelImpl(const ModelConfig& config, torch::Device device) : conf
   const ModelConfig& c = config_;
   wte_ = register_module(
       "wte", std::make_shared<EmbeddingImpl>(c.vocab_size, c.d_model, c.init_std, device));
-  if (c.positions == "learned") {
+  if (c.positions == Positions::kLearned) {
     wpe_ = register_module(
         "wpe", std::make_shared<EmbeddingImpl>(c.context, c.d_model, c.init_std, device));
   }
@@ -32,7 +32,7 @@ LmModelImpl::LmModelImpl(const ModelConfig& config, torch::Device device) : conf
     head_ = register_module(
         "head", std::make_shared<OutputHeadImpl>(c.vocab_size, c.d_model, c.init_std, device));
   }
-  if (c.positions == "rope") {
+  if (c.positions == Positions::kRope) {
     rope_ =
         std::make_unique<RotaryEmbedding>(c.head_dim(), c.context, c.rope_theta, c.rope_scaling);
   }

@@ -29,6 +29,8 @@ struct JsonWriter {
       T copy = field;
       copy.visit_fields(nested);
       return nested.out;
+    } else if constexpr (HasEnumNames<T>::value) {
+      return json(enum_name(field));  // json(field) would write the number
     } else {
       return json(field);
     }
@@ -77,6 +79,16 @@ struct JsonReader {
   void read(const std::string& key, const json& v, std::string& out) const {
     if (!v.is_string()) wrong_type(key, v, "a string");
     out = v.get<std::string>();
+  }
+  template <typename E, std::enable_if_t<HasEnumNames<E>::value, int> = 0>
+  void read(const std::string& key, const json& v, E& out) const {
+    if (!v.is_string()) wrong_type(key, v, "a string");
+    const std::optional<E> value = enum_from_name<E>(v.get<std::string>());
+    if (!value) {
+      fail("{}: {} = {}: unknown; valid: {}", where, key,
+           v.dump(-1, ' ', false, json::error_handler_t::replace), enum_names_text<E>());
+    }
+    out = *value;
   }
   template <typename T>
   void read(const std::string& key, const json& v, std::vector<T>& out) const {
@@ -212,16 +224,10 @@ std::optional<ConfigProblem> ModelConfig::first_problem() const {
         return p;
     }
   }
-  if (auto p = kind_problem("norm", [&] { parse_norm_kind(norm, "norm"); })) return p;
   if (!positive_finite(norm_eps)) {
     return problem("norm_eps", fmt::format("norm_eps = {}: must be a positive number", norm_eps));
   }
-  if (positions != "learned" && positions != "rope" && positions != "none") {
-    return problem(
-        "positions",
-        fmt::format("positions = \"{}\": unknown; valid: learned, rope, none", positions));
-  }
-  if (positions == "rope" && head_dim() % 2 != 0) {
+  if (positions == Positions::kRope && head_dim() % 2 != 0) {
     return problem(
         "positions",
         fmt::format("positions = \"rope\" needs an even head width, but d_model / n_heads = "
@@ -233,12 +239,7 @@ std::optional<ConfigProblem> ModelConfig::first_problem() const {
                    fmt::format("rope_theta = {}: must be a positive number", rope_theta));
   }
   const RopeScaling& rs = rope_scaling;
-  if (rs.type != "none" && rs.type != "llama3") {
-    return problem(
-        "rope_scaling.type",
-        fmt::format("rope_scaling.type = \"{}\": unknown; valid: none, llama3", rs.type));
-  }
-  if (rs.type == "llama3") {
+  if (rs.type == RopeScalingType::kLlama3) {
     if (!(std::isfinite(rs.factor) && rs.factor >= 1)) {
       return problem("rope_scaling.factor",
                      fmt::format("rope_scaling.factor = {}: must be at least 1", rs.factor));

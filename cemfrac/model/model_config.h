@@ -5,17 +5,29 @@
 #pragma once
 #include <nlohmann/json_fwd.hpp>
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cemfrac/core/fields.h"
 #include "cemfrac/layers/base/rope_scaling.h"
 #include "cemfrac/layers/cem/cem_config.h"
 #include "cemfrac/layers/cofrgenet/cofrgenet_config.h"
+#include "cemfrac/layers/registry.h"
 
 namespace cemfrac {
+
+// How token positions enter the model: a learned table added to the embedding, rotary
+// embeddings inside the mixers, or none.
+enum class Positions { kLearned, kRope, kNone };
+template <>
+struct EnumNames<Positions> {
+  static constexpr std::array<std::pair<Positions, const char*>, 3> kNames = {
+      {{Positions::kLearned, "learned"}, {Positions::kRope, "rope"}, {Positions::kNone, "none"}}};
+};
 
 // Per-layer replacement of the mixer and/or FFN kind ("" = keep the model-wide kind).
 struct LayerOverride {
@@ -50,9 +62,9 @@ struct ModelConfig {
 
   // Flavour. GPT-2: norm=layernorm, positions=learned, bias=true, tie_embeddings=true.
   //          Llama: norm=rmsnorm, positions=rope, bias=false, tie_embeddings=false.
-  std::string norm = "rmsnorm";  // "layernorm" | "rmsnorm"
+  NormKind norm = NormKind::kRmsNorm;
   double norm_eps = 1e-5;
-  std::string positions = "rope";  // "learned" | "rope" | "none"
+  Positions positions = Positions::kRope;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;     // long-context frequency scaling (Llama 3.1+: type = "llama3")
   bool bias = false;            // biases in linear layers and LayerNorm

@@ -113,37 +113,20 @@ bool has_fused_kernel(const at::Tensor& a) {
 }  // namespace
 
 std::string to_string(ContinuantImpl impl) {
-  switch (impl) {
-    case ContinuantImpl::kFused: return "fused";
-    case ContinuantImpl::kReference: return "reference";
-    case ContinuantImpl::kLiteral: return "literal";
-    case ContinuantImpl::kSentinel: break;
-  }
-  return "?";
+  return enum_name(impl);
 }
 
 std::string to_string(ContinuantBackward backward) {
-  switch (backward) {
-    case ContinuantBackward::kSurrogate: return "surrogate";
-    case ContinuantBackward::kExact: return "exact";
-    case ContinuantBackward::kSentinel: break;
-  }
-  return "?";
+  return enum_name(backward);
 }
 
 ContinuantImpl parse_continuant_impl(const std::string& name) {
-  for (int i = 0; i < static_cast<int>(ContinuantImpl::kSentinel); ++i) {
-    const auto impl = static_cast<ContinuantImpl>(i);
-    if (to_string(impl) == name) return impl;
-  }
+  if (auto impl = enum_from_name<ContinuantImpl>(name)) return *impl;
   fail("unknown ladder implementation '{}' (expected fused, reference or literal)", name);
 }
 
 ContinuantBackward parse_continuant_backward(const std::string& name) {
-  for (int i = 0; i < static_cast<int>(ContinuantBackward::kSentinel); ++i) {
-    const auto mode = static_cast<ContinuantBackward>(i);
-    if (to_string(mode) == name) return mode;
-  }
+  if (auto mode = enum_from_name<ContinuantBackward>(name)) return *mode;
   fail("unknown ladder backward '{}' (expected surrogate or exact)", name);
 }
 
@@ -152,8 +135,7 @@ at::Tensor continuant(const at::Tensor& a, const ContinuantOptions& options) {
   switch (options.impl()) {
     case ContinuantImpl::kReference: return continuant_reference(a, options);
     case ContinuantImpl::kLiteral: return continuant_literal(a, options);
-    case ContinuantImpl::kFused:
-    case ContinuantImpl::kSentinel: break;
+    case ContinuantImpl::kFused: break;
   }
   if (!has_fused_kernel(a)) return continuant_reference(a, options);
   if (!(a.requires_grad() && at::GradMode::is_enabled())) return fused_forward_no_grad(a, options);

@@ -25,15 +25,9 @@
 
 #include <string>
 
+#include "cemfrac/ops/continuant_modes.h"
+
 namespace cemfrac {
-
-enum class ContinuantImpl { kFused, kReference, kLiteral, kSentinel };
-
-enum class ContinuantBackward {
-  kSurrogate,  // Proposition 1 with K̂_d in place of K_d everywhere (the paper's cached reciprocal)
-  kExact,      // the derivative of the clamped map: inside the clamp K̂_d is a constant
-  kSentinel
-};
 
 std::string to_string(ContinuantImpl impl);                     // "fused", "reference", "literal"
 std::string to_string(ContinuantBackward backward);             // "surrogate", "exact"

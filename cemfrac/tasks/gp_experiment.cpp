@@ -147,8 +147,8 @@ GpExperimentOptions default_gp_experiment() {
   base.d_ff = 512;
   base.n_layers = 2;
   base.context = o.task.n_points - 1;
-  base.positions = "none";  // the points are exchangeable; each token carries its own t
-  base.norm = "rmsnorm";
+  base.positions = Positions::kNone;  // the points are exchangeable; each token carries its own t
+  base.norm = NormKind::kRmsNorm;
   base.bias = false;
   base.vocab_size = 1;  // unused: no token embedding
   o.cem_model = base;
@@ -170,13 +170,13 @@ void apply_gp_variant(ModelConfig& config, const std::string& variant) {
     const size_t end = std::min(variant.find('+', begin), variant.size());
     const std::string part = variant.substr(begin, end - begin);
     if (part == "iterate") {
-      config.cem.recursion_keys = "iterate";
+      config.cem.recursion_keys = CemRecursionKeys::kIterate;
     } else if (part == "prox") {
-      config.cem.prox = "learned";
+      config.cem.prox = CemProxMode::kLearned;
     } else if (part == "prox_fixed") {
-      config.cem.prox = "fixed";
+      config.cem.prox = CemProxMode::kFixed;
     } else if (part == "step_norm") {
-      config.cem.step_norm = "rms";
+      config.cem.step_norm = CemStepNorm::kRms;
     } else {
       fail(
           "GP variant \"{}\": unknown part \"{}\"; valid: fixed, or '+'-joined iterate, prox, "

@@ -25,9 +25,9 @@ GpModelImpl::GpModelImpl(const ModelConfig& config, torch::Device device) : conf
   config_.validate();
   const ModelConfig& c = config_;
   CEMFRAC_CHECK(
-      c.positions == "none" || c.positions == "rope",
+      c.positions != Positions::kLearned,
       "positions = \"{}\": the GP model takes none or rope (its tokens carry the inputs t)",
-      c.positions);
+      enum_name(c.positions));
   // Inputs t in [-1, 1] and y of unit scale: the embedding starts at the model's init_std like a
   // token embedding; its rows are decayed like any projection (it is not a lookup table).
   embed_ = register_module(
@@ -43,7 +43,7 @@ GpModelImpl::GpModelImpl(const ModelConfig& config, torch::Device device) : conf
   readout_ = register_module(
       "readout", std::make_shared<TaggedLinearImpl>(c.d_model, 1, c.init_std, ParamKind::kHead,
                                                     ParamGroup::kDecay, device));
-  if (c.positions == "rope") {
+  if (c.positions == Positions::kRope) {
     rope_ =
         std::make_unique<RotaryEmbedding>(c.head_dim(), c.context, c.rope_theta, c.rope_scaling);
   }

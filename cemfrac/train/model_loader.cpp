@@ -60,8 +60,13 @@ ModelConfig apply_model_overrides(const nlohmann::json& config_json,
   ModelConfig config = model_config_from_json(config_json, source);
   if (overrides.empty()) return config;
   // The values are read as the TOML run config reads --set (4, true, "exact"; bare text is a
-  // string).
-  override_model_fields(config, overrides);
+  // string). Its errors (a wrong type, an unknown name) quote the --set text; the checkpoint is
+  // named too, as in the validation error below.
+  try {
+    override_model_fields(config, overrides);
+  } catch (const Error& e) {
+    fail("{} with {}", source, e.what());
+  }
   if (auto p = config.first_problem()) {
     fail("{} with --set {}: {}", source, fmt::join(overrides, " --set "), p->message);
   }

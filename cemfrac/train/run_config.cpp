@@ -136,6 +136,16 @@ struct TomlReader {
     if (!node.is_string()) wrong(node, name, "a string (in quotes)");
     out = node.as_string()->get();
   }
+  template <typename E, std::enable_if_t<HasEnumNames<E>::value, int> = 0>
+  void read(const toml::node& node, const std::string& name, E& out) const {
+    if (!node.is_string()) wrong(node, name, "a string (in quotes)");
+    const std::optional<E> value = enum_from_name<E>(node.as_string()->get());
+    if (!value) {
+      fail("{}: {} = {}: unknown; valid: {}", locate(node.source(), origin), name, node_text(node),
+           enum_names_text<E>());
+    }
+    out = *value;
+  }
   template <typename T>
   void read(const toml::node& node, const std::string& name, std::vector<T>& out) const {
     if (!node.is_array()) wrong(node, name, "an array");
@@ -308,6 +318,10 @@ struct TomlWriter {
   static std::string value(uint64_t v) { return fmt::format("{}", v); }
   static std::string value(bool v) { return v ? "true" : "false"; }
   static std::string value(const std::string& v) { return toml_string(v); }
+  template <typename E, std::enable_if_t<HasEnumNames<E>::value, int> = 0>
+  static std::string value(E v) {
+    return toml_string(enum_name(v));
+  }
   static std::string value(double v) {
     std::string text = fmt::format("{}", v);  // shortest text that reads back as the same double
     if (text.find_first_of(".eEn") == std::string::npos) text += ".0";  // stay a TOML float

@@ -194,6 +194,16 @@ def test_config_errors_are_the_engines_one_line_messages():
         cemfrac.layers.Cffn(ladders=2.5)
 
 
+def test_name_options_are_strings_in_and_out():
+    # Fields with a fixed set of names are enums in C++; Python gives and gets their names.
+    layer = cemfrac.layers.Cffn(d_model=8, gate="silu")
+    assert layer.config["cofrgenet"]["gate"] == "silu"
+    assert layer.config["positions"] == "rope" and layer.config["norm"] == "rmsnorm"
+    assert {o.name: o.type for o in cemfrac.layers.options_of("cffn")}["gate"] == "str"
+    with pytest.raises(cemfrac.Error, match=r'cofrgenet.gate = "relu": unknown; valid: sigmoid, silu$'):
+        cemfrac.layers.Cffn(d_model=8, gate="relu")
+
+
 def test_shape_and_dtype_errors():
     layer = cemfrac.layers.Cffn(d_model=8)
     with pytest.raises(cemfrac.Error) as info:

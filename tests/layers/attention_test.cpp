@@ -221,7 +221,7 @@ TEST(Norms, LayerNormEqualsFormulaWithAndWithoutBias) {
 // interpolated.
 TEST(Rope, Llama3ScalingKeepsShortStretchesLongAndBlendsBetween) {
   RopeScaling s;
-  s.type = "llama3";
+  s.type = RopeScalingType::kLlama3;
   s.factor = 32;
   s.low_freq_factor = 1;
   s.high_freq_factor = 4;

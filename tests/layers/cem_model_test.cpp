@@ -54,7 +54,7 @@ TEST(CemModel, PresetParameterCounts162m) {
   EXPECT_EQ(meta_total(eta), 129190656 + 2 * L);
   // Shared diagonal: + D per layer; PSD preconditioner: D + D r each.
   ModelConfig variant = preset("cem-full-162m");
-  variant.cem.dlr = "shared";
+  variant.cem.dlr = CemDiagonal::kShared;
   variant.cem.precond_psd = true;
   EXPECT_EQ(meta_total(variant), shared + L * (2 * D * D + 2 * D * M + D + 2 * (D + D * r)));
 }
@@ -167,31 +167,35 @@ TEST(CemModel, ConfigErrorsNameTheKeyAndTheValue) {
   };
   EXPECT_NE(with([](ModelConfig& x) { x.cem.steps = 0; }).find("cem.steps = 0: must be in 1..64"),
             std::string::npos);
-  EXPECT_NE(with([](ModelConfig& x) {
-              x.cem.dlr = "diag";
-            }).find("cem.dlr = \"diag\": unknown; valid: none, per_head, shared"),
-            std::string::npos);
+  // Names are read once, where the config is read (config.json here): an unknown one is refused
+  // there, naming the key, the value and the valid names.
+  auto read_with = [&](const char* key, const char* value) {
+    nlohmann::json j = to_json(c);
+    j["cem"][key] = value;
+    try {
+      model_config_from_json(j, "config.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
   EXPECT_NE(
-      with([](ModelConfig& x) { x.cem.rope_mode = "rotary"; }).find("valid: exact, naive, none"),
+      read_with("dlr", "diag").find("cem.dlr = \"diag\": unknown; valid: none, per_head, shared"),
       std::string::npos);
+  EXPECT_NE(read_with("rope_mode", "rotary").find("valid: exact, naive, none"), std::string::npos);
   EXPECT_NE(with([](ModelConfig& x) { x.cem.dlr_distance = true; }).find("cem.dlr_distance"),
             std::string::npos);
   EXPECT_NE(with([](ModelConfig& x) { x.cem.precond_rank = 0; }).find("cem.precond_rank = 0"),
             std::string::npos);
-  EXPECT_NE(with([](ModelConfig& x) { x.cem.mlp_form = "c"; }).find("cem.mlp_form = \"c\""),
+  EXPECT_NE(read_with("mlp_form", "c").find("cem.mlp_form = \"c\""), std::string::npos);
+  EXPECT_NE(read_with("recursion_keys", "h")
+                .find("cem.recursion_keys = \"h\": unknown; valid: fixed, iterate"),
             std::string::npos);
-  EXPECT_NE(with([](ModelConfig& x) {
-              x.cem.recursion_keys = "h";
-            }).find("cem.recursion_keys = \"h\": unknown; valid: fixed, iterate"),
+  EXPECT_NE(read_with("prox", "on").find("cem.prox = \"on\": unknown; valid: none, learned, fixed"),
             std::string::npos);
-  EXPECT_NE(with([](ModelConfig& x) {
-              x.cem.prox = "on";
-            }).find("cem.prox = \"on\": unknown; valid: none, learned, fixed"),
-            std::string::npos);
-  EXPECT_NE(with([](ModelConfig& x) {
-              x.cem.step_norm = "layer";
-            }).find("cem.step_norm = \"layer\": unknown; valid: none, rms"),
-            std::string::npos);
+  EXPECT_NE(
+      read_with("step_norm", "layer").find("cem.step_norm = \"layer\": unknown; valid: none, rms"),
+      std::string::npos);
   EXPECT_NE(with([](ModelConfig& x) { x.n_kv_heads = 2; }).find("n_kv_heads = 2: cem_attention"),
             std::string::npos);
   // Through the run config and its TOML/--set path: the nested table's key.
@@ -213,7 +217,7 @@ TEST(CemModel, CheckpointOverridesChangeOnlyShapeFreeFields) {
   const ModelConfig t4 =
       apply_model_overrides(j, {"model.cem.steps=4", "model.cem.rope_mode=none"}, "x");
   EXPECT_EQ(t4.cem.steps, 4);
-  EXPECT_EQ(t4.cem.rope_mode, "none");
+  EXPECT_EQ(t4.cem.rope_mode, CemRopeMode::kNone);
   LmModel a(c, torch::kMeta), b(t4, torch::kMeta);
   const auto ta = a->parameter_table(), tb = b->parameter_table();
   ASSERT_EQ(ta.size(), tb.size());

@@ -604,21 +604,22 @@ TEST(SynthesizerDense, AttentionRowsCausalAndDecodes) {
 
 TEST(SparseAttention, PatternsOfChildEtAl) {
   // fixed, block 4, summary 1: own block, plus the last position of every earlier block.
-  EXPECT_TRUE(sparse_pattern_allows("fixed", 4, 1, 9, 8));
-  EXPECT_TRUE(sparse_pattern_allows("fixed", 4, 1, 9, 3));
-  EXPECT_TRUE(sparse_pattern_allows("fixed", 4, 1, 9, 7));
-  EXPECT_FALSE(sparse_pattern_allows("fixed", 4, 1, 9, 2));
-  EXPECT_FALSE(sparse_pattern_allows("fixed", 4, 1, 9, 10));
+  EXPECT_TRUE(sparse_pattern_allows(SparsePattern::kFixed, 4, 1, 9, 8));
+  EXPECT_TRUE(sparse_pattern_allows(SparsePattern::kFixed, 4, 1, 9, 3));
+  EXPECT_TRUE(sparse_pattern_allows(SparsePattern::kFixed, 4, 1, 9, 7));
+  EXPECT_FALSE(sparse_pattern_allows(SparsePattern::kFixed, 4, 1, 9, 2));
+  EXPECT_FALSE(sparse_pattern_allows(SparsePattern::kFixed, 4, 1, 9, 10));
   // strided, stride 4: the last 4 positions and every 4th one back.
-  EXPECT_TRUE(sparse_pattern_allows("strided", 4, 1, 9, 6));
-  EXPECT_TRUE(sparse_pattern_allows("strided", 4, 1, 9, 1));
-  EXPECT_FALSE(sparse_pattern_allows("strided", 4, 1, 9, 4));
+  EXPECT_TRUE(sparse_pattern_allows(SparsePattern::kStrided, 4, 1, 9, 6));
+  EXPECT_TRUE(sparse_pattern_allows(SparsePattern::kStrided, 4, 1, 9, 1));
+  EXPECT_FALSE(sparse_pattern_allows(SparsePattern::kStrided, 4, 1, 9, 4));
   torch::manual_seed(12);
   SparseAttentionImpl a(SparseAttentionOptions(8, 2, 16).block(4).bias(true));
   const torch::Tensor mask = a.mask();
   for (int64_t t = 0; t < 16; ++t)
     for (int64_t s = 0; s < 16; ++s)
-      EXPECT_EQ(mask[t][s].item<float>() == 0.0f, sparse_pattern_allows("fixed", 4, 1, t, s));
+      EXPECT_EQ(mask[t][s].item<float>() == 0.0f,
+                sparse_pattern_allows(SparsePattern::kFixed, 4, 1, t, s));
   expect_causal(a, 16, 8);
   expect_decode_matches(a, 16, 8);
   // Output at t is unchanged when a hidden earlier position changes (t = 9 does not see s = 2).

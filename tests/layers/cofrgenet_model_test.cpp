@@ -7,7 +7,9 @@
 #include <torch/types.h>
 #include <torch/utils.h>
 
+#include <array>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -66,14 +68,9 @@ TEST(CofrGeNetModel, BadSettingsNameKeyValueAndAllowed) {
     std::string key, needle;
   };
   const std::vector<Case> cases = {
-      {[](CofrConfig& c) { c.impl = "fast"; }, "cofrgenet.impl",
-       "impl = \"fast\": unknown; valid: fused, reference, literal"},
-      {[](CofrConfig& c) { c.backward = "approx"; }, "cofrgenet.backward",
-       "valid: surrogate, exact"},
       {[](CofrConfig& c) { c.depth = 0; }, "cofrgenet.depth", "depth = 0: must be in 1..62"},
       {[](CofrConfig& c) { c.eps = -1; }, "cofrgenet.eps",
        "eps = -1: must be a finite number >= 0"},
-      {[](CofrConfig& c) { c.gate = "relu"; }, "cofrgenet.gate", "valid: sigmoid, silu"},
       {[](CofrConfig& c) { c.glu = c.direct_raw = true; }, "cofrgenet.direct_raw",
        "glu = true removes"},
       {[](CofrConfig& c) { c.length = 8; }, "cofrgenet.length",
@@ -83,8 +80,6 @@ TEST(CofrGeNetModel, BadSettingsNameKeyValueAndAllowed) {
       {[](CofrConfig& c) { c.u_depth = 0; }, "cofrgenet.u_depth", "u_depth = 0"},
       {[](CofrConfig& c) { c.synth_hidden = 7; }, "cofrgenet.synth_hidden",
        "multiple of n_heads = 2"},
-      {[](CofrConfig& c) { c.sparse_pattern = "random"; }, "cofrgenet.sparse_pattern",
-       "valid: fixed, strided"},
       {[](CofrConfig& c) { c.sparse_summary = 9; }, "cofrgenet.sparse_summary", "must be in 1..4"},
   };
   for (const Case& k : cases) {
@@ -97,6 +92,27 @@ TEST(CofrGeNetModel, BadSettingsNameKeyValueAndAllowed) {
     EXPECT_EQ(p->message.find('\n'), std::string::npos);
   }
   EXPECT_FALSE(tiny("cattn_m", "cffn").first_problem().has_value());
+  // Names are read once, where the config is read (config.json here): an unknown one is refused
+  // there, naming the key, the value and the valid names.
+  const std::vector<std::array<std::string, 3>> names = {
+      {"impl", "fast", "impl = \"fast\": unknown; valid: fused, reference, literal"},
+      {"backward", "approx", "valid: surrogate, exact"},
+      {"gate", "relu", "valid: sigmoid, silu"},
+      {"sparse_pattern", "random", "valid: fixed, strided"},
+  };
+  for (const auto& [key, value, needle] : names) {
+    nlohmann::json j = to_json(tiny("cattn_m", "cffn"));
+    j["cofrgenet"][key] = value;
+    try {
+      model_config_from_json(j, "config.json");
+      ADD_FAILURE() << key << " = " << value << " was accepted";
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("cofrgenet." + key), std::string::npos) << message;
+      EXPECT_NE(message.find(needle), std::string::npos) << message;
+      EXPECT_EQ(message.find('\n'), std::string::npos);
+    }
+  }
 }
 
 int64_t total(const ModelConfig& c) {
@@ -141,7 +157,7 @@ TEST(CofrGeNetModel, GptXlPresetsMatchTheFormulas) {
       EXPECT_EQ(deepest > 0, ladders) << size << "-" << v;
     }
   }
-  EXPECT_EQ(preset("tiny-cofrgenet-b").cofrgenet.impl, "literal");
+  EXPECT_EQ(preset("tiny-cofrgenet-b").cofrgenet.impl, ContinuantImpl::kLiteral);
 }
 
 // Property 19: same seed, same batches, CoFrGeNet-B (literal) vs continuant ladders, 100 steps.
@@ -159,7 +175,7 @@ TEST(CofrGeNetModel, LiteralAndContinuantTrainToEqualLosses) {
   ModelConfig fused_config = tiny("cattn_m", "cffn");
   fused_config.cofrgenet.depth = 4;
   ModelConfig literal_config = fused_config;
-  literal_config.cofrgenet.impl = "literal";
+  literal_config.cofrgenet.impl = ContinuantImpl::kLiteral;
   torch::manual_seed(7);
   LmModel fused(fused_config);
   torch::manual_seed(7);

@@ -73,13 +73,13 @@ std::vector<Variant> mixer_variants(const std::string& kind) {
     variants.push_back({kind, "t3", t3});
     ModelConfig full = base;  // the cem-full preset's flavour: T = 2, per-head D+LR, preconditioner
     full.cem.steps = 2;
-    full.cem.dlr = "per_head";
+    full.cem.dlr = CemDiagonal::kPerHead;
     full.cem.precond = true;
     full.cem.precond_rank = 2;
     variants.push_back({kind, "full", full});
     ModelConfig shared = base;
     shared.cem.steps = 2;
-    shared.cem.dlr = "shared";
+    shared.cem.dlr = CemDiagonal::kShared;
     shared.cem.dlr_distance = true;
     shared.cem.precond = true;
     shared.cem.precond_psd = true;
@@ -87,21 +87,21 @@ std::vector<Variant> mixer_variants(const std::string& kind) {
     variants.push_back({kind, "shared_distance_psd", shared});
     ModelConfig naive = base;
     naive.cem.steps = 2;
-    naive.cem.rope_mode = "naive";
+    naive.cem.rope_mode = CemRopeMode::kNaive;
     variants.push_back({kind, "naive_rope", naive});
     ModelConfig iterate = base;  // keys from the iterates: a per-step key cache when decoding
     iterate.cem.steps = 3;
-    iterate.cem.recursion_keys = "iterate";
+    iterate.cem.recursion_keys = CemRecursionKeys::kIterate;
     variants.push_back({kind, "iterate_keys", iterate});
     ModelConfig iterate_dlr = iterate;  // with the diagonal's h rows cached per step too
     iterate_dlr.cem.steps = 2;
-    iterate_dlr.cem.dlr = "per_head";
-    iterate_dlr.cem.prox = "learned";
+    iterate_dlr.cem.dlr = CemDiagonal::kPerHead;
+    iterate_dlr.cem.prox = CemProxMode::kLearned;
     variants.push_back({kind, "iterate_keys_dlr_prox", iterate_dlr});
     ModelConfig prox_norm = base;
     prox_norm.cem.steps = 3;
-    prox_norm.cem.prox = "fixed";
-    prox_norm.cem.step_norm = "rms";
+    prox_norm.cem.prox = CemProxMode::kFixed;
+    prox_norm.cem.step_norm = CemStepNorm::kRms;
     variants.push_back({kind, "prox_step_norm", prox_norm});
     variants.push_back({kind, "gpt2", gpt2_flavour(base)});
     return variants;
@@ -121,19 +121,19 @@ std::vector<Variant> ffn_variants(const std::string& kind) {
     t3.cem.steps = 3;
     variants.push_back({kind, "t3", t3});
     ModelConfig b = base;
-    b.cem.mlp_form = "b";
+    b.cem.mlp_form = CemMlpForm::kB;
     b.cem.steps = 2;
     b.cem.precond = true;
     b.cem.precond_rank = 2;
     variants.push_back({kind, "form_b_precond", b});
     ModelConfig prox = base;
     prox.cem.steps = 3;
-    prox.cem.prox = "learned";
+    prox.cem.prox = CemProxMode::kLearned;
     variants.push_back({kind, "prox", prox});
     ModelConfig norm = base;
     norm.cem.steps = 3;
-    norm.cem.step_norm = "rms";
-    norm.cem.prox = "fixed";
+    norm.cem.step_norm = CemStepNorm::kRms;
+    norm.cem.prox = CemProxMode::kFixed;
     variants.push_back({kind, "step_norm_prox_fixed", norm});
   }
   return variants;
@@ -195,7 +195,7 @@ struct MixerRunner {
   std::unique_ptr<RotaryEmbedding> rope;
 
   MixerRunner(const ModelConfig& c, MixerImpl& m) : config(c), mixer(m) {
-    if (c.positions == "rope") {
+    if (c.positions == Positions::kRope) {
       rope =
           std::make_unique<RotaryEmbedding>(c.head_dim(), c.context, c.rope_theta, c.rope_scaling);
     }

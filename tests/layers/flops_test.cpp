@@ -86,22 +86,22 @@ TEST(Flops, CemAttention) {
   EXPECT_DOUBLE_EQ(mixer_flops(c), keys + step);
   c.cem.steps = 3;
   EXPECT_DOUBLE_EQ(mixer_flops(c), keys + 3 * step);
-  c.cem.recursion = "gram";  // the same function: counted as the direct loop
+  c.cem.recursion = CemRecursion::kGram;  // the same function: counted as the direct loop
   EXPECT_DOUBLE_EQ(mixer_flops(c), keys + 3 * step);
-  c.cem.recursion_keys = "iterate";  // keys again at steps 2 and 3
+  c.cem.recursion_keys = CemRecursionKeys::kIterate;  // keys again at steps 2 and 3
   EXPECT_DOUBLE_EQ(mixer_flops(c), 3 * keys + 3 * step);
-  c.cem.recursion_keys = "fixed";
+  c.cem.recursion_keys = CemRecursionKeys::kFixed;
   c.cem.steps = 2;
-  c.cem.dlr =
-      "per_head";  // per step and head: delta x, read-out delta 2*64 each; logits, P h 2*64*32 each
+  c.cem.dlr = CemDiagonal::kPerHead;  // per step and head: delta x, read-out delta 2*64 each;
+                                      // logits, P h 2*64*32 each
   const double per_head = 4 * (256.0 + 8192.0);
   EXPECT_DOUBLE_EQ(mixer_flops(c), keys + 2 * (step + per_head));
   c.cem.dlr_distance = true;  // key bias 2*64*4 once, query term 2*64 per step
   EXPECT_DOUBLE_EQ(mixer_flops(c), keys + 512.0 + 2 * (step + per_head + 128.0));
   c.cem.dlr_distance = false;
-  c.cem.dlr = "shared";  // one diagonal instead of four
+  c.cem.dlr = CemDiagonal::kShared;  // one diagonal instead of four
   EXPECT_DOUBLE_EQ(mixer_flops(c), keys + 2 * (step + 256.0 + 8192.0));
-  c.cem.dlr = "none";
+  c.cem.dlr = CemDiagonal::kNone;
   c.cem.precond = true;
   c.cem.precond_rank = 8;  // per step: diagonal 2*64, U^T g, V^T g, U (.), V (.) 4 * 2*64*8
   EXPECT_DOUBLE_EQ(mixer_flops(c), keys + 2 * (step + 128.0 + 4096.0));
@@ -123,7 +123,7 @@ TEST(Flops, CemMlp) {
   // gate 2*64*96 once; per step W_U x and W_U^T 2*2*64*96
   EXPECT_DOUBLE_EQ(ffn_flops(c), 12288.0 + 24576.0);
   c.cem.steps = 2;
-  c.cem.mlp_form = "b";
+  c.cem.mlp_form = CemMlpForm::kB;
   EXPECT_DOUBLE_EQ(ffn_flops(c), 12288.0 + 2 * 24576.0);
   c.cem.precond = true;
   c.cem.precond_rank = 8;

@@ -26,7 +26,7 @@ ModelConfig tiny_config(const std::string& mixer, const std::string& ffn, int64_
   ModelConfig c = test::tiny_model(1, 32, 32);
   c.mixer = mixer;
   c.ffn = ffn;
-  c.positions = positions;
+  c.positions = parse_enum<Positions>(positions, "positions");
   c.cem.steps = steps;
   return c;
 }
@@ -117,7 +117,7 @@ TEST(GpModel, IsCausal) {
       tiny_config("cem_attention", "cem_mlp", 1), tiny_config("cem_attention", "cem_mlp", 4),
       tiny_config("cem_attention", "cem_mlp", 2, "rope"), tiny_config("mha", "swiglu", 1)};
   for (const ModelConfig& c : configs) {
-    SCOPED_TRACE(c.mixer + " T=" + std::to_string(c.cem.steps) + " " + c.positions);
+    SCOPED_TRACE(c.mixer + " T=" + std::to_string(c.cem.steps) + " " + enum_name(c.positions));
     torch::manual_seed(1);
     GpModel model(c);
     torch::Tensor tokens = torch::randn({2, 12, 3});

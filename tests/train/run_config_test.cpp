@@ -206,7 +206,7 @@ TEST(RunConfig, SetOverridesAndIsValidated) {
   // A nested table field through --set, and its checks.
   const RunConfig scaled =
       load_run_config(path, {"model.rope_scaling.type=llama3", "model.rope_scaling.factor=32"});
-  EXPECT_EQ(scaled.model.rope_scaling.type, "llama3");
+  EXPECT_EQ(scaled.model.rope_scaling.type, RopeScalingType::kLlama3);
   EXPECT_DOUBLE_EQ(scaled.model.rope_scaling.factor, 32.0);
   EXPECT_EQ(scaled.model.rope_scaling.original_context, 8192) << "other fields keep their values";
   e = load_error(kSmall, {"model.rope_scaling.type=yarn"});

@@ -16,7 +16,7 @@ std::vector<double> rope_frequencies(int64_t head_dim, double theta, const RopeS
   for (int64_t i = 0; i < half; ++i) {
     freq[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
   }
-  if (scaling.type == "llama3") {
+  if (scaling.type == RopeScalingType::kLlama3) {
     const double context = static_cast<double>(scaling.original_context);
     const double short_wavelength = context / scaling.high_freq_factor;
     const double long_wavelength = context / scaling.low_freq_factor;
@@ -31,8 +31,6 @@ std::vector<double> rope_frequencies(int64_t head_dim, double theta, const RopeS
                        (scaling.high_freq_factor - scaling.low_freq_factor);
       w = (1.0 - s) * w / scaling.factor + s * w;
     }
-  } else {
-    TORCH_INTERNAL_ASSERT(scaling.type == "none", "unknown RoPE scaling ", scaling.type);
   }
   return freq;
 }

@@ -9,13 +9,23 @@
 //                                         - low_freq_factor)
 // where C = original_context, the context the frequencies were first trained for.
 #pragma once
+#include <array>
 #include <cstdint>
-#include <string>
+#include <utility>
+
+#include "cemfrac/core/fields.h"
 
 namespace cemfrac {
 
+enum class RopeScalingType { kNone, kLlama3 };
+template <>
+struct EnumNames<RopeScalingType> {
+  static constexpr std::array<std::pair<RopeScalingType, const char*>, 2> kNames = {
+      {{RopeScalingType::kNone, "none"}, {RopeScalingType::kLlama3, "llama3"}}};
+};
+
 struct RopeScaling {
-  std::string type = "none";  // "none" | "llama3"
+  RopeScalingType type = RopeScalingType::kNone;
   double factor = 8.0;
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;

@@ -28,33 +28,6 @@
 
 namespace cemfrac {
 
-CemRopeMode parse_cem_rope_mode(const std::string& name) {
-  if (name == "exact") return CemRopeMode::kExact;
-  if (name == "naive") return CemRopeMode::kNaive;
-  if (name == "none") return CemRopeMode::kNone;
-  fail("cem.rope_mode = \"{}\": unknown; valid: exact, naive, none", name);
-}
-
-CemDiagonal parse_cem_diagonal(const std::string& name) {
-  if (name == "none") return CemDiagonal::kNone;
-  if (name == "per_head") return CemDiagonal::kPerHead;
-  if (name == "shared") return CemDiagonal::kShared;
-  fail("cem.dlr = \"{}\": unknown; valid: none, per_head, shared", name);
-}
-
-CemRecursion parse_cem_recursion(const std::string& name) {
-  if (name == "auto") return CemRecursion::kAuto;
-  if (name == "direct") return CemRecursion::kDirect;
-  if (name == "gram") return CemRecursion::kGram;
-  fail("cem.recursion = \"{}\": unknown; valid: auto, direct, gram", name);
-}
-
-CemRecursionKeys parse_cem_recursion_keys(const std::string& name) {
-  if (name == "fixed") return CemRecursionKeys::kFixed;
-  if (name == "iterate") return CemRecursionKeys::kIterate;
-  fail("cem.recursion_keys = \"{}\": unknown; valid: fixed, iterate", name);
-}
-
 namespace {
 
 // (B, N, H d_h) -> (B, H, N, d_h)

@@ -36,23 +36,6 @@
 
 namespace cemfrac {
 
-enum class CemRopeMode { kExact, kNaive, kNone };
-// How forward runs T >= 2 steps (same function, different work; see forward_gram()):
-// direct = project x^(t) -> queries and read-out -> displacement every step; gram = move the
-// queries by a_t G, G = eta P(W_Q) W_Q^T, and project the summed read-outs once; auto = gram when
-// it saves work (no D+LR, no observer, (T - 1) * tokens >= 2 D).
-enum class CemRecursion { kAuto, kDirect, kGram };
-enum class CemDiagonal { kNone, kPerHead, kShared };
-// Where step t's keys (and tied values) come from: fixed = the input h at every step (the
-// conditional energy E(x | h)); iterate = the current iterates x^(t) of the visible positions
-// (docs/layers/cem.md §8.1).
-enum class CemRecursionKeys { kFixed, kIterate };
-
-CemRopeMode parse_cem_rope_mode(const std::string& name);   // names as in CemConfig::rope_mode
-CemDiagonal parse_cem_diagonal(const std::string& name);    // names as in CemConfig::dlr
-CemRecursion parse_cem_recursion(const std::string& name);  // names as in CemConfig::recursion
-CemRecursionKeys parse_cem_recursion_keys(const std::string& name);  // CemConfig::recursion_keys
-
 struct CemAttentionOptions {
   CemAttentionOptions(int64_t d_model, int64_t n_heads) : d_model_(d_model), n_heads_(n_heads) {}
   TORCH_ARG(int64_t, d_model);

@@ -18,13 +18,6 @@ torch::Tensor default_softplus(const torch::Tensor& x) {
 
 }  // namespace
 
-CemProxMode parse_cem_prox(const std::string& name) {
-  if (name == "none") return CemProxMode::kNone;
-  if (name == "learned") return CemProxMode::kLearned;
-  if (name == "fixed") return CemProxMode::kFixed;
-  fail("cem.prox = \"{}\": unknown; valid: none, learned, fixed", name);
-}
-
 torch::Tensor CemProx::gradient(const torch::Tensor& x, const torch::Tensor& anchor) const {
   const torch::Tensor diff = x - anchor;
   return raw.defined() ? default_softplus(raw) * diff : diff;

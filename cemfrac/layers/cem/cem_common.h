@@ -10,12 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "cemfrac/layers/cem/cem_config.h"
 #include "cemfrac/layers/param_tags.h"
 
 namespace cemfrac {
-
-enum class CemProxMode { kNone, kLearned, kFixed };
-CemProxMode parse_cem_prox(const std::string& name);  // names as in CemConfig::prox
 
 // Options common to cem_attention and cem_mlp.
 struct CemStepOptions {

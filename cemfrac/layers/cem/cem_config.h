@@ -3,32 +3,100 @@
 // `"cem": {...}` in config.json, `--set model.cem.steps=4` on the command line. The fields are used
 // only by layers of a CEM kind; a model without one ignores them.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <vector>
+#include <utility>
 
 #include "cemfrac/core/fields.h"
 
 namespace cemfrac {
 
+// The settings with a fixed set of names, as the sub-layers' options take them (cem_attention.h,
+// cem_common.h). The name tables are the config's (TOML / config.json) spelling.
+
+// RoPE in cem_attention (docs/layers/cem.md): exact = the step is the gradient of the rotated
+// energy; naive = q and k rotated only, not a gradient (an ablation); none = the tables are
+// ignored.
+enum class CemRopeMode { kExact, kNaive, kNone };
+// The D+LR interaction diagonal: none, one per head, or one shared by the heads.
+enum class CemDiagonal { kNone, kPerHead, kShared };
+// How forward runs T >= 2 steps (same function, different work; see forward_gram()):
+// direct = project x^(t) -> queries and read-out -> displacement every step; gram = move the
+// queries by a_t G, G = eta P(W_Q) W_Q^T, and project the summed read-outs once; auto = gram when
+// it saves work (no D+LR, no observer, (T - 1) * tokens >= 2 D).
+enum class CemRecursion { kAuto, kDirect, kGram };
+// Where step t's keys (and tied values) come from: fixed = the input h at every step (the
+// conditional energy E(x | h)); iterate = the current iterates x^(t) of the visible positions
+// (docs/layers/cem.md §8.1).
+enum class CemRecursionKeys { kFixed, kIterate };
+// The proximal term 1/2 lambda |x - h|^2 (docs/layers/cem.md §8.2): none, lambda =
+// softplus(lambda_raw) learnable (init 1), or lambda = 1 fixed.
+enum class CemProxMode { kNone, kLearned, kFixed };
+// The MLP energy: a = W_U tied to the read-out, gate W_G h; b = quadratic.
+enum class CemMlpForm { kA, kB };
+// rms: rescale the iterate to h's per-token RMS before steps 2..T (§8.3).
+enum class CemStepNorm { kNone, kRms };
+
+template <>
+struct EnumNames<CemRopeMode> {
+  static constexpr std::array<std::pair<CemRopeMode, const char*>, 3> kNames = {
+      {{CemRopeMode::kExact, "exact"},
+       {CemRopeMode::kNaive, "naive"},
+       {CemRopeMode::kNone, "none"}}};
+};
+template <>
+struct EnumNames<CemDiagonal> {
+  static constexpr std::array<std::pair<CemDiagonal, const char*>, 3> kNames = {
+      {{CemDiagonal::kNone, "none"},
+       {CemDiagonal::kPerHead, "per_head"},
+       {CemDiagonal::kShared, "shared"}}};
+};
+template <>
+struct EnumNames<CemRecursion> {
+  static constexpr std::array<std::pair<CemRecursion, const char*>, 3> kNames = {
+      {{CemRecursion::kAuto, "auto"},
+       {CemRecursion::kDirect, "direct"},
+       {CemRecursion::kGram, "gram"}}};
+};
+template <>
+struct EnumNames<CemRecursionKeys> {
+  static constexpr std::array<std::pair<CemRecursionKeys, const char*>, 2> kNames = {
+      {{CemRecursionKeys::kFixed, "fixed"}, {CemRecursionKeys::kIterate, "iterate"}}};
+};
+template <>
+struct EnumNames<CemProxMode> {
+  static constexpr std::array<std::pair<CemProxMode, const char*>, 3> kNames = {
+      {{CemProxMode::kNone, "none"},
+       {CemProxMode::kLearned, "learned"},
+       {CemProxMode::kFixed, "fixed"}}};
+};
+template <>
+struct EnumNames<CemMlpForm> {
+  static constexpr std::array<std::pair<CemMlpForm, const char*>, 2> kNames = {
+      {{CemMlpForm::kA, "a"}, {CemMlpForm::kB, "b"}}};
+};
+template <>
+struct EnumNames<CemStepNorm> {
+  static constexpr std::array<std::pair<CemStepNorm, const char*>, 2> kNames = {
+      {{CemStepNorm::kNone, "none"}, {CemStepNorm::kRms, "rms"}}};
+};
+
 struct CemConfig {
-  int64_t steps = 1;                // T: gradient steps per sub-layer (keys / gate computed once)
-  bool freeze_eta = false;          // eta = 1 constant instead of the learnable softplus(eta_raw)
-  std::string rope_mode = "exact";  // with positions = rope: exact | naive | none
-  std::string dlr = "none";         // D+LR interaction diagonal: none | per_head | shared
-  bool dlr_distance = false;   // distance form -1/2 (x - h)^T diag(delta) (x - h) of the diagonal
-  bool precond = false;        // P = diag(softplus(p)) + U V^T + V U^T per sub-layer (eta = 1)
-  int64_t precond_rank = 16;   // r
-  bool precond_psd = false;    // P = diag(softplus(p)) + U U^T instead
-  std::string mlp_form = "a";  // a: W_U tied to the read-out, gate W_G h | b: quadratic energy
-  std::string recursion = "auto";  // attention at T >= 2: auto | direct | gram (same function)
-  std::string recursion_keys =
-      "fixed";  // attention keys/values per step: fixed (from h) | iterate (from x^(t))
-  std::string prox =
-      "none";  // + 1/2 lambda |x - h|^2 in both energies: none | learned | fixed (lambda = 1)
-  std::string step_norm =
-      "none";  // none | rms: rescale the iterate to h's per-token RMS before steps 2..T
+  int64_t steps = 1;        // T: gradient steps per sub-layer (keys / gate computed once)
+  bool freeze_eta = false;  // eta = 1 constant instead of the learnable softplus(eta_raw)
+  CemRopeMode rope_mode = CemRopeMode::kExact;  // with positions = rope
+  CemDiagonal dlr = CemDiagonal::kNone;         // D+LR interaction diagonal
+  bool dlr_distance = false;  // distance form -1/2 (x - h)^T diag(delta) (x - h) of the diagonal
+  bool precond = false;       // P = diag(softplus(p)) + U V^T + V U^T per sub-layer (eta = 1)
+  int64_t precond_rank = 16;  // r
+  bool precond_psd = false;   // P = diag(softplus(p)) + U U^T instead
+  CemMlpForm mlp_form = CemMlpForm::kA;
+  CemRecursion recursion = CemRecursion::kAuto;  // attention at T >= 2 (same function)
+  CemRecursionKeys recursion_keys = CemRecursionKeys::kFixed;  // attention keys/values per step
+  CemProxMode prox = CemProxMode::kNone;  // + 1/2 lambda |x - h|^2 in both energies
+  CemStepNorm step_norm = CemStepNorm::kNone;
 
   template <typename Visitor>
   void visit_fields(Visitor& v) {

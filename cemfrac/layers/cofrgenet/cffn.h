@@ -19,12 +19,11 @@
 
 #include <vector>
 
+#include "cemfrac/layers/cofrgenet/cofrgenet_config.h"
 #include "cemfrac/layers/cofrgenet/ladder_common.h"
 #include "cemfrac/layers/mixer.h"
 
 namespace cemfrac {
-
-enum class CffnGate { kSigmoid, kSilu };
 
 struct CffnOptions {
   CffnOptions(int64_t d_model, int64_t ladders, int64_t depth)

@@ -20,14 +20,6 @@ std::optional<ConfigProblem> cofrgenet_config_problem(const CofrConfig& c, int64
     return problem(
         "eps", fmt::format("eps = {}: must be a finite number >= 0 (0 = no pole guard)", c.eps));
   }
-  if (c.impl != "fused" && c.impl != "reference" && c.impl != "literal") {
-    return problem("impl",
-                   fmt::format("impl = \"{}\": unknown; valid: fused, reference, literal", c.impl));
-  }
-  if (c.backward != "surrogate" && c.backward != "exact") {
-    return problem("backward",
-                   fmt::format("backward = \"{}\": unknown; valid: surrogate, exact", c.backward));
-  }
   auto in_range = [&](const char* field, int64_t v, int64_t lo, int64_t hi,
                       const char* what) -> std::optional<ConfigProblem> {
     if (v >= lo && v <= hi) return std::nullopt;
@@ -35,9 +27,6 @@ std::optional<ConfigProblem> cofrgenet_config_problem(const CofrConfig& c, int64
   };
   if (auto p = in_range("ladders", c.ladders, 1, 1 << 20, "cffn ladders L")) return p;
   if (auto p = in_range("depth", c.depth, 1, 62, "cffn ladder depth d")) return p;
-  if (c.gate != "sigmoid" && c.gate != "silu") {
-    return problem("gate", fmt::format("gate = \"{}\": unknown; valid: sigmoid, silu", c.gate));
-  }
   if (c.glu && c.direct_raw) {
     return problem("direct_raw",
                    "direct_raw = true needs the direct path U, which glu = true removes; set one");
@@ -71,11 +60,6 @@ std::optional<ConfigProblem> cofrgenet_config_problem(const CofrConfig& c, int64
         fmt::format("synth_hidden = {}: the hidden width {} must be a multiple of n_heads = "
                     "{} (each head reads its slice)",
                     c.synth_hidden, hidden, n_heads));
-  }
-  if (c.sparse_pattern != "fixed" && c.sparse_pattern != "strided") {
-    return problem("sparse_pattern", fmt::format("sparse_pattern = \"{}\": unknown; valid: fixed, "
-                                                 "strided",
-                                                 c.sparse_pattern));
   }
   if (c.sparse_block < 0) {
     return problem(

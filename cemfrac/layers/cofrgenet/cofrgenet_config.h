@@ -4,30 +4,50 @@
 // `--set model.cofrgenet.depth=7` on the command line. A model without one of these kinds ignores
 // them.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <optional>
-#include <string>
+#include <utility>
 
 #include "cemfrac/core/fields.h"
+#include "cemfrac/ops/continuant_modes.h"
 
 namespace cemfrac {
 
+// cffn's gate activation: x̂ = x * act(G x).
+enum class CffnGate { kSigmoid, kSilu };
+// sparse_attention's pattern (layers/cofrgenet/sparse_attention.h).
+enum class SparsePattern { kFixed, kStrided };
+
+template <>
+struct EnumNames<CffnGate> {
+  static constexpr std::array<std::pair<CffnGate, const char*>, 2> kNames = {
+      {{CffnGate::kSigmoid, "sigmoid"}, {CffnGate::kSilu, "silu"}}};
+};
+template <>
+struct EnumNames<SparsePattern> {
+  static constexpr std::array<std::pair<SparsePattern, const char*>, 2> kNames = {
+      {{SparsePattern::kFixed, "fixed"}, {SparsePattern::kStrided, "strided"}}};
+};
+
 struct CofrConfig {
   // Ladders of every kind.
-  double eps = 0.01;           // pole guard |K̂_d| >= eps
-  std::string impl = "fused";  // fused | reference | literal (literal = the paper's CoFrGeNet-B)
-  std::string backward = "surrogate";  // surrogate | exact (gradient inside the clamp)
-  bool truncate = false;               // dyadic stage m evaluates ladders with a_1..a_m only
+  double eps = 0.01;  // pole guard |K̂_d| >= eps
+  // literal = the paper's CoFrGeNet-B
+  ContinuantImpl impl = ContinuantImpl::kFused;
+  // gradient inside the clamp
+  ContinuantBackward backward = ContinuantBackward::kSurrogate;
+  bool truncate = false;  // dyadic stage m evaluates ladders with a_1..a_m only
   bool eval_clip = true;  // eval mode: clip ladder outputs to the range seen in training
 
   // cffn
-  int64_t ladders = 3;           // L
-  int64_t depth = 5;             // d (partial denominators a_1..a_d)
-  bool ladder_bias = true;       // b_k (init 1: no ladder starts on a pole); also cattn_m
-  std::string gate = "sigmoid";  // x̂ = x * act(G x): sigmoid | silu
-  bool glu = false;              // x̂ = act(G1 x) * (G2 x) and no direct path U
-  bool direct_raw = false;       // the direct path U sees x instead of x̂
-  bool univariate = false;       // element-wise ladders (p fractions per ladder), for comparison
+  int64_t ladders = 3;      // L
+  int64_t depth = 5;        // d (partial denominators a_1..a_d)
+  bool ladder_bias = true;  // b_k (init 1: no ladder starts on a pole); also cattn_m
+  CffnGate gate = CffnGate::kSigmoid;
+  bool glu = false;         // x̂ = act(G1 x) * (G2 x) and no direct path U
+  bool direct_raw = false;  // the direct path U sees x instead of x̂
+  bool univariate = false;  // element-wise ladders (p fractions per ladder), for comparison
 
   // cattn_u, cattn_m, synthesizer_dense: the longest sequence l the layer is built for (0 =
   // context)
@@ -47,8 +67,8 @@ struct CofrConfig {
   int64_t synth_hidden = 0;
 
   // sparse_attention (Child et al., fixed pattern): block / stride length and summary columns
-  std::string sparse_pattern = "fixed";  // fixed | strided
-  int64_t sparse_block = 0;              // 0 = round(sqrt(context))
+  SparsePattern sparse_pattern = SparsePattern::kFixed;
+  int64_t sparse_block = 0;    // 0 = round(sqrt(context))
   int64_t sparse_summary = 1;  // fixed: last c positions of each block are seen by all later ones
 
   template <typename Visitor>

@@ -12,10 +12,7 @@ namespace cemfrac {
 
 LadderOptions ladder_options(const CofrConfig& c) {
   return LadderOptions()
-      .continuant(ContinuantOptions()
-                      .eps(c.eps)
-                      .impl(parse_continuant_impl(c.impl))
-                      .backward(parse_continuant_backward(c.backward)))
+      .continuant(ContinuantOptions().eps(c.eps).impl(c.impl).backward(c.backward))
       .truncate(c.truncate)
       .eval_clip(c.eval_clip);
 }

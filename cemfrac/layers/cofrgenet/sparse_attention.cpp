@@ -11,11 +11,14 @@
 
 namespace cemfrac {
 
-bool sparse_pattern_allows(const std::string& pattern, int64_t block, int64_t summary, int64_t t,
+bool sparse_pattern_allows(SparsePattern pattern, int64_t block, int64_t summary, int64_t t,
                            int64_t s) {
   if (s > t) return false;
-  if (pattern == "strided") return t - s < block || (t - s) % block == 0;
-  return s / block == t / block || s % block >= block - summary;
+  switch (pattern) {
+    case SparsePattern::kFixed: return s / block == t / block || s % block >= block - summary;
+    case SparsePattern::kStrided: return t - s < block || (t - s) % block == 0;
+  }
+  TORCH_INTERNAL_ASSERT(false, "sparse_pattern_allows: unhandled pattern");
 }
 
 SparseAttentionImpl::SparseAttentionImpl(const SparseAttentionOptions& o) : options_(o) {

@@ -13,8 +13,8 @@
 #include <torch/types.h>
 
 #include <memory>
-#include <string>
 
+#include "cemfrac/layers/cofrgenet/cofrgenet_config.h"
 #include "cemfrac/layers/kv_cache.h"
 #include "cemfrac/layers/mixer.h"
 
@@ -26,7 +26,7 @@ struct SparseAttentionOptions {
   TORCH_ARG(int64_t, d_model);
   TORCH_ARG(int64_t, n_heads);
   TORCH_ARG(int64_t, length);  // positions the mask covers (model.context)
-  TORCH_ARG(std::string, pattern) = "fixed";
+  TORCH_ARG(SparsePattern, pattern) = SparsePattern::kFixed;
   TORCH_ARG(int64_t, block) = 16;   // b
   TORCH_ARG(int64_t, summary) = 1;  // c (fixed)
   TORCH_ARG(bool, bias) = false;
@@ -41,7 +41,7 @@ struct SparseAttentionState : MixerState {
 };
 
 // Whether query t may see key s under the pattern (s <= t required).
-bool sparse_pattern_allows(const std::string& pattern, int64_t block, int64_t summary, int64_t t,
+bool sparse_pattern_allows(SparsePattern pattern, int64_t block, int64_t summary, int64_t t,
                            int64_t s);
 
 class SparseAttentionImpl : public MixerImpl {
