@@ -5,7 +5,8 @@
 //                        [--peer | --no-peer] [--isa auto|baseline|avx2]
 //
 // Each area is one sub-subcommand registered in add_bench() (`ladder` here; `train` in
-// bench_train.cpp, `layers` in bench_layers.cpp), so a new one is one add_bench_* function.
+// bench_train.cpp, `layers` in bench_layers.cpp, `generate` in bench_generate.cpp), so a new one is
+// one add_bench_* function.
 //
 // `ladder` times the continued-fraction ladder function f = K_{d-1}/K̂_d (cemfrac/ops/continuant.h)
 // over
@@ -400,7 +401,7 @@ Command add_bench(CLI::App& root, const GlobalOptions& global) {
   app->require_subcommand(1);
   // One entry per benchmark area.
   std::vector<Command> areas = {add_bench_ladder(*app), add_bench_train(*app, global),
-                                add_bench_layers(*app, global)};
+                                add_bench_layers(*app, global), add_bench_generate(*app, global)};
   auto run = [areas] {
     for (const auto& area : areas) {
       if (area.app->parsed()) return area.run();

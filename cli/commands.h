@@ -32,6 +32,8 @@ Command add_params(CLI::App& root, const GlobalOptions& global);
 Command add_bench_train(CLI::App& bench, const GlobalOptions& global);
 // `cemfrac bench layers` (cli/bench_layers.cpp), likewise.
 Command add_bench_layers(CLI::App& bench, const GlobalOptions& global);
+// `cemfrac bench generate` (cli/bench_generate.cpp), likewise.
+Command add_bench_generate(CLI::App& bench, const GlobalOptions& global);
 Command add_train(CLI::App& root, const GlobalOptions& global);
 // `cemfrac bench train --nproc N` (cli/bench_train_dist.cpp): data-parallel scaling.
 int run_train_bench_nproc(const std::string& config, const std::vector<std::string>& sets,

@@ -1,8 +1,14 @@
 // cemfrac generate: prompt in, text out, with incremental decoding through the model's decode
-// state.
+// state. --prompts FILE: one prompt per line, decoded in batches (generate_batch), one JSON line
+// out per prompt.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "cemfrac/core/check.h"
 #include "cemfrac/model/generate.h"
@@ -10,11 +16,37 @@
 #include "cli/commands.h"
 
 namespace cemfrac::cli {
+namespace {
+
+// The lines of a --prompts file: one prompt per line ('\n'; a '\r' before it is dropped); a final
+// newline does not start another prompt. An empty line is an error rather than an empty prompt, so
+// a stray blank line cannot silently add a row.
+std::vector<std::string> read_prompt_lines(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  CEMFRAC_CHECK(in.good(), "--prompts {}: cannot open the file (does it exist?)", path);
+  std::vector<std::string> lines;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    CEMFRAC_CHECK(!line.empty(),
+                  "--prompts {} line {}: empty line; every line is one prompt (remove it, or use "
+                  "--prompt '' for the start of a document)",
+                  path, lines.size() + 1);
+    lines.push_back(line);
+  }
+  CEMFRAC_CHECK(in.eof(), "--prompts {}: read error after line {}", path, lines.size());
+  CEMFRAC_CHECK(!lines.empty(), "--prompts {}: the file is empty; write one prompt per line", path);
+  return lines;
+}
+
+}  // namespace
 
 Command add_generate(CLI::App& root, const GlobalOptions& global) {
   struct Flags {
     std::string checkpoint;
     std::string prompt;
+    std::string prompts_file;
+    int64_t batch_size = 32;
     int64_t max_new_tokens = 200;
     double temperature = 0.8;
     int64_t top_k = 0;
@@ -28,7 +60,19 @@ Command add_generate(CLI::App& root, const GlobalOptions& global) {
   app->add_option("--checkpoint", f->checkpoint,
                   "Checkpoint directory, or a run directory (newest)")
       ->required();
-  app->add_option("--prompt", f->prompt, "Text to continue (default: start of a document)");
+  CLI::Option* one =
+      app->add_option("--prompt", f->prompt, "Text to continue (default: start of a document)");
+  app->add_option(
+         "--prompts", f->prompts_file,
+         "File with one prompt per line, decoded together in batches of --batch-size; "
+         "prints one JSON object per line and prompt, in file order: {\"line\": n, "
+         "\"prompt\": text, \"completion\": text, \"new_tokens\": k, \"stop\": reason} "
+         "(each prompt gets the tokens it would get alone: sampling draws from a generator "
+         "per prompt seeded with --seed)")
+      ->excludes(one);
+  app->add_option("--batch-size", f->batch_size, "Prompts of --prompts decoded at once")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   app->add_option("--max-new-tokens", f->max_new_tokens, "Tokens to generate at most")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   app->add_option("--temperature", f->temperature, "Sampling temperature (0 = greedy)")
@@ -49,16 +93,32 @@ Command add_generate(CLI::App& root, const GlobalOptions& global) {
     CEMFRAC_CHECK(loaded.tokenizer != nullptr,
                   "{} has no tokenizer/ directory: cannot encode a prompt", loaded.checkpoint);
     const Tokenizer& tok = *loaded.tokenizer;
-    // Like every document in the shards, the prompt follows an end-of-text.
-    std::vector<int64_t> prompt = {tok.eot_id()};
-    for (TokenId id : tok.encode(f->prompt)) prompt.push_back(id);
-    CEMFRAC_CHECK(static_cast<int64_t>(prompt.size()) < loaded.model->config().context,
-                  "the prompt is {} tokens with {} ({} of text + the end-of-text id every document "
-                  "starts after); the model's context is {}, and one position must stay free",
-                  prompt.size(), tok.id(), prompt.size() - 1, loaded.model->config().context);
     CEMFRAC_CHECK(tok.vocab_size() <= loaded.model->config().vocab_size,
                   "{}: tokenizer '{}' has {} ids, more than the model's vocab_size {}",
                   loaded.checkpoint, tok.id(), tok.vocab_size(), loaded.model->config().vocab_size);
+    const int64_t context = loaded.model->config().context;
+    // Like every document in the shards, a prompt follows an end-of-text. `where` names the prompt
+    // in the error ("" for --prompt).
+    auto encode_prompt = [&](const std::string& text, const std::string& where) {
+      std::vector<int64_t> ids = {tok.eot_id()};
+      for (TokenId id : tok.encode(text)) ids.push_back(id);
+      CEMFRAC_CHECK(static_cast<int64_t>(ids.size()) < context,
+                    "{}the prompt is {} tokens with {} ({} of text + the end-of-text id every "
+                    "document starts after); the model's context is {}, and one position must "
+                    "stay free",
+                    where, ids.size(), tok.id(), ids.size() - 1, context);
+      return ids;
+    };
+    std::vector<std::string> lines;
+    std::vector<std::vector<int64_t>> batch_prompts;
+    if (!f->prompts_file.empty()) {
+      lines = read_prompt_lines(f->prompts_file);
+      for (size_t i = 0; i < lines.size(); ++i)
+        batch_prompts.push_back(
+            encode_prompt(lines[i], fmt::format("--prompts {} line {}: ", f->prompts_file, i + 1)));
+    }
+    const std::vector<int64_t> prompt =
+        f->prompts_file.empty() ? encode_prompt(f->prompt, "") : std::vector<int64_t>{};
     GenerateOptions options;
     options.sampling.temperature = f->temperature;
     options.sampling.top_k = f->top_k;
@@ -67,6 +127,36 @@ Command add_generate(CLI::App& root, const GlobalOptions& global) {
     options.max_new_tokens = f->max_new_tokens;
     options.eos_id = f->no_stop ? -1 : tok.eot_id();
     options.vocab_limit = tok.vocab_size();  // padding ids of the model are never drawn
+    if (!batch_prompts.empty()) {
+      // In file order, batch by batch; each line is printed once its batch is done.
+      int64_t total = 0;
+      const size_t step = static_cast<size_t>(f->batch_size);
+      for (size_t begin = 0; begin < batch_prompts.size(); begin += step) {
+        const size_t end = std::min(batch_prompts.size(), begin + step);
+        const std::vector<std::vector<int64_t>> part(batch_prompts.begin() + begin,
+                                                     batch_prompts.begin() + end);
+        const std::vector<GenerateResult> results = generate_batch(*loaded.model, part, options);
+        for (size_t i = 0; i < results.size(); ++i) {
+          const GenerateResult& r = results[i];
+          const std::vector<TokenId> ids(r.tokens.begin(), r.tokens.end());
+          // ordered_json: the keys in the order docs/formats.md gives.
+          const nlohmann::ordered_json line = {{"line", begin + i + 1},
+                                               {"prompt", lines[begin + i]},
+                                               {"completion", tok.decode(ids)},
+                                               {"new_tokens", r.tokens.size()},
+                                               {"stop", to_string(r.stop)}};
+          // A completion may end inside a multi-byte character: invalid UTF-8 becomes U+FFFD.
+          fmt::print("{}\n",
+                     line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+          total += static_cast<int64_t>(r.tokens.size());
+        }
+        std::fflush(stdout);
+      }
+      std::fprintf(stderr, "[%zu prompts in batches of at most %lld, %lld tokens]\n",
+                   batch_prompts.size(), static_cast<long long>(f->batch_size),
+                   static_cast<long long>(total));
+      return 0;
+    }
     fmt::print("{}", f->prompt);
     std::fflush(stdout);
     // Print as tokens arrive; decode the whole continuation each time so multi-byte characters

@@ -14,6 +14,8 @@
 # back to back, with the same CEMFRAC_THREADS, and compare the rows. The generated text of the two
 # binaries should be identical (greedy): the script keeps it in OUT_DIR/<preset>.txt to diff.
 # Settings (environment): SHORT=8 LONG=200 REPS=3 CEMFRAC_THREADS (default: all cores) DATA=data/brown.
+# `cemfrac bench generate` (issue 19) times prefill and decode separately, in process, at several
+# batch sizes and against a PyTorch peer; this script stays for whole-process before/after timing.
 set -euo pipefail
 
 if [[ $# -lt 1 || ! -x "$1" ]]; then

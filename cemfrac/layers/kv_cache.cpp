@@ -15,6 +15,11 @@ int64_t KvCache::capacity() const {
   return whole_.defined() ? whole_.size(time_dim_) : 0;
 }
 
+int64_t KvCache::bytes() const {
+  const torch::Tensor& held = buffer_.defined() ? buffer_ : whole_;
+  return held.defined() ? static_cast<int64_t>(held.nbytes()) : 0;
+}
+
 torch::Tensor KvCache::values() const {
   if (length_ == 0) return torch::Tensor();
   return buffer_.defined() ? buffer_.narrow(time_dim_, 0, length_) : whole_;

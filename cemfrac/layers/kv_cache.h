@@ -27,6 +27,9 @@ class KvCache {
   int64_t size() const { return length_; }  // positions held
   int64_t capacity() const;                 // positions the buffer has room for (0: none yet)
   torch::Tensor values() const;             // positions 0..size()-1 (undefined when empty)
+  // Bytes the cache holds: its whole buffer (room for capacity() positions, the model's context
+  // once preallocated), not only the positions filled so far; 0 when empty.
+  int64_t bytes() const;
 
  private:
   torch::Tensor buffer_;  // room for capacity() positions along time_dim_

@@ -15,6 +15,9 @@ namespace cemfrac {
 // Per-layer state for incremental decoding. Each mixer kind defines what it keeps (MHA: K and V).
 struct MixerState {
   virtual ~MixerState() = default;
+  // Bytes of every cache the state holds (the sum of its KvCache::bytes()). Pure virtual so that a
+  // new kind cannot report 0 by omission: `cemfrac bench generate` quotes it per kind.
+  virtual int64_t cache_bytes() const = 0;
 };
 
 // Named values a layer reports while it runs, for diagnostics (cemfrac eval --cem-energy), in the

@@ -4,10 +4,13 @@
 #include <torch/types.h>
 #include <torch/utils.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 
 #include "cemfrac/core/check.h"
+#include "cemfrac/core/clock.h"
 
 namespace cemfrac {
 
@@ -34,7 +37,35 @@ void check_sampling(const SamplingOptions& o) {
   CEMFRAC_CHECK(o.top_p > 0 && o.top_p <= 1, "top_p = {}: must be in (0, 1] (1 = off)", o.top_p);
 }
 
+// The checks generate() and generate_batch() share; returns the vocabulary limit.
+int64_t check_request(const LmModelImpl& model, const std::vector<int64_t>& prompt,
+                      const GenerateOptions& options) {
+  check_sampling(options.sampling);
+  const int64_t context = model.config().context;
+  const int64_t vocab = model.config().vocab_size;
+  CEMFRAC_CHECK(!prompt.empty(), "the prompt is empty; give at least one token (e.g. end-of-text)");
+  CEMFRAC_CHECK(static_cast<int64_t>(prompt.size()) <= context,
+                "the prompt has {} tokens but the model's context is {}; shorten the prompt",
+                prompt.size(), context);
+  CEMFRAC_CHECK(options.max_new_tokens >= 0, "max_new_tokens = {}: must be >= 0",
+                options.max_new_tokens);
+  const int64_t limit = options.vocab_limit < 0 ? vocab : options.vocab_limit;
+  CEMFRAC_CHECK(limit >= 1 && limit <= vocab,
+                "vocab_limit = {}: must be in 1..{} (the model's vocab_size)", limit, vocab);
+  for (int64_t id : prompt) {
+    CEMFRAC_CHECK(id >= 0 && id < limit, "prompt token id {} is outside the vocabulary 0..{}", id,
+                  limit - 1);
+  }
+  return limit;
+}
+
 }  // namespace
+
+int64_t decode_state_bytes(const DecodeState& state) {
+  int64_t n = 0;
+  for (const auto& layer : state.layers) n += layer ? layer->cache_bytes() : 0;
+  return n;
+}
 
 torch::Tensor filter_logits(const torch::Tensor& logits, const SamplingOptions& o) {
   check_sampling(o);
@@ -71,22 +102,8 @@ torch::Tensor sample_next(const torch::Tensor& logits, const SamplingOptions& o,
 
 GenerateResult generate(LmModelImpl& model, const std::vector<int64_t>& prompt,
                         const GenerateOptions& options, const TokenCallback& on_token) {
-  check_sampling(options.sampling);
+  const int64_t limit = check_request(model, prompt, options);
   const int64_t context = model.config().context;
-  const int64_t vocab = model.config().vocab_size;
-  CEMFRAC_CHECK(!prompt.empty(), "the prompt is empty; give at least one token (e.g. end-of-text)");
-  CEMFRAC_CHECK(static_cast<int64_t>(prompt.size()) <= context,
-                "the prompt has {} tokens but the model's context is {}; shorten the prompt",
-                prompt.size(), context);
-  CEMFRAC_CHECK(options.max_new_tokens >= 0, "max_new_tokens = {}: must be >= 0",
-                options.max_new_tokens);
-  const int64_t limit = options.vocab_limit < 0 ? vocab : options.vocab_limit;
-  CEMFRAC_CHECK(limit >= 1 && limit <= vocab,
-                "vocab_limit = {}: must be in 1..{} (the model's vocab_size)", limit, vocab);
-  for (int64_t id : prompt) {
-    CEMFRAC_CHECK(id >= 0 && id < limit, "prompt token id {} is outside the vocabulary 0..{}", id,
-                  limit - 1);
-  }
 
   torch::NoGradGuard no_grad;
   torch::Generator generator = make_sampling_generator(options.seed);
@@ -121,6 +138,103 @@ GenerateResult generate(LmModelImpl& model, const std::vector<int64_t>& prompt,
   }
   result.stop = StopReason::kMaxNewTokens;
   return result;
+}
+
+std::vector<GenerateResult> generate_batch(LmModelImpl& model,
+                                           const std::vector<std::vector<int64_t>>& prompts,
+                                           const GenerateOptions& options,
+                                           GenerateTimings* timings) {
+  CEMFRAC_CHECK(!prompts.empty(), "generate_batch needs at least one prompt");
+  int64_t limit = 0;
+  for (const auto& prompt : prompts) limit = check_request(model, prompt, options);
+  const int64_t context = model.config().context;
+  const int64_t B = static_cast<int64_t>(prompts.size());
+  size_t min_len = prompts[0].size();
+  for (const auto& prompt : prompts) min_len = std::min(min_len, prompt.size());
+
+  torch::NoGradGuard no_grad;
+  const torch::Device device = model.head_weight().device();
+  const bool greedy = options.sampling.temperature == 0;
+  // One generator per row, seeded alike: row i draws exactly the numbers generate() draws for its
+  // prompt alone (a shared generator would make a prompt's text depend on its neighbours).
+  std::vector<torch::Generator> generators;
+  torch::Generator unused = make_sampling_generator(0);  // greedy draws nothing
+  if (!greedy) {
+    for (int64_t i = 0; i < B; ++i) generators.push_back(make_sampling_generator(options.seed));
+  }
+  DecodeState state = model.new_decode_state();
+  std::vector<GenerateResult> results(static_cast<size_t>(B));
+  std::vector<bool> done(static_cast<size_t>(B), options.max_new_tokens == 0);
+
+  // 1. Every prompt's first min_len tokens in one forward.
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<int64_t> first;
+  first.reserve(static_cast<size_t>(B) * min_len);
+  for (const auto& prompt : prompts)
+    first.insert(first.end(), prompt.begin(), prompt.begin() + min_len);
+  torch::Tensor input = torch::tensor(first, torch::kInt64).view({B, -1}).to(device);  // (B, N)
+  torch::Tensor logits =
+      model.forward(input, &state).select(1, -1).narrow(-1, 0, limit);  // (B, limit)
+  if (timings) {
+    logits = logits.to(torch::kCPU);  // wait for the forward before the clock stops
+    timings->prefill_s = seconds_since(t0);
+    timings->prefill_positions = static_cast<int64_t>(min_len);
+    timings->decode_steps = 0;
+  }
+  const auto t1 = std::chrono::steady_clock::now();
+
+  // 2. One position per forward for every row: the row's own prompt token while it lasts, then the
+  // token drawn from its logits (the same stops, in the same order, as generate()).
+  std::vector<int64_t> next(static_cast<size_t>(B));
+  while (true) {
+    const int64_t position = state.position;  // where `next` will go
+    torch::Tensor drawn;                      // (B) greedy: every row's argmax at once
+    if (greedy) drawn = sample_next(logits, options.sampling, unused);
+    bool any = false;
+    for (int64_t i = 0; i < B; ++i) {
+      const auto& prompt = prompts[static_cast<size_t>(i)];
+      GenerateResult& r = results[static_cast<size_t>(i)];
+      const size_t row = static_cast<size_t>(i);
+      if (position < static_cast<int64_t>(prompt.size())) {
+        next[row] = prompt[static_cast<size_t>(position)];  // still reading its prompt
+        any = any || !done[row];
+        continue;
+      }
+      if (done[row]) {
+        next[row] = prompt.back();  // any id: this row's outputs are no longer read
+        continue;
+      }
+      const int64_t token =
+          greedy ? drawn[i].item<int64_t>()
+                 : sample_next(logits.narrow(0, i, 1), options.sampling, generators[row])
+                       .item<int64_t>();
+      next[row] = token;
+      if (token == options.eos_id) {
+        r.stop = StopReason::kEndOfText;
+        done[row] = true;
+        continue;
+      }
+      r.tokens.push_back(token);
+      if (static_cast<int64_t>(r.tokens.size()) == options.max_new_tokens) {
+        r.stop = StopReason::kMaxNewTokens;
+        done[row] = true;
+      } else if (position >= context) {
+        r.stop = StopReason::kContext;
+        done[row] = true;
+      } else {
+        any = true;
+      }
+    }
+    if (!any) break;
+    input = torch::tensor(next, torch::kInt64).view({B, 1}).to(device);
+    logits = model.forward(input, &state).select(1, -1).narrow(-1, 0, limit);  // (B, limit)
+    if (timings) ++timings->decode_steps;
+  }
+  if (timings) {
+    timings->decode_s = seconds_since(t1);
+    timings->cache_bytes = decode_state_bytes(state);
+  }
+  return results;
 }
 
 }  // namespace cemfrac

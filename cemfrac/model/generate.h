@@ -47,6 +47,41 @@ using TokenCallback = std::function<bool(int64_t token)>;
 GenerateResult generate(LmModelImpl& model, const std::vector<int64_t>& prompt,
                         const GenerateOptions& options, const TokenCallback& on_token = {});
 
+// Where the time of one generate_batch call went (what `cemfrac bench generate` reports).
+struct GenerateTimings {
+  double prefill_s = 0;           // the first forward (every prompt's first prefill_positions)
+  double decode_s = 0;            // everything after it: sampling and the one-position forwards
+  int64_t prefill_positions = 0;  // positions of the first forward: the shortest prompt's length
+  int64_t decode_steps = 0;       // forwards of one position (per row) after the first
+  int64_t cache_bytes = 0;        // the decode state's caches at the end (decode_state_bytes)
+};
+
+// Generates after every prompt of `prompts` as one batch (rows in the given order) and returns one
+// result per prompt. Each row computes what generate() computes for that prompt alone with the
+// same options, at the same positions, with the same stops; sampled, each row draws from a
+// generator of its own seeded with options.seed, as generate() does, so a prompt's text does not
+// depend on the prompts beside it. The math is the same; the rounding of a batched forward (other
+// GEMM shapes, a prompt's tail fed one position at a time) may differ in the last bits, so what
+// tests/model/generate_test.cpp (GenerateBatch) pins is the result: the same tokens and stop
+// reasons as generate(), greedy and sampled, for every mixer kind. No on_token callback: rows
+// finish at different steps.
+//
+// Prompts of different lengths: no padding token ever enters the model. The first forward takes the
+// first min_len positions of every prompt (min_len = the shortest prompt's length); after it every
+// row advances one position per forward, and a row whose prompt is longer feeds its own next prompt
+// token at that position instead of a drawn one, until its prompt is used up (the scheme of Llama's
+// reference generate.py). So every token sits at the position it has when its prompt is generated
+// alone, for every mixer kind (position-indexed logits, learned positions, RoPE, sparse patterns)
+// without an attention mask; the cost is that the longer prompts' tails go through one position per
+// forward. A row that has stopped keeps riding along (its outputs are ignored) until every row has.
+std::vector<GenerateResult> generate_batch(LmModelImpl& model,
+                                           const std::vector<std::vector<int64_t>>& prompts,
+                                           const GenerateOptions& options,
+                                           GenerateTimings* timings = nullptr);
+
+// Bytes of every cache a decode state holds (the sum of its layers' MixerState::cache_bytes()).
+int64_t decode_state_bytes(const DecodeState& state);
+
 // logits (B, V) -> logits / temperature with the tokens outside top-k / top-p set to -inf.
 // Requires temperature > 0.
 torch::Tensor filter_logits(const torch::Tensor& logits, const SamplingOptions& options);

@@ -1,5 +1,5 @@
-// `cemfrac bench train` and `cemfrac bench layers`: the reports' fields on tiny shapes (no timing
-// claims: speed is not a unit test), and one-line errors for bad input.
+// `cemfrac bench train`, `cemfrac bench layers` and `cemfrac bench generate`: the reports' fields
+// on tiny shapes (no timing claims: speed is not a unit test), and one-line errors for bad input.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -45,9 +45,8 @@ TEST(BenchTrainCli, TinyLlamaJsonHasPositiveFields) {
 // disjoint parts of the profiled step, so they sum to at most its wall time.
 TEST(BenchTrainCli, ProfileNamesLayerScopesOpsAndBackwardNodes) {
   auto r = run_cemfrac({"--threads", "1", "bench", "train", "--config",
-                        test::source_path("configs/tiny-cem-both.toml"), "--steps", "1",
-                        "--warmup", "0", "--no-peer", "--json", "--profile", "--profile-top",
-                        "1000"});
+                        test::source_path("configs/tiny-cem-both.toml"), "--steps", "1", "--warmup",
+                        "0", "--no-peer", "--json", "--profile", "--profile-top", "1000"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   const auto& p = j["cpp"]["profile"];
@@ -130,6 +129,95 @@ TEST(BenchLayersCli, UnknownKindIsOneLineError) {
   auto r =
       run_cemfrac({"bench", "layers", "--kinds", "mha,nope", "--width", "32", "--context", "8"});
   test::expect_one_line_error(r, "'nope' is not a mixer or FFN kind");
+}
+
+// bench generate on a tiny model: one row per mixer kind (--kinds all), two batch sizes; the
+// fields are there and consistent; the cache bytes are those of the shapes (MHA: K and V for the
+// whole context; CEM: K only, half) and count inside the measured peak; every batch gives prompt 0
+// the same greedy tokens.
+TEST(BenchGenerateCli, TinyEveryKindJson) {
+  auto r = run_cemfrac({"--threads",    "1",
+                        "bench",        "generate",
+                        "--config",     test::source_path("configs/tiny-llama.toml"),
+                        "--set",        "model.n_kv_heads=4",
+                        "--kinds",      "all",
+                        "--batches",    "1,3",
+                        "--prompt-len", "8",
+                        "--new-tokens", "5",
+                        "--reps",       "2",
+                        "--no-peer",    "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["bench"], "generate");
+  EXPECT_EQ(j["prompt_len"], 8);
+  EXPECT_EQ(j["new_tokens"], 5);
+  std::set<std::string> mixers;
+  // tiny-llama: 2 layers, 4 heads of 16, context 64, float32.
+  const int64_t kv_per_row = 2 * 2 * 4 * 64 * 16 * 4;
+  EXPECT_GT(j["copy_gbs"].get<double>(), 0);
+  for (const auto& row : j["rows"]) {
+    const std::string label = row["label"];
+    if (row["mixer"] == "mha") {  // every weight but the embedding (512 x 64, untied) per step
+      EXPECT_EQ(row["weight_bytes_per_step"].get<int64_t>(),
+                (row["parameters"].get<int64_t>() - 512 * 64) * 4);
+    }
+    mixers.insert(row["mixer"].get<std::string>());
+    EXPECT_TRUE(row["row0_tokens_equal_across_batches"].get<bool>()) << label;
+    ASSERT_EQ(row["batches"].size(), 2u) << label;
+    for (const auto& b : row["batches"]) {
+      const int64_t B = b["batch"];
+      EXPECT_EQ(b["prefill_s"].size(), 2u) << label;
+      EXPECT_EQ(b["decode_steps"].get<int64_t>(), 4) << label;  // new tokens - 1
+      for (const char* key :
+           {"prefill_median_s", "decode_median_s", "prefill_tokens_per_s", "decode_tokens_per_s"})
+        EXPECT_GT(b[key].get<double>(), 0) << label << " " << key;
+      EXPECT_NEAR(b["prefill_tokens_per_s"].get<double>() * b["prefill_median_s"].get<double>(),
+                  B * 8.0, 1e-6)
+          << label;
+      const int64_t cache = b["cache_bytes"];
+      EXPECT_GT(cache, 0) << label;
+      EXPECT_GE(b["peak_tensor_bytes"].get<int64_t>(), cache) << label;
+      EXPECT_NEAR(
+          b["decode_bandwidth_limit_tokens_per_s"].get<double>(),
+          B * j["copy_gbs"].get<double>() * 1e9 / row["weight_bytes_per_step"].get<double>(),
+          1e-6 * b["decode_bandwidth_limit_tokens_per_s"].get<double>())
+          << label;
+      ASSERT_EQ(b["tokens"].size(), size_t(B)) << label;
+      for (const auto& t : b["tokens"]) EXPECT_EQ(t.size(), 5u) << label;
+      if (row["mixer"] == "mha") {
+        EXPECT_EQ(cache, B * kv_per_row) << label;
+      }
+      if (row["mixer"] == "cem_attention") {
+        EXPECT_EQ(2 * cache, B * kv_per_row) << label;
+        EXPECT_DOUBLE_EQ(b["cache_bytes_vs_mha"].get<double>(), 0.5) << label;
+      }
+    }
+  }
+  for (const std::string& k : mixer_kind_names()) EXPECT_TRUE(mixers.count(k)) << k;
+  EXPECT_EQ(j["rows"].size(), mixer_kind_names().size() + 1);  // + cem_attention at T = 2
+  EXPECT_TRUE(j["targets"]["met"].is_null());                  // no peer, no ratio
+}
+
+TEST(BenchGenerateCli, BadRequestsAreOneLineErrors) {
+  const std::string tiny = test::source_path("configs/tiny-llama.toml");
+  test::expect_one_line_error(
+      run_cemfrac({"bench", "generate", "--config", tiny, "--prompt-len", "60", "--new-tokens",
+                   "10", "--no-peer"}),
+      "--prompt-len 60 + --new-tokens 10 needs 69 positions; the model's context is 64");
+  test::expect_one_line_error(
+      run_cemfrac({"bench", "generate", "--config", tiny, "--kinds", "mha,nope", "--no-peer"}),
+      "--kinds: 'nope' is not a mixer kind");
+  // A row's config that cannot be built is refused before any row is timed (tiny-llama has
+  // grouped-query heads, which cem_attention has no form of).
+  const auto gqa = run_cemfrac(
+      {"bench", "generate", "--config", tiny, "--kinds", "mha,cem_attention", "--no-peer"});
+  test::expect_one_line_error(gqa, "cem_attention (layer 0) has no grouped-query form");
+  EXPECT_EQ(gqa.out, "");
+  test::expect_one_line_error(run_cemfrac({"bench", "generate", "--no-peer"}),
+                              "exactly one of --config FILE and --checkpoint DIR");
+  test::expect_one_line_error(
+      run_cemfrac({"bench", "generate", "--config", tiny, "--batches", "1,0", "--no-peer"}),
+      "--batches: '0' is not a batch size");
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 // `cemfrac bench train --peer`: the PyTorch peer (bench/peers/train_step_peer.py) starts from
 // cemfrac's initial weights and batch, so both sides' step-0 losses and gradient norms agree to
-// float32 rounding, for
-// every layer kind the peer writes (issue 19). One step, tiny configs, no timing claims. Skipped
-// when /usr/bin/python3 cannot import torch (Debian: python3-torch).
+// float32 rounding, for every layer kind the peer writes (issue 19); `cemfrac bench generate
+// --peer`: the decode peer (bench/peers/decode_peer.py) gives cemfrac's logits and greedy tokens.
+// Tiny configs, no timing claims. Skipped when /usr/bin/python3 cannot import torch (Debian:
+// python3-torch).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -109,6 +110,55 @@ TEST(BenchPeer, UnwrittenOptionIsRefused) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_LT(r.exit_code, 128) << "killed by a signal: " << r.err;
   EXPECT_NE(r.err.find("this peer does not model cem.prox"), std::string::npos) << r.err;
+}
+
+// bench generate --peer: the decode peer (bench/peers/decode_peer.py) from cemfrac's weights and
+// prompts computes the same logits (the check that gates every ratio) and, on these tiny models,
+// the same greedy tokens; its KV cache has cemfrac's bytes.
+class BenchGeneratePeer : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(BenchGeneratePeer, LogitsAndTokensAgree) {
+  if (!python_has_torch())
+    GTEST_SKIP() << "/usr/bin/python3 cannot import torch (Debian: python3-torch)";
+  auto r =
+      run_cemfrac({"--threads", "1", "bench", "generate", "--config",
+                   test::source_path(std::string("configs/") + GetParam() + ".toml"), "--batches",
+                   "1,3", "--prompt-len", "8", "--new-tokens", "6", "--reps", "1", "--peer",
+                   "--peer-script", test::source_path("bench/peers/decode_peer.py"), "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["rows"].size(), 1u);
+  const auto& row = j["rows"][0];
+  ASSERT_TRUE(row.contains("peer_check")) << row.dump();
+  EXPECT_TRUE(row["peer_check"]["agree"].get<bool>()) << row["peer_check"].dump();
+  EXPECT_GT(row["peer_check"]["max_abs_logit"].get<double>(), 0);
+  for (const auto& b : row["batches"]) {
+    ASSERT_TRUE(b.contains("peer")) << b.dump();
+    EXPECT_EQ(b["peer_tokens_rows_equal"].get<int64_t>(), b["batch"].get<int64_t>()) << b.dump();
+    EXPECT_EQ(b["peer"]["cache_bytes"].get<int64_t>(), b["cache_bytes"].get<int64_t>());
+    EXPECT_GT(b["decode_ratio_vs_peer"].get<double>(), 0);
+  }
+  EXPECT_FALSE(j["targets"]["met"].is_null());
+  std::printf("[ %s ] decode peer: max |logit diff| %.3g of max |logit| %.3g\n", GetParam(),
+              row["peer_check"]["max_abs_logit_diff"].get<double>(),
+              row["peer_check"]["max_abs_logit"].get<double>());
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyPresets, BenchGeneratePeer,
+                         ::testing::Values("tiny-llama", "tiny-gpt2"));
+
+TEST(BenchGeneratePeer, UnmodelledKindIsRefusedWithPeer) {
+  auto r = run_cemfrac({"--threads", "1", "bench", "generate", "--config",
+                        test::source_path("configs/tiny-cem-both.toml"), "--prompt-len", "4",
+                        "--new-tokens", "2", "--reps", "1", "--peer", "--json"});
+  if (!python_has_torch()) {
+    EXPECT_NE(r.exit_code, 0);
+    return;
+  }
+  test::expect_one_line_error(
+      r,
+      "--peer: the decode peer models none of the rows (it writes mha with swiglu or gelu_mlp "
+      "only): cem_attention: layer 0 mixer 'cem_attention'");
 }
 
 }  // namespace

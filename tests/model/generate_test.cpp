@@ -5,6 +5,8 @@
 #include <torch/utils.h>
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "cemfrac/core/check.h"
 #include "cemfrac/model/generate.h"
@@ -176,6 +178,126 @@ TEST_P(Generate, BadPromptsAreErrors) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Flavours, Generate, ::testing::Values("tiny-llama", "tiny-gpt2"));
+
+// generate_batch: prompts of different lengths decoded together give each prompt what generate()
+// gives it alone (greedy and sampled), for every mixer kind; the ragged prefill is the part that
+// could go wrong (a row reading its prompt while others generate, positions, per-row stops).
+class GenerateBatch : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    torch::manual_seed(5);
+    model_ = LmModel(preset(GetParam()));
+  }
+  // Lengths 1 .. context - 3 (the last stops at the context), two of them equal.
+  std::vector<std::vector<int64_t>> prompts() const {
+    const int64_t context = model_->config().context;
+    std::vector<std::vector<int64_t>> out;
+    for (int64_t len : {int64_t{7}, int64_t{1}, int64_t{12}, int64_t{7}, context - 3}) {
+      std::vector<int64_t> p;
+      for (int64_t i = 0; i < len; ++i) p.push_back((31 * i + 17 * len + 5) % 200);
+      out.push_back(p);
+    }
+    return out;
+  }
+  LmModel model_{nullptr};
+};
+
+TEST_P(GenerateBatch, EachPromptGetsItsSoloTokens) {
+  const auto ps = prompts();
+  for (double temperature : {0.0, 1.0}) {
+    for (bool with_eos : {false, true}) {
+      GenerateOptions o;
+      o.sampling.temperature = temperature;
+      o.sampling.top_p = temperature > 0 ? 0.9 : 1.0;
+      o.seed = 11;
+      o.max_new_tokens = 16;
+      // With an end-of-text id: the one prompt 2 draws third when alone, so that row stops there.
+      if (with_eos) o.eos_id = generate(*model_, ps[2], o).tokens.at(2);
+      GenerateTimings timings;
+      const std::vector<GenerateResult> batch = generate_batch(*model_, ps, o, &timings);
+      ASSERT_EQ(batch.size(), ps.size());
+      for (size_t i = 0; i < ps.size(); ++i) {
+        const GenerateResult solo = generate(*model_, ps[i], o);
+        EXPECT_EQ(batch[i].tokens, solo.tokens)
+            << "prompt " << i << ", temperature " << temperature << ", eos " << o.eos_id;
+        EXPECT_EQ(batch[i].stop, solo.stop) << "prompt " << i << ", eos " << o.eos_id;
+      }
+      // The stops the prompts were chosen for did happen: without an end-of-text id, 16 tokens
+      // for the short prompts and 4 for the long one (context - 3 positions: 3 free, + the last
+      // draw); with it, prompt 2 stops after 2.
+      if (with_eos) {
+        EXPECT_EQ(batch[2].stop, StopReason::kEndOfText);
+        EXPECT_LE(batch[2].tokens.size(), 2u);
+      } else {
+        EXPECT_EQ(batch[0].stop, StopReason::kMaxNewTokens);
+        EXPECT_EQ(batch[0].tokens.size(), 16u);
+        EXPECT_EQ(batch[4].stop, StopReason::kContext);
+        EXPECT_EQ(batch[4].tokens.size(), 4u);
+      }
+      EXPECT_EQ(timings.prefill_positions, 1);  // the shortest prompt
+      EXPECT_GT(timings.decode_steps, 0);
+      EXPECT_EQ(
+          timings.cache_bytes, decode_state_bytes([&] {
+            torch::NoGradGuard no_grad;
+            DecodeState s = model_->new_decode_state();
+            model_->forward(torch::tensor(ps[0], torch::kInt64).view({1, -1}).repeat({5, 1}), &s);
+            return s;
+          }()));
+      EXPECT_GT(timings.cache_bytes, 0);
+    }
+  }
+}
+
+TEST_P(GenerateBatch, OnePromptEqualsGenerateAndZeroNewTokensIsEmpty) {
+  GenerateOptions o;
+  o.sampling.temperature = 0;
+  o.max_new_tokens = 9;
+  const auto ps = prompts();
+  EXPECT_EQ(generate_batch(*model_, {ps[2]}, o).at(0).tokens, generate(*model_, ps[2], o).tokens);
+  o.max_new_tokens = 0;
+  for (const GenerateResult& r : generate_batch(*model_, ps, o)) {
+    EXPECT_TRUE(r.tokens.empty());
+    EXPECT_EQ(r.stop, StopReason::kMaxNewTokens);
+  }
+}
+
+TEST_P(GenerateBatch, BadPromptsAreErrors) {
+  GenerateOptions o;
+  EXPECT_THROW(generate_batch(*model_, {}, o), Error);
+  EXPECT_THROW(generate_batch(*model_, {{1, 2}, {}}, o), Error);
+  EXPECT_THROW(generate_batch(*model_, {{1}, {model_->config().vocab_size}}, o), Error);
+  EXPECT_THROW(
+      generate_batch(*model_, {{1}, std::vector<int64_t>(model_->config().context + 1, 1)}, o),
+      Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryMixerKind, GenerateBatch,
+                         ::testing::Values("tiny-llama", "tiny-gpt2", "tiny-cem-both",
+                                           "tiny-cem-full", "tiny-cofrgenet", "tiny-cofrgenet-au",
+                                           "tiny-synthesizer-d", "tiny-sparse-attention"));
+
+// The decode state's bytes: MHA keeps K and V for the whole context, CEM attention only K (its
+// values are its keys), so at equal shape (n_kv_heads = n_heads) CEM holds exactly half.
+TEST(DecodeStateBytes, CemKeyOnlyCacheIsHalfOfMha) {
+  ModelConfig c = preset("tiny-llama");
+  c.n_kv_heads = c.n_heads;
+  const int64_t B = 3;
+  auto bytes_of = [&](const std::string& mixer) {
+    ModelConfig m = c;
+    m.mixer = mixer;
+    torch::manual_seed(0);
+    LmModel model(m);
+    torch::NoGradGuard no_grad;
+    DecodeState state = model->new_decode_state();
+    EXPECT_EQ(decode_state_bytes(state), 0);
+    model->forward(torch::ones({B, 5}, torch::kInt64), &state);
+    return decode_state_bytes(state);
+  };
+  const int64_t mha = bytes_of("mha"), cem = bytes_of("cem_attention");
+  // K and V: layers x batch x heads x context x head_dim floats each, preallocated to the context.
+  EXPECT_EQ(mha, 2 * c.n_layers * B * c.n_heads * c.context * c.head_dim() * 4);
+  EXPECT_EQ(2 * cem, mha);
+}
 
 }  // namespace
 }  // namespace cemfrac

@@ -35,6 +35,7 @@ struct MhaOptions {
 struct MhaState : MixerState {
   KvCache k;  // (B, H_kv, T, d_h), after RoPE
   KvCache v;  // (B, H_kv, T, d_h)
+  int64_t cache_bytes() const override { return k.bytes() + v.bytes(); }
 };
 
 class MhaImpl : public MixerImpl {

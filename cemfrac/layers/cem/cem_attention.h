@@ -56,6 +56,7 @@ struct CemKeyCache {
   KvCache k;  // (B, H, T, d_h) keys after RoPE (exact mode: also the values)
   KvCache v;  // (B, H, T, d_h) naive RoPE only: the unrotated keys, which are its values
   KvCache h;  // (B, T, D) D+LR only: the conditioning inputs
+  int64_t bytes() const { return k.bytes() + v.bytes() + h.bytes(); }
 };
 
 // Fixed keys: one CemKeyCache (the base fields, from h). recursion_keys = iterate: step 0's keys
@@ -63,6 +64,11 @@ struct CemKeyCache {
 // iterate[t - 1], so the state holds T times the fixed-key cache.
 struct CemAttentionState : MixerState, CemKeyCache {
   std::vector<CemKeyCache> iterate;
+  int64_t cache_bytes() const override {
+    int64_t n = bytes();
+    for (const CemKeyCache& c : iterate) n += c.bytes();
+    return n;
+  }
 };
 
 // What one forward computes once from the fixed input h and reuses in every step.

@@ -45,6 +45,7 @@ struct CAttnMOptions {
 
 struct CAttnMState : MixerState {
   KvCache v;  // (B, H, T, p / H): the values of every position seen
+  int64_t cache_bytes() const override { return v.bytes(); }
 };
 
 class CAttnMImpl : public MixerImpl {

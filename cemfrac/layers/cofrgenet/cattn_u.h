@@ -42,6 +42,7 @@ struct CAttnUOptions {
 
 struct CAttnUState : MixerState {
   KvCache y;  // (B, 2, T, p)
+  int64_t cache_bytes() const override { return y.bytes(); }
 };
 
 class CAttnUImpl : public MixerImpl {

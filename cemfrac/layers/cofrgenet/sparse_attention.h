@@ -38,6 +38,7 @@ struct SparseAttentionOptions {
 
 struct SparseAttentionState : MixerState {
   KvCache k, v;  // (B, H, T, d_h)
+  int64_t cache_bytes() const override { return k.bytes() + v.bytes(); }
 };
 
 // Whether query t may see key s under the pattern (s <= t required).

@@ -37,6 +37,7 @@ struct SynthesizerDenseOptions {
 
 struct SynthesizerDenseState : MixerState {
   KvCache v;  // (B, H, T, p / H): the values of every position seen
+  int64_t cache_bytes() const override { return v.bytes(); }
 };
 
 class SynthesizerDenseImpl : public MixerImpl {

@@ -1,0 +1,680 @@
+// cemfrac bench generate: prefill and decode speed of greedy generation (issue 19), through the
+// library's batched path (generate_batch, what `cemfrac generate --prompts` runs), against a
+// PyTorch eager peer with a KV cache in the same run.
+//
+//   cemfrac bench generate (--config C | --checkpoint DIR) [--set k=v]... [--kinds LIST]
+//                          [--batches 1,8] [--prompt-len 128] [--new-tokens 128] [--reps 3]
+//                          [--json] [--peer | --no-peer] [--peer-script FILE]
+//
+// Each row is a model: the config's own (or the checkpoint's), or with --kinds one per item, the
+// config with every layer's mixer set to the item's kind (`cem_attention:cem.steps=2` adds model
+// overrides after the kind, ':'-separated; `all` = every mixer kind plus cem_attention at T = 2).
+// Weights: random from train.seed (speed does not depend on them) or the checkpoint's. Prompts:
+// --prompt-len random ids per row of the largest batch (seed 0), the first B rows for batch B.
+// Per (row, batch): one untimed generation (it also measures memory), then --reps timed ones, each
+// --new-tokens greedy tokens without an end-of-text stop; medians of the reps:
+//   prefill tokens/s = B x prompt-len / the first forward's time;
+//   decode tokens/s  = B x (new-tokens - 1) / the time after it (sampling and new-tokens - 1
+//                      forwards of one position: the first new token comes from the prefill).
+// Memory, in the untimed generation: peak tensor bytes = the largest sum of live tensor memory
+// allocated during it, read from LibTorch's CPU allocator reports (the hook its memory profiler
+// uses; the weights and anything alive before do not count), and cache bytes = the decode state's
+// caches at the end (MixerState::cache_bytes: preallocated to the context, so independent of the
+// lengths). Bandwidth limit: one decode step reads every weight (all parameters but the embedding
+// rows, the head included) once, so at batch B decoding runs at most about B x the copy bandwidth
+// measured in the run / those bytes tokens/s; decode_fraction_of_limit says how close it comes (at
+// batch 1 a float32 model is memory-bound, on both sides). The peer (bench/peers/decode_peer.py
+// under /usr/bin/python3) models mha rows (llama and gpt2 flavours); it runs after cemfrac's rows
+// from the same weights and prompts, and its numbers are quoted only when its logits of the prompt
+// and of the first decoded position agree with cemfrac's (kPeerLogitRtol); its greedy tokens are
+// compared too and reported.
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+#include <c10/core/Allocator.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/types.h>
+#include <torch/utils.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <ctime>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cemfrac/core/blas.h"
+#include "cemfrac/core/check.h"
+#include "cemfrac/io/safetensors.h"
+#include "cemfrac/layers/registry.h"
+#include "cemfrac/model/generate.h"
+#include "cemfrac/train/model_loader.h"
+#include "cemfrac/train/run_config.h"
+#include "cli/bench_util.h"
+#include "cli/build_info.h"
+#include "cli/commands.h"
+
+namespace cemfrac::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr const char* kPython = "/usr/bin/python3";
+constexpr const char* kPeerRelPath = "bench/peers/decode_peer.py";
+constexpr double kTargetDecodeRatio = 3.0;  // issue 19: decode at batch 1 >= 3x the peer
+// The peer's logits (last prompt position and first decoded position, every row of the largest
+// batch) must be within kPeerLogitRtol x the largest |logit| of cemfrac's. Both compute the same
+// float32 function in another op order (fused vs explicit attention, other GEMM shapes): each
+// reordered reduction of n <= a few thousand terms moves a value by ~sqrt(n) u (u = 6e-8, ~1e-6
+// relative), compounded over 2L + 1 sub-layers; 1e-4 leaves that room, while a wrong mask, rotation
+// or cache offset moves logits by a sizeable fraction of their scale. Observed (2026-12-01, this
+// project's 2-core VM): tiny-llama and tiny-gpt2 at most 2.7e-7 of the largest |logit|,
+// small-llama 9e-7 (1.4e-6 of 1.6), two orders of magnitude inside.
+constexpr double kPeerLogitRtol = 1e-4;
+constexpr const char* kKeepHeapEnv = "MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4294967295 ";
+
+struct GenerateBenchFlags {
+  std::string config, checkpoint;
+  std::vector<std::string> sets;
+  std::string kinds;
+  std::string batches = "1,8";
+  int64_t prompt_len = 128;
+  int64_t new_tokens = 128;
+  int reps = 3;
+  bool json = false;
+  bool peer = false;
+  bool no_peer = false;
+  std::string peer_script;
+  bool malloc_default = false;
+  bool peer_keep_heap = false;
+};
+
+// Tensor memory live now and at most, from the CPU allocator's reports (alloc_size < 0: a free).
+// Installed as the thread's profiler-state debug info, which is how LibTorch's allocator finds a
+// memory profiler to report to; only allocations made while it is installed are counted.
+class TensorMemoryPeak : public c10::MemoryReportingInfoBase {
+ public:
+  void reportMemoryUsage(void* /*ptr*/, int64_t alloc_size, int64_t /*total_allocated*/,
+                         int64_t /*total_reserved*/, c10::Device device) override {
+    if (device.type() != c10::DeviceType::CPU) return;
+    const int64_t now = live_.fetch_add(alloc_size) + alloc_size;
+    int64_t peak = peak_.load();
+    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+    }
+  }
+  bool memoryProfilingEnabled() const override { return true; }
+  int64_t peak() const { return peak_.load(); }
+
+ private:
+  std::atomic<int64_t> live_{0};
+  std::atomic<int64_t> peak_{0};
+};
+
+std::vector<int64_t> parse_batches(const std::string& text) {
+  std::vector<int64_t> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? comma : comma - start);
+    if (!item.empty()) {
+      size_t used = 0;
+      int64_t v = 0;
+      try {
+        v = std::stoll(item, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      CEMFRAC_CHECK(used == item.size() && v >= 1 && v <= 4096,
+                    "--batches: '{}' is not a batch size in 1..4096 (e.g. --batches 1,8)", item);
+      out.push_back(v);
+    }
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  CEMFRAC_CHECK(!out.empty(), "--batches needs at least one batch size (e.g. --batches 1,8)");
+  return out;
+}
+
+struct RowSpec {
+  std::string label;              // "mha", "cem_attention cem.steps=2"; "" = the model as given
+  std::vector<std::string> sets;  // model overrides of the row
+};
+
+// --kinds: "kind[:field=value...]" items, comma-separated; "all" = every mixer kind + CEM at T = 2.
+std::vector<RowSpec> parse_kinds(const std::string& text) {
+  if (text.empty()) return {RowSpec{}};
+  std::vector<std::string> items;
+  if (text == "all") {
+    items = mixer_kind_names();
+    items.push_back("cem_attention:cem.steps=2");
+  } else {
+    size_t start = 0;
+    while (start <= text.size()) {
+      const size_t comma = text.find(',', start);
+      const std::string item =
+          text.substr(start, comma == std::string::npos ? comma : comma - start);
+      if (!item.empty()) items.push_back(item);
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  CEMFRAC_CHECK(!items.empty(), "--kinds needs at least one mixer kind (or all)");
+  const std::vector<std::string> kinds = mixer_kind_names();
+  std::vector<RowSpec> rows;
+  for (const std::string& item : items) {
+    std::vector<std::string> parts;
+    size_t start = 0;
+    while (start <= item.size()) {
+      const size_t colon = item.find(':', start);
+      parts.push_back(item.substr(start, colon == std::string::npos ? colon : colon - start));
+      if (colon == std::string::npos) break;
+      start = colon + 1;
+    }
+    CEMFRAC_CHECK(std::find(kinds.begin(), kinds.end(), parts[0]) != kinds.end(),
+                  "--kinds: '{}' is not a mixer kind (valid: {}, or all)", parts[0],
+                  fmt::join(kinds, ", "));
+    RowSpec row{parts[0], {"model.mixer=" + parts[0]}};
+    for (size_t i = 1; i < parts.size(); ++i) {
+      CEMFRAC_CHECK(parts[i].find('=') != std::string::npos,
+                    "--kinds: '{}' in '{}' is not field=value (e.g. cem_attention:cem.steps=2)",
+                    parts[i], item);
+      row.label += " " + parts[i];
+      row.sets.push_back("model." + parts[i]);
+    }
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+std::string quote_for_shell(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += (c == '\'') ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string capture_stdout(const std::string& command) {
+  FILE* pipe = popen(command.c_str(), "r");
+  CEMFRAC_CHECK(pipe != nullptr, "could not start: {}", command);
+  std::string out;
+  std::array<char, 4096> buf{};
+  size_t n = 0;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  CEMFRAC_CHECK(status == 0,
+                "the PyTorch decode peer failed (exit status {}); its message is "
+                "above: {}",
+                status, command);
+  return out;
+}
+
+bool python_with_torch() {
+  if (access(kPython, X_OK) != 0) return false;
+  const std::string cmd = std::string(kPython) + " -c 'import torch' >/dev/null 2>&1";
+  return std::system(cmd.c_str()) == 0;
+}
+
+std::optional<fs::path> locate_peer(const std::string& given) {
+  if (!given.empty()) {
+    CEMFRAC_CHECK(fs::exists(given), "--peer-script {}: no such file", given);
+    return fs::path(given);
+  }
+  std::vector<fs::path> roots;
+  if (const char* env = std::getenv("CEMFRAC_SOURCE_DIR")) roots.emplace_back(env);
+  roots.push_back(fs::current_path());
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (fs::path p = exe.parent_path(); !p.empty() && p != p.root_path(); p = p.parent_path())
+      roots.push_back(p);
+  }
+  for (const auto& root : roots)
+    if (fs::exists(root / kPeerRelPath)) return root / kPeerRelPath;
+  return std::nullopt;
+}
+
+// Why the decode peer cannot model this model ("" when it can).
+std::string peer_unsupported(const ModelConfig& m) {
+  for (int64_t l = 0; l < m.n_layers; ++l) {
+    if (m.mixer_of(l) != "mha") return fmt::format("layer {} mixer '{}'", l, m.mixer_of(l));
+    if (m.ffn_of(l) != "swiglu" && m.ffn_of(l) != "gelu_mlp")
+      return fmt::format("layer {} ffn '{}'", l, m.ffn_of(l));
+  }
+  if (m.norm == "layernorm" && !m.bias) return "layernorm without bias";
+  return "";
+}
+
+std::vector<std::vector<int64_t>> rows_of(const torch::Tensor& prompts, int64_t B) {
+  std::vector<std::vector<int64_t>> out;
+  for (int64_t i = 0; i < B; ++i) {
+    const torch::Tensor row = prompts[i].contiguous();
+    out.emplace_back(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel());
+  }
+  return out;
+}
+
+double median_of(std::vector<double> v) {
+  return summarize_times(std::move(v)).median_ms;
+}
+
+struct Model {
+  LmModel model{nullptr};
+  int64_t vocab_limit = 0;
+};
+
+Model build_model(const GenerateBenchFlags& flags, const RowSpec& spec) {
+  Model m;
+  if (!flags.checkpoint.empty()) {
+    LoadedModel loaded = load_model(flags.checkpoint, flags.sets);
+    m.model = loaded.model;
+    m.vocab_limit =
+        loaded.tokenizer ? loaded.tokenizer->vocab_size() : loaded.model->config().vocab_size;
+    return m;
+  }
+  RunConfig rc = load_run_config(flags.config, flags.sets);
+  if (!spec.sets.empty()) rc = with_overrides(rc, spec.sets);
+  torch::manual_seed(rc.train.seed);
+  m.model = LmModel(rc.model);
+  m.model->eval();
+  m.vocab_limit = rc.model.vocab_size;
+  return m;
+}
+
+// Bytes of weights one decode step reads: every parameter but the embeddings (one row each), plus
+// the embedding again when the head is tied to it (the head reads all of it).
+int64_t weight_bytes_per_step(const LmModelImpl& model) {
+  int64_t n = 0;
+  for (const ParamInfo& p : model.parameter_table()) {
+    if (p.kind != ParamKind::kEmbedding || !p.tied_to.empty()) n += p.numel;
+  }
+  return n * 4;  // float32
+}
+
+// Copy bandwidth now (GB/s, read + write counted, as STREAM does): best of 5 copies of a float
+// tensor of `bytes` into a preallocated one.
+double copy_bandwidth_gbs(int64_t bytes) {
+  const int64_t elems = std::max<int64_t>(bytes / 4, int64_t{1} << 20);
+  const torch::Tensor src = torch::rand({elems});
+  torch::Tensor dst = torch::empty_like(src);
+  const Timing t = time_it([&] { dst.copy_(src); }, 5);
+  return 2.0 * double(elems) * 4 / (t.best_ms * 1e-3) / 1e9;
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+int run_generate_bench(const GenerateBenchFlags& flags) {
+  CEMFRAC_CHECK(flags.config.empty() != flags.checkpoint.empty(),
+                "bench generate needs exactly one of --config FILE and --checkpoint DIR");
+  CEMFRAC_CHECK(flags.checkpoint.empty() || flags.kinds.empty(),
+                "--kinds builds models from a config; a checkpoint is one model (use --config)");
+  CEMFRAC_CHECK(!(flags.peer && flags.no_peer), "--peer and --no-peer exclude each other");
+  const std::vector<int64_t> batches = parse_batches(flags.batches);
+  const std::vector<RowSpec> specs = parse_kinds(flags.kinds);
+  const int64_t B_max = *std::max_element(batches.begin(), batches.end());
+  const int64_t P = flags.prompt_len, N_new = flags.new_tokens;
+  if (!flags.malloc_default) keep_heap();
+  const int threads = at::get_num_threads();
+  const std::string core = blas_status().core;
+  const bool have_python = !flags.no_peer && python_with_torch();
+  const std::optional<fs::path> peer_script =
+      flags.no_peer ? std::nullopt : locate_peer(flags.peer_script);
+  if (flags.peer) {
+    CEMFRAC_CHECK(have_python, "--peer needs {} with torch (Debian: python3-torch)", kPython);
+    CEMFRAC_CHECK(peer_script.has_value(),
+                  "--peer: {} not found; run from the source tree, set CEMFRAC_SOURCE_DIR or pass "
+                  "--peer-script",
+                  kPeerRelPath);
+  }
+
+  // Every row's config is checked before any row is timed.
+  if (flags.checkpoint.empty()) {
+    const RunConfig rc = load_run_config(flags.config, flags.sets);
+    for (const RowSpec& spec : specs) {
+      if (!spec.sets.empty()) with_overrides(rc, spec.sets);
+    }
+  }
+  json rows = json::array();
+  std::vector<double> mha_cache(batches.size(), 0);  // cache bytes of the mha row, per batch
+  bool met = true, any_target = false;
+  double copy_gbs = 0;                  // measured once, before the first row is timed
+  int peer_rows = 0;                    // rows the peer ran for
+  std::vector<std::string> unmodelled;  // rows it does not model, and why
+  for (const RowSpec& spec : specs) {
+    Model m = build_model(flags, spec);
+    LmModelImpl& model = *m.model;
+    const ModelConfig& c = model.config();
+    CEMFRAC_CHECK(P >= 1 && N_new >= 1, "--prompt-len and --new-tokens must be >= 1");
+    CEMFRAC_CHECK(P + N_new - 1 <= c.context,
+                  "--prompt-len {} + --new-tokens {} needs {} positions; the model's context is {}",
+                  P, N_new, P + N_new - 1, c.context);
+    const std::string label = spec.label.empty() ? c.mixer : spec.label;
+    if (!flags.json) fmt::print(stderr, "timing {} ...\n", label);
+
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(0);
+    const torch::Tensor prompts =
+        torch::randint(0, m.vocab_limit, {B_max, P}, gen, torch::TensorOptions(torch::kInt64));
+    GenerateOptions options;
+    options.sampling.temperature = 0;
+    options.max_new_tokens = N_new;
+    options.eos_id = -1;
+    options.vocab_limit = m.vocab_limit;
+
+    // The peer's reference: cemfrac's logits of the prompts' last position and, after feeding the
+    // first greedy tokens, of the next one.
+    std::string why_not = peer_unsupported(c);
+    const bool want_peer = !flags.no_peer && have_python && peer_script && why_not.empty();
+    if (!why_not.empty()) unmodelled.push_back(label + ": " + why_not);
+    peer_rows += want_peer ? 1 : 0;
+    std::string weights_path;
+    if (want_peer) {
+      torch::NoGradGuard no_grad;
+      DecodeState state = model.new_decode_state();
+      const torch::Tensor l0 =
+          model.forward(prompts, &state).select(1, -1).narrow(-1, 0, m.vocab_limit).contiguous();
+      const torch::Tensor first = l0.argmax(-1);
+      const torch::Tensor l1 = model.forward(first.view({B_max, 1}), &state)
+                                   .select(1, -1)
+                                   .narrow(-1, 0, m.vocab_limit)
+                                   .contiguous();
+      TensorMap tensors;
+      for (const auto& item : model.named_parameters(/*recurse=*/true))
+        tensors[item.key()] = item.value().detach();
+      tensors["__prompts__"] = prompts;
+      tensors["__logits0__"] = l0;
+      tensors["__first__"] = first.contiguous();
+      tensors["__logits1__"] = l1;
+      weights_path =
+          (fs::temp_directory_path() / fmt::format("cemfrac-bench-decode-{}.safetensors", getpid()))
+              .string();
+      save_safetensors(weights_path, tensors, {{"producer", "cemfrac bench generate"}});
+    }
+
+    const int64_t weight_bytes = weight_bytes_per_step(model);
+    if (copy_gbs == 0) copy_gbs = copy_bandwidth_gbs(weight_bytes);
+    json row = {{"label", label},
+                {"mixer", c.mixer},
+                {"overrides", spec.sets},
+                {"parameters", model.num_parameters()},
+                {"weight_bytes_per_step", weight_bytes}};
+    json per_batch = json::array();
+    std::vector<std::vector<int64_t>> row0_tokens;
+    for (size_t bi = 0; bi < batches.size(); ++bi) {
+      const int64_t B = batches[bi];
+      const auto batch = rows_of(prompts, B);
+      // Untimed: warm-up and memory.
+      GenerateTimings t;
+      auto tracker = std::make_shared<TensorMemoryPeak>();
+      std::vector<GenerateResult> tokens;
+      {
+        c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, tracker);
+        tokens = generate_batch(model, batch, options, &t);
+      }
+      row0_tokens.push_back(tokens[0].tokens);
+      std::vector<double> prefill, decode;
+      for (int r = 0; r < flags.reps; ++r) {
+        GenerateTimings tr;
+        generate_batch(model, batch, options, &tr);
+        prefill.push_back(tr.prefill_s);
+        decode.push_back(tr.decode_s);
+      }
+      const double pm = median_of(prefill), dm = median_of(decode);
+      json b = {{"batch", B},
+                {"prefill_s", prefill},
+                {"decode_s", decode},
+                {"prefill_median_s", pm},
+                {"decode_median_s", dm},
+                {"decode_steps", t.decode_steps},
+                {"prefill_tokens_per_s", double(B * P) / pm},
+                {"decode_tokens_per_s", double(B * t.decode_steps) / dm},
+                {"peak_tensor_bytes", tracker->peak()},
+                {"cache_bytes", t.cache_bytes},
+                // Every decode step reads all weights once: at batch B about B x bandwidth /
+                // weight bytes tokens/s at most (an estimate, not a strict bound: the cache reads
+                // are left out, and a matrix-vector product only reads, which can beat a copy).
+                {"decode_bandwidth_limit_tokens_per_s",
+                 double(B) * copy_gbs * 1e9 / double(weight_bytes)}};
+      b["decode_fraction_of_limit"] = b["decode_tokens_per_s"].get<double>() /
+                                      b["decode_bandwidth_limit_tokens_per_s"].get<double>();
+      if (c.mixer == "mha" && spec.sets.size() <= 1) mha_cache[bi] = double(t.cache_bytes);
+      if (mha_cache[bi] > 0) b["cache_bytes_vs_mha"] = double(t.cache_bytes) / mha_cache[bi];
+      json toks = json::array();
+      for (const auto& r : tokens) toks.push_back(r.tokens);
+      b["tokens"] = toks;
+      per_batch.push_back(b);
+    }
+    // Every batch gives its first prompt the same greedy tokens (they share prompt 0).
+    bool same = true;
+    for (const auto& t : row0_tokens) same = same && t == row0_tokens[0];
+    row["row0_tokens_equal_across_batches"] = same;
+    m.model = nullptr;  // free cemfrac's model before the peer starts
+
+    if (want_peer) {
+      const std::string cmd = fmt::format(
+          "{}OPENBLAS_CORETYPE={} {} {} --config-json {} --weights {} --batches {} --new-tokens {} "
+          "--vocab-limit {} --reps {} --threads {}",
+          flags.peer_keep_heap ? kKeepHeapEnv : "", quote_for_shell(core), kPython,
+          quote_for_shell(peer_script->string()), quote_for_shell(to_json(c).dump()),
+          quote_for_shell(weights_path), flags.batches, N_new, options.vocab_limit, flags.reps,
+          threads);
+      if (!flags.json) fmt::print(stderr, "running the PyTorch peer: {}\n", cmd);
+      std::string out;
+      try {
+        out = capture_stdout(cmd);
+      } catch (...) {
+        std::error_code ec;
+        fs::remove(weights_path, ec);
+        throw;
+      }
+      std::error_code ec;
+      fs::remove(weights_path, ec);
+      const json peer = json::parse(out, nullptr, /*allow_exceptions=*/false);
+      CEMFRAC_CHECK(peer.is_object() && peer.contains("results") && peer.contains("check"),
+                    "the PyTorch decode peer printed no JSON result: {}", cmd);
+      const double diff = peer["check"]["max_abs_diff"].get<double>();
+      const double scale = peer["check"]["max_abs_logit"].get<double>();
+      const bool agree = diff <= kPeerLogitRtol * scale;  // false for NaN
+      row["peer_check"] = {{"max_abs_logit_diff", diff},
+                           {"max_abs_logit", scale},
+                           {"tolerance", kPeerLogitRtol * scale},
+                           {"agree", agree}};
+      row["peer_info"] = {{"python", peer["python"]},
+                          {"torch", peer["torch"]},
+                          {"threads", peer["threads"]},
+                          {"blas_core", peer["blas_core"]},
+                          {"malloc", flags.peer_keep_heap ? "heap kept" : "glibc default"}};
+      if (!agree) {
+        row["peer_note"] = fmt::format(
+            "no ratio: the peer's logits differ from cemfrac's by {:.3g} (tolerance {:.3g}): it "
+            "does not compute the same model",
+            diff, kPeerLogitRtol * scale);
+        met = false;
+      }
+      for (size_t bi = 0; bi < batches.size(); ++bi) {
+        json& b = per_batch[bi];
+        const json* p = nullptr;
+        for (const auto& r : peer["results"])
+          if (r["batch"].get<int64_t>() == batches[bi]) p = &r;
+        if (!p) continue;
+        // Greedy tokens: rows equal over all new tokens, and the first step where any row differs.
+        int64_t rows_equal = 0, first_diff = -1;
+        const json& mine = b["tokens"];
+        const json& theirs = (*p)["tokens"];
+        for (size_t i = 0; i < mine.size() && i < theirs.size(); ++i) {
+          if (mine[i] == theirs[i]) {
+            ++rows_equal;
+            continue;
+          }
+          for (size_t s = 0; s < mine[i].size() && s < theirs[i].size(); ++s) {
+            if (mine[i][s] != theirs[i][s]) {
+              if (first_diff < 0 || int64_t(s) < first_diff) first_diff = int64_t(s);
+              break;
+            }
+          }
+        }
+        b["peer_tokens_rows_equal"] = rows_equal;
+        b["peer_tokens_first_difference"] = first_diff < 0 ? json(nullptr) : json(first_diff);
+        if (!agree) continue;
+        json pj = {{"prefill_tokens_per_s", (*p)["prefill_tokens_per_s"]},
+                   {"decode_tokens_per_s", (*p)["decode_tokens_per_s"]},
+                   {"prefill_s", (*p)["prefill_s"]},
+                   {"decode_s", (*p)["decode_s"]},
+                   {"peak_rss_growth_bytes", (*p)["peak_rss_growth_bytes"]},
+                   {"cache_bytes", (*p)["cache_bytes"]}};
+        b["peer"] = pj;
+        b["decode_ratio_vs_peer"] =
+            b["decode_tokens_per_s"].get<double>() / pj["decode_tokens_per_s"].get<double>();
+        b["prefill_ratio_vs_peer"] =
+            b["prefill_tokens_per_s"].get<double>() / pj["prefill_tokens_per_s"].get<double>();
+        if (batches[bi] == 1) {
+          any_target = true;
+          met = met && b["decode_ratio_vs_peer"].get<double>() >= kTargetDecodeRatio;
+        }
+      }
+    } else if (!flags.no_peer) {
+      row["peer_note"] = !have_python ? fmt::format("peer skipped: no {} with torch", kPython)
+                         : !peer_script
+                             ? fmt::format("peer skipped: {} not found", kPeerRelPath)
+                             : fmt::format("peer skipped: it does not model {}", why_not);
+    }
+    row["batches"] = per_batch;
+    rows.push_back(row);
+  }
+
+  CEMFRAC_CHECK(!flags.peer || peer_rows > 0,
+                "--peer: the decode peer models none of the rows (it writes mha with swiglu or "
+                "gelu_mlp only): {}",
+                fmt::join(unmodelled, "; "));
+  json report = {
+      {"bench", "generate"},
+      {"commit", build_commit()},
+      {"date_utc", utc_now()},
+      {"source", flags.checkpoint.empty() ? flags.config : flags.checkpoint},
+      {"overrides", flags.sets},
+      {"cpu", read_cpu_features().model_name},
+      {"threads", threads},
+      {"blas_core", core},
+      {"copy_gbs", copy_gbs},
+      {"prompt_len", P},
+      {"new_tokens", N_new},
+      {"reps", flags.reps},
+      {"sampling", "greedy, no end-of-text stop"},
+      {"malloc", flags.malloc_default ? "glibc default" : "heap kept (no mmap, no trim)"},
+      {"memory",
+       "peak_tensor_bytes: largest live tensor memory allocated during one generation (LibTorch "
+       "CPU allocator reports; weights excluded); peer: peak RSS growth (VmHWM reset)"},
+      {"rows", rows},
+      {"targets",
+       {{"decode_ratio_at_batch_1_at_least", kTargetDecodeRatio},
+        {"met", any_target ? json(met) : json(nullptr)}}},
+  };
+  if (flags.json) {
+    fmt::print("{}\n", report.dump(2));
+    return 0;
+  }
+  fmt::print("generate bench: {}, prompt {} + {} new tokens, greedy, {} threads, medians of {}\n",
+             report["source"].get<std::string>(), P, N_new, threads, flags.reps);
+  fmt::print("CPU {}; BLAS {} core {}; binary {}; {}\n", read_cpu_features().model_name,
+             blas_status().library, core, build_commit(), report["date_utc"].get<std::string>());
+  fmt::print(
+      "copy bandwidth {:.1f} GB/s (measured now); limit = batch x bandwidth / weight bytes "
+      "per decode step\n",
+      copy_gbs);
+  fmt::print("{:<28} {:>5} {:>13} {:>13} {:>7} {:>9} {:>10} {:>6} {:>13} {:>7} {:>7}\n", "model",
+             "batch", "prefill tok/s", "decode tok/s", "xlimit", "peak MiB", "cache KiB", "/mha",
+             "peer dec tok/s", "x peer", "pre x");
+  for (const auto& row : rows) {
+    for (const auto& b : row["batches"]) {
+      fmt::print(
+          "{:<28} {:>5} {:>13.1f} {:>13.1f} {:>7.2f} {:>9.1f} {:>10.1f} {:>6} {:>13} {:>7} {:>7}\n",
+          row["label"].get<std::string>(), b["batch"].get<int64_t>(),
+          b["prefill_tokens_per_s"].get<double>(), b["decode_tokens_per_s"].get<double>(),
+          b["decode_fraction_of_limit"].get<double>(),
+          b["peak_tensor_bytes"].get<double>() / (1 << 20), b["cache_bytes"].get<double>() / 1024,
+          b.contains("cache_bytes_vs_mha")
+              ? fmt::format("{:.2f}", b["cache_bytes_vs_mha"].get<double>())
+              : std::string("-"),
+          b.contains("peer") ? fmt::format("{:.1f}", b["peer"]["decode_tokens_per_s"].get<double>())
+                             : std::string("-"),
+          b.contains("decode_ratio_vs_peer")
+              ? fmt::format("{:.2f}", b["decode_ratio_vs_peer"].get<double>())
+              : std::string("-"),
+          b.contains("prefill_ratio_vs_peer")
+              ? fmt::format("{:.2f}", b["prefill_ratio_vs_peer"].get<double>())
+              : std::string("-"));
+    }
+    if (row.contains("peer_note")) fmt::print("  {}\n", row["peer_note"].get<std::string>());
+    if (row.contains("peer_check"))
+      fmt::print("  peer logits: max |diff| {:.3g} (tolerance {:.3g})\n",
+                 row["peer_check"]["max_abs_logit_diff"].get<double>(),
+                 row["peer_check"]["tolerance"].get<double>());
+  }
+  fmt::print(
+      "xlimit = decode tokens/s / the bandwidth limit; /mha = cache bytes / the mha row's; x peer, "
+      "pre x = cemfrac / peer tokens/s, decode and prefill\n");
+  if (any_target) {
+    fmt::print("target (issue 19): decode at batch 1 >= {:.0f}x the peer: {}\n", kTargetDecodeRatio,
+               met ? "met" : "NOT met");
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_bench_generate(CLI::App& bench, const GlobalOptions& global) {
+  (void)global;  // --threads and --blas-core are applied in main() before any command runs
+  auto flags = std::make_shared<GenerateBenchFlags>();
+  CLI::App* app = bench.add_subcommand(
+      "generate",
+      "Prefill and decode tokens/s of greedy generation, peak memory and cache bytes, per mixer "
+      "kind, against a PyTorch eager peer with a KV cache");
+  app->add_option("--config", flags->config, "Run config (TOML), e.g. configs/small-llama.toml");
+  app->add_option("--checkpoint", flags->checkpoint,
+                  "Checkpoint directory, or a run directory (newest), instead of --config");
+  app->add_option("--set", flags->sets, "Override a config field: section.key=value (repeatable)");
+  app->add_option("--kinds", flags->kinds,
+                  "One row per mixer kind, comma-separated, each optionally with model overrides "
+                  "after ':' (cem_attention:cem.steps=2); 'all' = every kind and cem_attention at "
+                  "T = 2; default: the config's model");
+  app->add_option("--batches", flags->batches, "Batch sizes, comma-separated")
+      ->capture_default_str();
+  app->add_option("--prompt-len", flags->prompt_len, "Prompt tokens per row (random ids)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app->add_option("--new-tokens", flags->new_tokens, "Greedy tokens generated per row")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app->add_option("--reps", flags->reps, "Timed generations after one untimed (medians)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  app->add_flag("--json", flags->json, "Print one JSON object (every rep's times, the tokens)");
+  app->add_flag(
+      "--peer", flags->peer,
+      "Run the PyTorch peer (bench/peers/decode_peer.py under /usr/bin/python3) for the rows "
+      "it models (mha with swiglu or gelu_mlp) and fail when it cannot run or models none; "
+      "default: on for those rows when python3-torch is installed");
+  app->add_flag("--no-peer", flags->no_peer, "Do not run the PyTorch peer");
+  app->add_option("--peer-script", flags->peer_script,
+                  "Path of decode_peer.py (default: found in the source tree)");
+  app->add_flag("--malloc-default", flags->malloc_default,
+                "Leave glibc malloc as configured (default: keep freed memory in the heap)");
+  app->add_flag("--peer-keep-heap", flags->peer_keep_heap,
+                "Run the peer with the same heap policy as cemfrac (default: glibc's defaults)");
+  return {app, [flags] { return run_generate_bench(*flags); }};
+}
+
+}  // namespace cemfrac::cli
