@@ -248,7 +248,7 @@ std::string peer_unsupported(const ModelConfig& m) {
     if (m.ffn_of(l) != "swiglu" && m.ffn_of(l) != "gelu_mlp")
       return fmt::format("layer {} ffn '{}'", l, m.ffn_of(l));
   }
-  if (m.norm == "layernorm" && !m.bias) return "layernorm without bias";
+  if (m.norm == NormKind::kLayerNorm && !m.bias) return "layernorm without bias";
   return "";
 }
 

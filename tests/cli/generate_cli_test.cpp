@@ -31,8 +31,8 @@ std::string make_llama_checkpoint(const std::string& tag) {
   c.n_kv_heads = 2;
   c.d_ff = 64;
   c.context = 32;
-  c.norm = "rmsnorm";
-  c.positions = "rope";
+  c.norm = NormKind::kRmsNorm;
+  c.positions = Positions::kRope;
   c.bias = false;
   c.tie_embeddings = false;
   torch::manual_seed(7);
