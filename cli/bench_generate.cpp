@@ -61,6 +61,7 @@
 #include "cli/bench_util.h"
 #include "cli/build_info.h"
 #include "cli/commands.h"
+#include "cli/peer_util.h"
 
 namespace cemfrac::cli {
 namespace {
@@ -68,7 +69,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr const char* kPython = "/usr/bin/python3";
+constexpr const char* kPython = kPeerPython;
 constexpr const char* kPeerRelPath = "bench/peers/decode_peer.py";
 constexpr double kTargetDecodeRatio = 3.0;  // issue 19: decode at batch 1 >= 3x the peer
 // The peer's logits (last prompt position and first decoded position, every row of the largest
@@ -195,52 +196,6 @@ std::vector<RowSpec> parse_kinds(const std::string& text) {
   return rows;
 }
 
-std::string quote_for_shell(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += (c == '\'') ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-std::string capture_stdout(const std::string& command) {
-  FILE* pipe = popen(command.c_str(), "r");
-  CEMFRAC_CHECK(pipe != nullptr, "could not start: {}", command);
-  std::string out;
-  std::array<char, 4096> buf{};
-  size_t n = 0;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  CEMFRAC_CHECK(status == 0,
-                "the PyTorch decode peer failed (exit status {}); its message is "
-                "above: {}",
-                status, command);
-  return out;
-}
-
-bool python_with_torch() {
-  if (access(kPython, X_OK) != 0) return false;
-  const std::string cmd = std::string(kPython) + " -c 'import torch' >/dev/null 2>&1";
-  return std::system(cmd.c_str()) == 0;
-}
-
-std::optional<fs::path> locate_peer(const std::string& given) {
-  if (!given.empty()) {
-    CEMFRAC_CHECK(fs::exists(given), "--peer-script {}: no such file", given);
-    return fs::path(given);
-  }
-  std::vector<fs::path> roots;
-  if (const char* env = std::getenv("CEMFRAC_SOURCE_DIR")) roots.emplace_back(env);
-  roots.push_back(fs::current_path());
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    for (fs::path p = exe.parent_path(); !p.empty() && p != p.root_path(); p = p.parent_path())
-      roots.push_back(p);
-  }
-  for (const auto& root : roots)
-    if (fs::exists(root / kPeerRelPath)) return root / kPeerRelPath;
-  return std::nullopt;
-}
-
 // Why the decode peer cannot model this model ("" when it can).
 std::string peer_unsupported(const ModelConfig& m) {
   for (int64_t l = 0; l < m.n_layers; ++l) {
@@ -332,7 +287,7 @@ int run_generate_bench(const GenerateBenchFlags& flags) {
   const std::string core = blas_status().core;
   const bool have_python = !flags.no_peer && python_with_torch();
   const std::optional<fs::path> peer_script =
-      flags.no_peer ? std::nullopt : locate_peer(flags.peer_script);
+      flags.no_peer ? std::nullopt : locate_peer(flags.peer_script, kPeerRelPath);
   if (flags.peer) {
     CEMFRAC_CHECK(have_python, "--peer needs {} with torch (Debian: python3-torch)", kPython);
     CEMFRAC_CHECK(peer_script.has_value(),
@@ -474,7 +429,7 @@ int run_generate_bench(const GenerateBenchFlags& flags) {
       if (!flags.json) fmt::print(stderr, "running the PyTorch peer: {}\n", cmd);
       std::string out;
       try {
-        out = capture_stdout(cmd);
+        out = capture_stdout(cmd, "the PyTorch decode peer");
       } catch (...) {
         std::error_code ec;
         fs::remove(weights_path, ec);

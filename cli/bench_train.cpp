@@ -59,6 +59,7 @@
 #include "cemfrac/train/run_config.h"
 #include "cli/bench_util.h"
 #include "cli/commands.h"
+#include "cli/peer_util.h"
 #include "cli/step_profile.h"
 
 namespace cemfrac::cli {
@@ -68,7 +69,7 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
-constexpr const char* kPython = "/usr/bin/python3";
+constexpr const char* kPython = kPeerPython;
 constexpr const char* kPeerRelPath = "bench/peers/train_step_peer.py";
 constexpr double kTargetMfu = 0.55;
 constexpr double kTargetRatio = 0.85;
@@ -100,7 +101,7 @@ struct TrainBenchFlags {
   std::string peer_script;
   bool malloc_default = false;
   bool peer_keep_heap = false;
-  int nproc = 0;  // > 0: data-parallel scaling instead (cli/bench_train_dist.cpp)
+  int nproc = 0;         // > 0: data-parallel scaling instead (cli/bench_train_dist.cpp)
   bool profile = false;  // one more step under the autograd profiler, after the timed ones
   int profile_top = 25;
 };
@@ -120,52 +121,6 @@ double cpu_seconds() {
 
 double median_of(std::vector<double> v) {
   return summarize_times(std::move(v)).median_ms;
-}
-
-std::string quote_for_shell(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += (c == '\'') ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-// stdout of `command`; throws cemfrac::Error when it cannot start or exits non-zero.
-std::string capture_stdout(const std::string& command) {
-  FILE* pipe = popen(command.c_str(), "r");
-  CEMFRAC_CHECK(pipe != nullptr, "could not start: {}", command);
-  std::string out;
-  std::array<char, 4096> buf{};
-  size_t n = 0;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  CEMFRAC_CHECK(status == 0, "the PyTorch peer failed (exit status {}); its message is above: {}",
-                status, command);
-  return out;
-}
-
-bool python_with_torch() {
-  if (access(kPython, X_OK) != 0) return false;
-  const std::string cmd = std::string(kPython) + " -c 'import torch' >/dev/null 2>&1";
-  return std::system(cmd.c_str()) == 0;
-}
-
-// --peer-script, else $CEMFRAC_SOURCE_DIR, the working directory, or a folder above the executable.
-std::optional<fs::path> locate_peer(const std::string& given) {
-  if (!given.empty()) {
-    CEMFRAC_CHECK(fs::exists(given), "--peer-script {}: no such file", given);
-    return fs::path(given);
-  }
-  std::vector<fs::path> roots;
-  if (const char* env = std::getenv("CEMFRAC_SOURCE_DIR")) roots.emplace_back(env);
-  roots.push_back(fs::current_path());
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    for (fs::path p = exe.parent_path(); !p.empty() && p != p.root_path(); p = p.parent_path())
-      roots.push_back(p);
-  }
-  for (const auto& root : roots)
-    if (fs::exists(root / kPeerRelPath)) return root / kPeerRelPath;
-  return std::nullopt;
 }
 
 // Why the peer cannot model this config ("" when it can): the layer kinds it writes. The options of
@@ -328,7 +283,7 @@ int run_train_bench(const TrainBenchFlags& flags) {
   if (!flags.no_peer) {
     const std::string why_not = peer_unsupported(rc.model);
     const bool have_python = python_with_torch();
-    peer_script = locate_peer(flags.peer_script);
+    peer_script = locate_peer(flags.peer_script, kPeerRelPath);
     if (flags.peer) {
       CEMFRAC_CHECK(have_python, "--peer needs {} with torch (Debian: python3-torch)", kPython);
       CEMFRAC_CHECK(
@@ -396,7 +351,7 @@ int run_train_bench(const TrainBenchFlags& flags) {
     if (!flags.json) fmt::print(stderr, "running the PyTorch peer: {}\n", cmd);
     std::string peer_out;
     try {
-      peer_out = capture_stdout(cmd);
+      peer_out = capture_stdout(cmd, "the PyTorch peer");
     } catch (...) {
       std::error_code ec;
       fs::remove(peer_weights, ec);

@@ -1,0 +1,28 @@
+// What `bench train` and `bench generate` share to run their PyTorch peers (bench/peers/*.py):
+// Debian's interpreter, finding the script, quoting for the shell and reading the peer's output.
+#pragma once
+#include <filesystem>
+#include <optional>
+#include <string>
+
+namespace cemfrac::cli {
+
+// The interpreter the peers run under: Debian's, which has python3-torch (the `python3` on PATH
+// may be one without torch).
+inline constexpr const char* kPeerPython = "/usr/bin/python3";
+
+// Whether kPeerPython exists and imports torch.
+bool python_with_torch();
+
+// `given` (--peer-script) when set (it must exist), else `rel_path` under $CEMFRAC_SOURCE_DIR, the
+// working directory or a folder above the executable; nullopt when none has it.
+std::optional<std::filesystem::path> locate_peer(const std::string& given,
+                                                 const std::string& rel_path);
+
+// s in single quotes for /bin/sh.
+std::string quote_for_shell(const std::string& s);
+
+// stdout of `command`; throws cemfrac::Error naming `what` when it cannot start or exits non-zero.
+std::string capture_stdout(const std::string& command, const std::string& what);
+
+}  // namespace cemfrac::cli
