@@ -7,8 +7,12 @@
 #include <cstdint>
 #include <string>
 
+#include "cemfrac/data/tokenizer.h"
+#include "cemfrac/model/lm_model.h"
 #include "cemfrac/model/model_config.h"
+#include "cemfrac/train/checkpoint.h"
 #include "cemfrac/train/trainer.h"
+#include "tests/test_util.h"
 
 namespace cemfrac::test {
 
@@ -59,6 +63,21 @@ inline TrainerOptions tiny_trainer_options(const std::string& out, const std::st
 // max |a - b| / max |b| (b = the reference).
 inline double rel_err(const torch::Tensor& a, const torch::Tensor& b) {
   return (a - b).abs().max().item<double>() / std::max(b.abs().max().item<double>(), 1e-300);
+}
+
+// A checkpoint of `model` as a training run would leave it at step 1 (its weights and config.json,
+// the byte tokenizer, the RNG state), written in process under a new temporary folder named after
+// `tag`; returns the checkpoint's directory.
+inline std::string save_byte_checkpoint(LmModel& model, const std::string& tag) {
+  auto tok = make_tokenizer("byte");
+  CheckpointContents contents;
+  for (const auto& p : model->named_parameters())
+    contents.model[p.key()] = p.value().detach().contiguous();
+  contents.config = to_json(model->config());
+  contents.tokenizer = tok.get();
+  contents.trainer.step = 1;
+  contents.trainer.torch_rng = torch_rng_state();
+  return save_checkpoint(temp_dir(tag), contents, 0);
 }
 
 }  // namespace cemfrac::test

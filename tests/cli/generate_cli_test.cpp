@@ -12,6 +12,7 @@
 #include "cemfrac/data/tokenizer.h"
 #include "cemfrac/model/lm_model.h"
 #include "cemfrac/train/checkpoint.h"
+#include "tests/model_test_util.h"
 #include "tests/test_util.h"
 
 namespace cemfrac {
@@ -37,15 +38,7 @@ std::string make_llama_checkpoint(const std::string& tag) {
   c.tie_embeddings = false;
   torch::manual_seed(7);
   LmModel model(c);
-  auto tok = make_tokenizer("byte");
-  CheckpointContents contents;
-  for (const auto& p : model->named_parameters())
-    contents.model[p.key()] = p.value().detach().contiguous();
-  contents.config = to_json(c);
-  contents.tokenizer = tok.get();
-  contents.trainer.step = 1;
-  contents.trainer.torch_rng = torch_rng_state();
-  return save_checkpoint(test::temp_dir(tag), contents, 0);
+  return test::save_byte_checkpoint(model, tag);
 }
 
 std::vector<nlohmann::json> json_lines(const std::string& out) {

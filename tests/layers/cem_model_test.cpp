@@ -18,6 +18,7 @@
 #include "cemfrac/train/checkpoint.h"
 #include "cemfrac/train/model_loader.h"
 #include "cemfrac/train/run_config.h"
+#include "tests/model_test_util.h"
 #include "tests/test_util.h"
 
 namespace cemfrac {
@@ -258,17 +259,9 @@ TEST(CemModel, EvalAndGenerateAtAnotherT) {
     torch::NoGradGuard no_grad;
     for (auto& p : model->parameters()) p.add_(torch::randn_like(p) * 0.05);
   }
-  auto tok = make_tokenizer("byte");
-  ASSERT_LE(tok->vocab_size(), c.vocab_size);
-  CheckpointContents contents;
-  for (const auto& p : model->named_parameters())
-    contents.model[p.key()] = p.value().detach().contiguous();
-  contents.config = to_json(c);
-  contents.tokenizer = tok.get();
-  contents.trainer.step = 1;
-  contents.trainer.torch_rng = torch_rng_state();
-  const std::string run = test::temp_dir("cem_tts");
-  const std::string dir = save_checkpoint(run, contents, 0);
+  ASSERT_LE(make_tokenizer("byte")->vocab_size(), c.vocab_size);
+  const std::string dir = test::save_byte_checkpoint(model, "cem_tts");
+  const std::string run = test::temp_dir("cem_tts_text");
 
   // In process: the override builds the T = 4 model around the same weights.
   LoadedModel t4 = load_model(dir, {"model.cem.steps=4"});
