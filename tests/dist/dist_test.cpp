@@ -34,6 +34,7 @@
 #include "cemfrac/model/lm_model.h"
 #include "cemfrac/train/checkpoint.h"
 #include "cemfrac/train/distributed.h"
+#include "tests/model_test_util.h"
 #include "tests/test_util.h"
 
 namespace cemfrac {
@@ -253,13 +254,7 @@ TEST(Distributed, TwoRanksEqualOneRankWithTwoAccumulationStepsBitwise) {
 // gradients from one backward pass each, with small buckets so that several parameters share one.
 TEST(Distributed, AllReducedGradientIsTheMeanOfTheLocalGradients) {
   StoreServer store("127.0.0.1", 0, 10);
-  ModelConfig c;
-  c.vocab_size = 40;
-  c.d_model = 16;
-  c.n_layers = 2;
-  c.n_heads = 2;
-  c.d_ff = 32;
-  c.context = 8;
+  const ModelConfig c = test::tiny_model(40, 32, 8);
   std::vector<std::vector<torch::Tensor>> local(2), reduced(2);
   std::vector<std::string> errors(2);
   auto rank_main = [&](int rank) {
@@ -316,13 +311,7 @@ TEST(Distributed, AllReducedGradientIsTheMeanOfTheLocalGradients) {
 // the locally accumulated gradients, and a parameter without a gradient stays without one.
 TEST(Distributed, OverlappedReducerGivesTheMeanOfTheAccumulatedGradients) {
   StoreServer store("127.0.0.1", 0, 10);
-  ModelConfig c;
-  c.vocab_size = 40;
-  c.d_model = 16;
-  c.n_layers = 2;
-  c.n_heads = 2;
-  c.d_ff = 32;
-  c.context = 8;
+  const ModelConfig c = test::tiny_model(40, 32, 8);
   std::vector<std::vector<torch::Tensor>> local(2), reduced(2);
   std::vector<std::string> errors(2);
   std::vector<int64_t> buckets(2);
