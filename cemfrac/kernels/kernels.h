@@ -76,7 +76,9 @@ void causal_attention_backward_cpu(const at::Tensor& q, const at::Tensor& k, con
 //   psum = sum_k P_k,  read = psum r.
 // a, b (B, N, E) and r (B, N, F) contiguous. Writes p (B, H, N, N) and psum (B, N, N) (rows past
 // each query's last key left unwritten beyond the query block, as above), out (B, N, H, d_h) and
-// read (B, N, F), contiguous. Parallel over the batch rows, every head of a row on its thread.
+// read (B, N, F), contiguous. Parallel over the batch rows, every head of a row on its thread (so
+// the heads' sums come in one fixed order): a batch of fewer rows than threads leaves threads idle
+// (training micro-batches are larger; a decode continuation takes the explicit path).
 void causal_attention_shared_bias_forward_cpu(const at::Tensor& q, const at::Tensor& k,
                                               const at::Tensor& v, const at::Tensor& a,
                                               const at::Tensor& b, const at::Tensor& r,
