@@ -951,7 +951,7 @@ Report make_report(const Suite& suite, const std::vector<RunPlan>& plans, const 
       if (r.test_ppl) ppl.push_back(*r.test_ppl);
       if (r.test_bpb) bpb.push_back(*r.test_bpb);
       for (const auto& [k, v] : r.text_loss) text[k].push_back(v);
-      rate.push_back(r.tokens_per_s);
+      if (r.tokens_per_s > 0) rate.push_back(r.tokens_per_s);  // a seed not trained yet has none
       if (r.val_loss && r.best_val_loss && *r.val_loss > *r.best_val_loss + 0.01)
         notes.push_back(
             fmt::format("{} seed {}: final validation loss {:.3f} is above its best {:.3f} "
