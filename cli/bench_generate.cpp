@@ -427,16 +427,7 @@ int run_generate_bench(const GenerateBenchFlags& flags) {
           quote_for_shell(weights_path), flags.batches, N_new, options.vocab_limit, flags.reps,
           threads);
       if (!flags.json) fmt::print(stderr, "running the PyTorch peer: {}\n", cmd);
-      std::string out;
-      try {
-        out = capture_stdout(cmd, "the PyTorch decode peer");
-      } catch (...) {
-        std::error_code ec;
-        fs::remove(weights_path, ec);
-        throw;
-      }
-      std::error_code ec;
-      fs::remove(weights_path, ec);
+      const std::string out = run_peer(cmd, "the PyTorch decode peer", weights_path);
       const json peer = json::parse(out, nullptr, /*allow_exceptions=*/false);
       CEMFRAC_CHECK(peer.is_object() && peer.contains("results") && peer.contains("check"),
                     "the PyTorch decode peer printed no JSON result: {}", cmd);

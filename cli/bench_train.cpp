@@ -349,16 +349,7 @@ int run_train_bench(const TrainBenchFlags& flags) {
         quote_for_shell(peer_script->string()), quote_for_shell(cfg.dump()), flags.steps,
         flags.warmup, threads, quote_for_shell(peer_weights));
     if (!flags.json) fmt::print(stderr, "running the PyTorch peer: {}\n", cmd);
-    std::string peer_out;
-    try {
-      peer_out = capture_stdout(cmd, "the PyTorch peer");
-    } catch (...) {
-      std::error_code ec;
-      fs::remove(peer_weights, ec);
-      throw;
-    }
-    std::error_code ec;
-    fs::remove(peer_weights, ec);
+    const std::string peer_out = run_peer(cmd, "the PyTorch peer", peer_weights);
     peer = json::parse(peer_out, nullptr, /*allow_exceptions=*/false);
     CEMFRAC_CHECK(peer.is_object() && peer.contains("median_s"),
                   "the PyTorch peer printed no JSON result: {}", cmd);

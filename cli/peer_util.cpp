@@ -57,4 +57,19 @@ std::string capture_stdout(const std::string& command, const std::string& what) 
   return out;
 }
 
+std::string run_peer(const std::string& command, const std::string& what,
+                     const std::string& temp_file) {
+  std::string out;
+  try {
+    out = capture_stdout(command, what);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(temp_file, ec);
+    throw;
+  }
+  std::error_code ec;
+  fs::remove(temp_file, ec);
+  return out;
+}
+
 }  // namespace cemfrac::cli

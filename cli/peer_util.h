@@ -25,4 +25,9 @@ std::string quote_for_shell(const std::string& s);
 // stdout of `command`; throws cemfrac::Error naming `what` when it cannot start or exits non-zero.
 std::string capture_stdout(const std::string& command, const std::string& what);
 
+// capture_stdout, and `temp_file` (what the peer was handed, e.g. its weights) removed afterwards
+// whether the peer succeeded or not.
+std::string run_peer(const std::string& command, const std::string& what,
+                     const std::string& temp_file);
+
 }  // namespace cemfrac::cli
