@@ -58,27 +58,6 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-std::vector<int64_t> parse_int_list(const std::string& text, const char* flag) {
-  std::vector<int64_t> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item.empty()) continue;
-    size_t used = 0;
-    int64_t v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    CEMFRAC_CHECK(used == item.size() && v >= 1,
-                  "{}: '{}' is not a positive integer (e.g. {} 1,2,4,6,8)", flag, item, flag);
-    out.push_back(v);
-  }
-  CEMFRAC_CHECK(!out.empty(), "{} needs at least one value", flag);
-  return out;
-}
-
 // Runs a shell command and returns its stdout (throws on a non-zero exit).
 std::string run_capture(const std::string& command) {
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
@@ -160,7 +139,7 @@ int run_ladder(const LadderFlags& flags) {
   CEMFRAC_CHECK(flags.width >= 1 && flags.ladders >= flags.width,
                 "--ladders ({}) must be >= --width ({}) >= 1", flags.ladders, flags.width);
   CEMFRAC_CHECK(flags.reps >= 1, "--reps must be >= 1");
-  const std::vector<int64_t> depths = parse_int_list(flags.depths, "--depths");
+  const std::vector<int64_t> depths = parse_int_list(flags.depths, "--depths", "a ladder depth", "1,2,4,6,8");
   kernels::set_continuant_cpu_isa(flags.isa);
   if (!flags.malloc_default) keep_heap();
   const int64_t rows = flags.ladders / flags.width;

@@ -120,31 +120,6 @@ class TensorMemoryPeak : public c10::MemoryReportingInfoBase {
   std::atomic<int64_t> peak_{0};
 };
 
-std::vector<int64_t> parse_batches(const std::string& text) {
-  std::vector<int64_t> out;
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = text.find(',', start);
-    const std::string item = text.substr(start, comma == std::string::npos ? comma : comma - start);
-    if (!item.empty()) {
-      size_t used = 0;
-      int64_t v = 0;
-      try {
-        v = std::stoll(item, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      CEMFRAC_CHECK(used == item.size() && v >= 1 && v <= 4096,
-                    "--batches: '{}' is not a batch size in 1..4096 (e.g. --batches 1,8)", item);
-      out.push_back(v);
-    }
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  CEMFRAC_CHECK(!out.empty(), "--batches needs at least one batch size (e.g. --batches 1,8)");
-  return out;
-}
-
 struct RowSpec {
   std::string label;              // "mha", "cem_attention cem.steps=2"; "" = the model as given
   std::vector<std::string> sets;  // model overrides of the row
@@ -278,7 +253,7 @@ int run_generate_bench(const GenerateBenchFlags& flags) {
   CEMFRAC_CHECK(flags.checkpoint.empty() || flags.kinds.empty(),
                 "--kinds builds models from a config; a checkpoint is one model (use --config)");
   CEMFRAC_CHECK(!(flags.peer && flags.no_peer), "--peer and --no-peer exclude each other");
-  const std::vector<int64_t> batches = parse_batches(flags.batches);
+  const std::vector<int64_t> batches = parse_int_list(flags.batches, "--batches", "a batch size", "1,8", 4096);
   const std::vector<RowSpec> specs = parse_kinds(flags.kinds);
   const int64_t B_max = *std::max_element(batches.begin(), batches.end());
   const int64_t P = flags.prompt_len, N_new = flags.new_tokens;

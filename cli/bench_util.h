@@ -1,11 +1,19 @@
-// What the `cemfrac bench` areas share: the heap policy and the timing loop.
+// What the `cemfrac bench` areas share: the heap policy, the timing loop and integer-list flags.
 #pragma once
 #include <malloc.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <exception>
 #include <limits>
+#include <sstream>
+#include <string>
 #include <vector>
+
+#include <fmt/format.h>
+
+#include "cemfrac/core/check.h"
 
 namespace cemfrac::cli {
 
@@ -28,6 +36,34 @@ inline Timing summarize_times(std::vector<double> ms) {
   const size_t n = ms.size();
   const double median = n % 2 == 1 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
   return {ms.front(), median};
+}
+
+// A comma-separated list of integers in [1, max] given to `flag` ("1,8"; empty items are skipped).
+// `what` names one value in the error ("a batch size"); `example` is a valid list; the default max
+// means no upper bound. Throws one line.
+inline std::vector<int64_t> parse_int_list(const std::string& text, const char* flag,
+                                           const char* what, const char* example,
+                                           int64_t max = std::numeric_limits<int64_t>::max()) {
+  const std::string range =
+      max == std::numeric_limits<int64_t>::max() ? "an integer >= 1" : fmt::format("in 1..{}", max);
+  std::vector<int64_t> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    size_t used = 0;
+    int64_t v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    CEMFRAC_CHECK(used == item.size() && v >= 1 && v <= max,
+                  "{}: '{}' is not {} ({}; e.g. {} {})", flag, item, what, range, flag, example);
+    out.push_back(v);
+  }
+  CEMFRAC_CHECK(!out.empty(), "{} needs at least one value (e.g. {} {})", flag, flag, example);
+  return out;
 }
 
 // One warm-up call, then `reps` timed calls; best and median.

@@ -217,7 +217,16 @@ TEST(BenchGenerateCli, BadRequestsAreOneLineErrors) {
                               "exactly one of --config FILE and --checkpoint DIR");
   test::expect_one_line_error(
       run_cemfrac({"bench", "generate", "--config", tiny, "--batches", "1,0", "--no-peer"}),
-      "--batches: '0' is not a batch size");
+      "--batches: '0' is not a batch size (in 1..4096; e.g. --batches 1,8)");
+  test::expect_one_line_error(
+      run_cemfrac({"bench", "generate", "--config", tiny, "--batches", ",", "--no-peer"}),
+      "--batches needs at least one value");
+}
+
+// bench ladder and bench generate read their integer lists with one parser (cli/bench_util.h).
+TEST(BenchLadderCli, BadDepthIsOneLineError) {
+  test::expect_one_line_error(run_cemfrac({"bench", "ladder", "--depths", "2,x", "--no-peer"}),
+                              "--depths: 'x' is not a ladder depth (an integer >= 1; e.g. --depths");
 }
 
 }  // namespace
