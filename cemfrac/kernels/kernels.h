@@ -102,4 +102,15 @@ void causal_attention_shared_bias_backward_cpu(
 void rope_cpu(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool inverse,
               const at::Tensor& y);
 
+// RMSNorm over the last dimension, float or double (cemfrac/kernels/cpu/rms_norm_cpu.cpp), rows
+// x (R, D) contiguous, weight w (D):
+//   r_n = 1 / sqrt(mean_i x_ni^2 + eps)  (the row sum in float64),  y_ni = (x_ni r_n) w_i.
+// Forward writes y (R, D) and r (R); backward, from gy (R, D) contiguous and the saved r, writes
+//   gx_ni = r_n (gy_ni w_i - xh_ni <gy_n w, xh_n> / D),  xh = x r,  and  gw_i = sum_n gy_ni xh_ni,
+// gw summed over fixed blocks of rows in a fixed order, so it is the same for any thread count.
+void rms_norm_forward_cpu(const at::Tensor& x, const at::Tensor& w, double eps,
+                          const at::Tensor& y, const at::Tensor& r);
+void rms_norm_backward_cpu(const at::Tensor& x, const at::Tensor& w, const at::Tensor& r,
+                           const at::Tensor& gy, const at::Tensor& gx, const at::Tensor& gw);
+
 }  // namespace cemfrac::kernels

@@ -2,6 +2,8 @@
 
 #include <torch/types.h>
 
+#include "cemfrac/ops/rms_norm.h"
+
 namespace cemfrac {
 
 RmsNormImpl::RmsNormImpl(int64_t d_model, double eps, torch::Device device) : eps_(eps) {
@@ -10,8 +12,7 @@ RmsNormImpl::RmsNormImpl(int64_t d_model, double eps, torch::Device device) : ep
 }
 
 torch::Tensor RmsNormImpl::forward(const torch::Tensor& x) {
-  torch::Tensor inv_rms = torch::rsqrt(x.square().mean(-1, /*keepdim=*/true) + eps_);  // (B, N, 1)
-  return x * inv_rms * weight;
+  return rms_norm(x, weight, eps_);  // fused forward and backward (ops/rms_norm.h)
 }
 
 }  // namespace cemfrac

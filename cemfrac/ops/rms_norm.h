@@ -1,0 +1,22 @@
+// RMSNorm (Zhang & Sennrich 2019) over the last dimension as one differentiable function, beside
+// its plain-ATen twin (the pattern of ops/rope.h):
+//     y = x / sqrt(mean(x^2, -1) + eps) * weight.
+//
+//   rms_norm(x, weight, eps)            float32/64 on the CPU: a custom autograd Function over the
+//                                       one-pass kernels (kernels/cpu/rms_norm_cpu.cpp); under
+//                                       create_graph its backward is the reference's, so it is
+//                                       differentiable again; anything else runs the reference.
+//   rms_norm_reference(x, weight, eps)  the same function in tensor ops, differentiated by
+//                                       autograd: the test oracle.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+namespace cemfrac {
+
+// x (..., D), weight (D) -> y of x's shape (contiguous).
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+// The same function composed of tensor ops (autograd differentiates it): the fused path's oracle.
+at::Tensor rms_norm_reference(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+}  // namespace cemfrac
