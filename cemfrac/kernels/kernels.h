@@ -113,4 +113,13 @@ void rms_norm_forward_cpu(const at::Tensor& x, const at::Tensor& w, double eps,
 void rms_norm_backward_cpu(const at::Tensor& x, const at::Tensor& w, const at::Tensor& r,
                            const at::Tensor& gy, const at::Tensor& gx, const at::Tensor& gw);
 
+// The SiLU gate of SwiGLU and of the CEM MLP, elementwise over contiguous tensors of one shape,
+// float or double (cemfrac/kernels/cpu/silu_mul_cpu.cpp), with s = 1 / (1 + exp(-a)):
+//   forward   y = (a s) b;
+//   backward  da = g b s (1 + a (1 - s)),  db = g (a s).
+// float32 takes eight lanes at a time with AVX2 + FMA where the CPU has them (vec_exp.h's exp).
+void silu_mul_forward_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor& y);
+void silu_mul_backward_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor& g,
+                           const at::Tensor& da, const at::Tensor& db);
+
 }  // namespace cemfrac::kernels

@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "cemfrac/ops/silu_mul.h"
+
 namespace cemfrac {
 
 CemMlpImpl::CemMlpImpl(const CemMlpOptions& o) : options_(o) {
@@ -38,7 +40,7 @@ torch::Tensor CemMlpImpl::condition(const torch::Tensor& h) {
 torch::Tensor CemMlpImpl::direction(const torch::Tensor& x, const torch::Tensor& gate,
                                     const torch::Tensor& anchor) const {
   torch::Tensor u = torch::linear(x, w_u);  // (B, N, M): the only projection repeated per step
-  torch::Tensor hidden = options_.form_b() ? gate * u : torch::silu(u) * gate;
+  torch::Tensor hidden = options_.form_b() ? gate * u : silu_mul(u, gate);  // fused (ops/)
   torch::Tensor d = torch::matmul(hidden, w_u);  // (B, N, D): W_U^T, the same tensor
   if (prox_.on && anchor.defined()) d = d - prox_.gradient(x, anchor);  // - lambda (x - h)
   if (precond_) d = precond_->apply(d);
