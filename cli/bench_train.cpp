@@ -1,7 +1,7 @@
 // cemfrac bench train: the speed of one optimizer step of a run config's model (issue 3).
 //
 //   cemfrac bench train --config C [--set k=v]... [--steps N] [--warmup N] [--json] [--peer |
-//   --no-peer]
+//   --no-peer] [--check-float64]
 //
 // The step is the trainer's (cemfrac/train/trainer.cpp): zero_grad, forward, cross-entropy,
 // backward, gradient clipping, AdamW (cemfrac::Optimizer: the run config's betas, eps and weight
@@ -26,7 +26,9 @@
 // (by checkpoint name), the batch ("__batch__") and the decay group's names (metadata "decay") to a
 // temporary safetensors file, and the peer loads them (--weights). The peer's step-0 loss and
 // gradient norm must then equal cemfrac's to float32 rounding (kPeerLossRtol, kPeerGradNormRtol);
-// otherwise no ratio is reported and the command fails with one line.
+// otherwise no ratio is reported and the command fails with one line. --check-float64 times nothing:
+// it runs that step 0 on both sides with the weights cast to float64 and says whether they agree to
+// kFloat64Rtol, which separates rounding from a difference of the models.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
@@ -87,8 +89,19 @@ constexpr double kTargetRatio = 0.85;
 // The loss alone is a weak check at initialisation: logits are small, so it sits near ln V whatever
 // the layers do (scaling one tiny-preset sub-layer's output by 0.9 moves it by 1e-7 to 6e-5
 // relative). The gradient norm is the sharp one: the same change moves it by 2e-3 to 3e-2.
+// Both sides sum the gradient's squares in float64: torch 1.13's float32 clip_grad_norm_ was off
+// its float64 value by 1.0e-4 at gpt2-124m (torch.norm of the 38.6M-element wte gradient by
+// 4.3e-3), which failed this check though --check-float64 found the models equal (docs/results.md).
 constexpr double kPeerLossRtol = 1e-5;
 constexpr double kPeerGradNormRtol = 1e-4;
+
+// --check-float64: the same step 0 on both sides with every weight cast to float64. Rounding then
+// shrinks by u64 / u32 = 2^-29 ~ 1.9e-9: the largest float32 gap seen (gpt2-124m's gradient norm,
+// 1.3e-4 relative) would become ~2.4e-13 if it were rounding, while a difference of the models
+// (another activation, a missing term, another init) does not shrink with the precision and stays
+// at its float32 size. 1e-9 relative, for the loss and the gradient norm, sits four orders of
+// magnitude above the first and five below the second.
+constexpr double kFloat64Rtol = 1e-9;
 
 struct TrainBenchFlags {
   std::string config;
@@ -104,6 +117,7 @@ struct TrainBenchFlags {
   int nproc = 0;         // > 0: data-parallel scaling instead (cli/bench_train_dist.cpp)
   bool profile = false;  // one more step under the autograd profiler, after the timed ones
   int profile_top = 25;
+  bool check_float64 = false;  // step 0 of both sides in float64, no timing
 };
 
 // Every large tensor of a step (attention probabilities, logits and their gradients: tens of MB)
@@ -258,6 +272,157 @@ StepTimes run_cpp_steps(const RunConfig& rc, int64_t S, const TrainBenchFlags& f
   return out;
 }
 
+// --check-float64: cemfrac's and the peer's step 0 (forward, cross-entropy, backward, the gradient
+// norm over every parameter that has a gradient) from the same weights and batch, in float32 and
+// then with the same weights cast to float64. The float64 pair settles whether the float32
+// disagreement is rounding or a difference of the models (see kFloat64Rtol); the float32 results
+// against the float64 ones give each side's own rounding error at this shape, which is what the
+// float32 tolerances of the timed check have to leave room for. Returns the exit code: 0 when the
+// float64 pair agrees, 1 otherwise (with one line).
+struct Step0 {
+  double loss = 0, grad_norm = 0;
+};
+
+Step0 cpp_step0(LmModelImpl& model, const torch::Tensor& data, int64_t S, int64_t V) {
+  std::vector<torch::Tensor> params = model.parameters();
+  for (torch::Tensor& p : params) p.mutable_grad().reset();
+  Step0 out;
+  {
+    const torch::Tensor logits = model.forward(data.narrow(1, 0, S).contiguous());
+    const torch::Tensor loss = torch::cross_entropy_loss(
+        logits.reshape({-1, V}), data.narrow(1, 1, S).contiguous().reshape({-1}));
+    loss.backward();
+    out.loss = loss.item<double>();
+  }
+  out.grad_norm = clip_grad_norm(params, /*max_norm=*/0);  // 0: measure only
+  for (torch::Tensor& p : params) p.mutable_grad().reset();
+  return out;
+}
+
+int run_float64_check(const RunConfig& rc, int64_t S, const TrainBenchFlags& flags,
+                      const fs::path& peer_script, const std::string& core) {
+  const TrainConfig& t = rc.train;
+  const int64_t V = rc.model.vocab_size;
+  torch::manual_seed(t.seed);
+  LmModel model(rc.model);  // initialised in float32 as always; the float64 step casts these
+  const torch::Tensor data = bench_batch(rc, S);
+  const std::string weights =
+      (fs::temp_directory_path() / fmt::format("cemfrac-bench-peer64-{}.safetensors", getpid()))
+          .string();
+  write_peer_inputs(weights, *model, data);  // float32: the peer casts them as cemfrac does
+  if (!flags.json)
+    fmt::print(stderr, "step 0 of {} in float32 and float64 ({} parameters, batch {} x {})...\n",
+               flags.config, model->num_parameters(), t.micro_batch, S);
+  model->train();
+  const Step0 a32 = cpp_step0(*model, data, S, V);
+  model->to(torch::kFloat64);
+  for (const auto& p : model->parameters())
+    CEMFRAC_CHECK(p.scalar_type() == torch::kFloat64, "a parameter stayed {} after the cast",
+                  c10::toString(p.scalar_type()));
+  const Step0 a64 = cpp_step0(*model, data, S, V);
+  model = nullptr;  // free the C++ side before the peer starts
+
+  json cfg = {{"model", to_json(rc.model)},
+              {"train",
+               {{"micro_batch", t.micro_batch},
+                {"seq_len", S},
+                {"lr", t.lr_max},
+                {"beta1", t.beta1},
+                {"beta2", t.beta2},
+                {"adam_eps", t.adam_eps},
+                {"weight_decay", t.weight_decay},
+                {"grad_clip", 0.0},  // the norm over every parameter, unclipped
+                {"seed", t.seed}}}};
+  auto peer_step0 = [&](bool f64, bool last) {
+    const std::string cmd = fmt::format(
+        "OPENBLAS_CORETYPE={} {} {} --config-json {} --steps 0 --warmup 1 --threads {} --weights "
+        "{}{}",
+        quote_for_shell(core), kPython, quote_for_shell(peer_script.string()),
+        quote_for_shell(cfg.dump()), at::get_num_threads(), quote_for_shell(weights),
+        f64 ? " --float64" : "");
+    if (!flags.json) fmt::print(stderr, "running the PyTorch peer: {}\n", cmd);
+    std::string out;
+    if (last) {
+      out = run_peer(cmd, "the PyTorch peer", weights);  // removes the weights
+    } else {
+      try {
+        out = capture_stdout(cmd, "the PyTorch peer");
+      } catch (...) {
+        std::error_code ec;
+        fs::remove(weights, ec);
+        throw;
+      }
+    }
+    const json j = json::parse(out, nullptr, /*allow_exceptions=*/false);
+    CEMFRAC_CHECK(j.is_object() && j.contains("first_loss") && j.contains("first_grad_norm") &&
+                      j["first_loss"].is_number() && j["first_grad_norm"].is_number(),
+                  "the PyTorch peer printed no step-0 loss and gradient norm: {}", cmd);
+    return Step0{j["first_loss"].get<double>(), j["first_grad_norm"].get<double>()};
+  };
+  const Step0 b32 = peer_step0(/*f64=*/false, /*last=*/false);
+  const Step0 b64 = peer_step0(/*f64=*/true, /*last=*/true);
+
+  auto rel = [](double x, double ref) { return std::abs(x - ref) / std::abs(ref); };
+  const double loss_rel = rel(b64.loss, a64.loss), grad_rel = rel(b64.grad_norm, a64.grad_norm);
+  const bool agree = loss_rel <= kFloat64Rtol && grad_rel <= kFloat64Rtol;  // false for NaN too
+  const std::string verdict =
+      agree ? "the same model (a float32 gap between them is rounding)"
+            : "the models differ (the gap does not shrink with the precision)";
+  // float32 against the shared float64 value: each side's own rounding error, and their gap.
+  const json f32 = {
+      {"cpp_loss", a32.loss},
+      {"peer_loss", b32.loss},
+      {"cpp_grad_norm", a32.grad_norm},
+      {"peer_grad_norm", b32.grad_norm},
+      {"cpp_loss_err", rel(a32.loss, a64.loss)},
+      {"peer_loss_err", rel(b32.loss, a64.loss)},
+      {"cpp_grad_norm_err", rel(a32.grad_norm, a64.grad_norm)},
+      {"peer_grad_norm_err", rel(b32.grad_norm, a64.grad_norm)},
+      {"loss_rel_diff", rel(b32.loss, a32.loss)},
+      {"grad_norm_rel_diff", rel(b32.grad_norm, a32.grad_norm)},
+      {"timed_check_tolerances_rel", {{"loss", kPeerLossRtol}, {"grad_norm", kPeerGradNormRtol}}}};
+  if (flags.json) {
+    fmt::print("{}\n", json{{"bench", "train"},
+                            {"check", "float64"},
+                            {"config", flags.config},
+                            {"overrides", flags.sets},
+                            {"micro_batch", t.micro_batch},
+                            {"seq_len", S},
+                            {"blas_core", core},
+                            {"threads", at::get_num_threads()},
+                            {"cpp_step0_loss", a64.loss},
+                            {"peer_step0_loss", b64.loss},
+                            {"loss_rel_diff", loss_rel},
+                            {"cpp_step0_grad_norm", a64.grad_norm},
+                            {"peer_step0_grad_norm", b64.grad_norm},
+                            {"grad_norm_rel_diff", grad_rel},
+                            {"tolerance_rel", kFloat64Rtol},
+                            {"agree", agree},
+                            {"float32", f32}}
+                           .dump(2));
+  } else {
+    fmt::print("step 0 of {} ({} x {} tokens), relative differences:\n", flags.config,
+               t.micro_batch, S);
+    fmt::print("  float64, peer vs cemfrac:      loss {:.3g}, gradient norm {:.3g} (tolerance {:.0e})\n",
+               loss_rel, grad_rel, kFloat64Rtol);
+    fmt::print("  float32, peer vs cemfrac:      loss {:.3g}, gradient norm {:.3g} (the timed check "
+               "allows {:.0e} and {:.0e})\n",
+               f32["loss_rel_diff"].get<double>(), f32["grad_norm_rel_diff"].get<double>(),
+               kPeerLossRtol, kPeerGradNormRtol);
+    fmt::print("  float32 vs float64, cemfrac:   loss {:.3g}, gradient norm {:.3g}\n",
+               f32["cpp_loss_err"].get<double>(), f32["cpp_grad_norm_err"].get<double>());
+    fmt::print("  float32 vs float64, peer:      loss {:.3g}, gradient norm {:.3g}\n",
+               f32["peer_loss_err"].get<double>(), f32["peer_grad_norm_err"].get<double>());
+    fmt::print("{}\n", verdict);
+  }
+  if (!agree)
+    fmt::print(stderr,
+               "float64 check failed: relative differences {:.3g} (loss) and {:.3g} (gradient "
+               "norm) against {:.0e}: {}\n",
+               loss_rel, grad_rel, kFloat64Rtol, verdict);
+  return agree ? 0 : 1;
+}
+
 int run_train_bench(const TrainBenchFlags& flags) {
   CEMFRAC_CHECK(!(flags.profile && flags.nproc > 0),
                 "--profile times one process's step; it does not combine with --nproc");
@@ -265,6 +430,8 @@ int run_train_bench(const TrainBenchFlags& flags) {
     return run_train_bench_nproc(flags.config, flags.sets, flags.nproc, flags.steps, flags.warmup,
                                  flags.json);
   CEMFRAC_CHECK(!(flags.peer && flags.no_peer), "--peer and --no-peer exclude each other");
+  CEMFRAC_CHECK(!(flags.check_float64 && flags.profile),
+                "--check-float64 times nothing; it does not combine with --profile");
   CEMFRAC_CHECK(flags.steps >= 1, "--steps must be >= 1 (got {})", flags.steps);
   CEMFRAC_CHECK(flags.warmup >= 0, "--warmup must be >= 0 (got {})", flags.warmup);
   const RunConfig rc = load_run_config(flags.config, flags.sets);
@@ -298,6 +465,13 @@ int run_train_bench(const TrainBenchFlags& flags) {
                                  : fmt::format("peer skipped: it does not model {}", why_not);
       peer_script.reset();
     }
+  }
+
+  if (flags.check_float64) {
+    CEMFRAC_CHECK(!flags.no_peer && peer_script.has_value() && peer_note.empty(),
+                  "--check-float64 compares with the PyTorch peer: {}",
+                  flags.no_peer ? std::string("--no-peer given") : peer_note);
+    return run_float64_check(rc, S, flags, *peer_script, core);
   }
 
   torch::manual_seed(t.seed);
@@ -550,6 +724,11 @@ Command add_bench_train(CLI::App& bench, const GlobalOptions& global) {
                 "After the timed steps, profile one more step with LibTorch's autograd profiler "
                 "and print where its time goes: self time per op, autograd node and cemfrac "
                 "layer scope (JSON: cpp.profile)");
+  app->add_flag("--check-float64", flags->check_float64,
+                "Instead of timing: step 0 of cemfrac and of the PyTorch peer from the same "
+                "weights and batch, in float32 and in float64; agreement in float64 to 1e-9 "
+                "relative (loss and gradient norm) says a float32 gap is rounding, not a "
+                "different model, and each side's float32 error against float64 is printed");
   app->add_option("--profile-top", flags->profile_top, "Rows of the --profile table")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));

@@ -21,8 +21,11 @@ threads, BLAS core).
              the weight-decay group (metadata "decay"); loaded by an explicit name map, so both sides
              start from the same model and compute step 0's loss on the same batch.
 
-The JSON carries first_loss and first_grad_norm (step 0's, before clipping), which `cemfrac bench
-train` compares with its own.
+The JSON carries first_loss and first_grad_norm (step 0's, before clipping, its squares summed in
+float64 outside the step's timing), which `cemfrac bench train` compares with its own. --float64
+(what `cemfrac bench train --check-float64` passes, with --warmup 1 --steps 0) casts the model to
+float64 before loading the weights, so that step 0 is computed in float64 on both sides and only a
+difference of the models, not rounding, can separate them.
 
 Run with Debian's interpreter (python3-torch): /usr/bin/python3 bench/peers/train_step_peer.py --help.
 The configuration comes as the JSON `cemfrac bench train` passes (--config-json). Prints one JSON
@@ -502,6 +505,7 @@ class LM(nn.Module):
             angle = torch.cat((angle, angle), dim=-1)  # (context, d_h): both halves rotate alike
             self.register_buffer("cos", angle.cos().float(), persistent=False)
             self.register_buffer("sin", angle.sin().float(), persistent=False)
+            self.rope_angle = angle  # float64, for --float64 (cemfrac rounds its tables per dtype)
         else:
             self.cos = self.sin = None
 
@@ -578,14 +582,18 @@ def main():
     p.add_argument("--config-json", required=True,
                    help='{"model": {cemfrac config.json fields}, "train": {micro_batch, seq_len, lr, '
                         'beta1, beta2, adam_eps, weight_decay, grad_clip, seed}}')
-    p.add_argument("--steps", type=int, default=5, help="timed optimizer steps")
+    p.add_argument("--steps", type=int, default=5, help="timed optimizer steps (0: only the warm-up)")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps first")
     p.add_argument("--threads", type=int, default=0, help="0 = leave torch's default")
     p.add_argument("--weights", default="",
                    help="safetensors file from `cemfrac bench train`: the initial weights under "
                         "cemfrac's names, the batch as __batch__ (int64, (micro_batch, seq_len + 1)) "
                         "and the decay group's names (metadata 'decay', comma-separated)")
+    p.add_argument("--float64", action="store_true",
+                   help="compute in float64 (the model is cast before the weights are loaded)")
     args = p.parse_args()
+    if args.steps < 0 or args.warmup < 0 or args.steps + args.warmup < 1:
+        sys.exit("train_step_peer.py: --steps and --warmup must be >= 0 and run at least one step")
     cfg = json.loads(args.config_json)
     c, t = cfg["model"], cfg["train"]
     why_not = unsupported(c)
@@ -599,6 +607,10 @@ def main():
             lib.openblas_set_num_threads(ctypes.c_int(args.threads))  # cemfrac sets both too
     torch.manual_seed(t["seed"])
     model = LM(c)
+    if args.float64:
+        model.double()
+        if model.cos is not None:  # the tables from the float64 angles, not from float32 ones
+            model.cos, model.sin = model.rope_angle.cos(), model.rope_angle.sin()
     model.train()
     n_params = sum(p.numel() for p in model.parameters())
 
@@ -627,7 +639,13 @@ def main():
 
     grad_norms = []  # before clipping
 
+    def cpu_seconds():
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
     def step():
+        """One training step; returns its loss, its phases and the wall and CPU seconds of the
+        check's own work inside it (which the caller leaves out of the step's times)."""
         opt.zero_grad(set_to_none=True)
         t0 = time.perf_counter()
         logits = model(inputs)
@@ -635,33 +653,34 @@ def main():
         t1 = time.perf_counter()
         loss.backward()
         t2 = time.perf_counter()
+        check_s = check_cpu = 0.0
+        if not grad_norms:
+            # Step 0's gradient norm for the check against cemfrac, summed in float64 from the
+            # gradients as they are: torch's float32 norm reduction rounds far more than the
+            # gradients do (1.13, gpt2-124m: torch.norm of the 38.6M-element wte gradient 4.3e-3
+            # off its float64 value, clip_grad_norm_'s total 1.0e-4; these gradients' norm summed
+            # in float64, 1.3e-9). cemfrac sums its squares in float64 too.
+            c0, u0 = time.perf_counter(), cpu_seconds()
+            grads = [q.grad for q in model.parameters() if q.grad is not None]
+            grad_norms.append(math.sqrt(sum(float(g.double().square().sum()) for g in grads)))
+            check_s, check_cpu = time.perf_counter() - c0, cpu_seconds() - u0
         if t["grad_clip"] > 0:
-            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), t["grad_clip"])
-        elif not grad_norms:
-            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"))  # step 0's, for the check
-        else:
-            norm = None
-        if norm is not None:
-            grad_norms.append(norm.item())
+            torch.nn.utils.clip_grad_norm_(model.parameters(), t["grad_clip"])
         opt.step()
         t3 = time.perf_counter()
-        return loss.item(), (t1 - t0, t2 - t1, t3 - t2)
+        return loss.item(), (t1 - t0, t2 - t1, t3 - t2 - check_s), (check_s, check_cpu)
 
     losses, times, phases = [], [], []
     for _ in range(args.warmup):
         losses.append(step()[0])
     cpu = []
 
-    def cpu_seconds():
-        r = resource.getrusage(resource.RUSAGE_SELF)
-        return r.ru_utime + r.ru_stime
-
     for _ in range(args.steps):
         c0 = cpu_seconds()
         t0 = time.perf_counter()
-        loss, ph = step()
-        times.append(time.perf_counter() - t0)
-        cpu.append(cpu_seconds() - c0)
+        loss, ph, (check_s, check_cpu) = step()
+        times.append(time.perf_counter() - t0 - check_s)
+        cpu.append(cpu_seconds() - c0 - check_cpu)
         losses.append(loss)
         phases.append(ph)
 

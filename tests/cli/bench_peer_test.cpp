@@ -1,7 +1,7 @@
 // `cemfrac bench train --peer`: the PyTorch peer (bench/peers/train_step_peer.py) starts from
 // cemfrac's initial weights and batch, so both sides' step-0 losses and gradient norms agree to
-// float32 rounding, for every layer kind the peer writes (issue 19); `cemfrac bench generate
-// --peer`: the decode peer (bench/peers/decode_peer.py) gives cemfrac's logits and greedy tokens.
+// float32 rounding, for every layer kind the peer writes (issue 19), and with --check-float64 to
+// 1e-9 in float64; `cemfrac bench generate --peer`: the decode peer (bench/peers/decode_peer.py) gives cemfrac's logits and greedy tokens.
 // Tiny configs, no timing claims. Skipped when /usr/bin/python3 cannot import torch (Debian:
 // python3-torch).
 #include <gtest/gtest.h>
@@ -110,6 +110,105 @@ TEST(BenchPeer, UnwrittenOptionIsRefused) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_LT(r.exit_code, 128) << "killed by a signal: " << r.err;
   EXPECT_NE(r.err.find("this peer does not model cem.prox"), std::string::npos) << r.err;
+}
+
+// bench train --check-float64: step 0 of both sides with the weights cast to float64. Every kind the
+// peer writes agrees to 1e-9 relative (float32 rounding would leave ~1e-7; a float32 side anywhere
+// fails the check), and a peer that differs by far less than the float32 tolerances is caught.
+class BenchPeerFloat64 : public ::testing::TestWithParam<PeerCase> {};
+
+nlohmann::json run_float64_check(const PeerCase& c, const std::string& peer_script, int* exit_code,
+                                 std::string* err) {
+  std::vector<std::string> args{"--threads", "1",      "bench",         "train",
+                                "--config",  test::source_path(c.config), "--check-float64",
+                                "--peer-script", peer_script, "--json"};
+  for (const std::string& s : c.sets) {
+    args.push_back("--set");
+    args.push_back(s);
+  }
+  auto r = run_cemfrac(args);
+  *exit_code = r.exit_code;
+  *err = r.err;
+  return nlohmann::json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+}
+
+TEST_P(BenchPeerFloat64, SameModelInFloat64) {
+  if (!python_has_torch())
+    GTEST_SKIP() << "/usr/bin/python3 cannot import torch (Debian: python3-torch)";
+  const PeerCase& c = GetParam();
+  int code = -1;
+  std::string err;
+  const auto j =
+      run_float64_check(c, test::source_path("bench/peers/train_step_peer.py"), &code, &err);
+  ASSERT_EQ(code, 0) << err << j.dump();
+  ASSERT_TRUE(j.is_object()) << err;
+  EXPECT_EQ(j["check"], "float64");
+  EXPECT_TRUE(j["agree"].get<bool>());
+  EXPECT_DOUBLE_EQ(j["tolerance_rel"].get<double>(), 1e-9);
+  EXPECT_LE(j["loss_rel_diff"].get<double>(), 1e-9);
+  EXPECT_LE(j["grad_norm_rel_diff"].get<double>(), 1e-9);
+  EXPECT_GT(j["cpp_step0_grad_norm"].get<double>(), 0);
+  EXPECT_NEAR(j["cpp_step0_loss"].get<double>(), std::log(512.0), 0.5);
+  // float32 from the same weights: each side's rounding error against the float64 value fits the
+  // timed check's tolerances at these shapes (their premise), and is far above float64's gap.
+  const auto& f32 = j["float32"];
+  for (const char* side : {"cpp", "peer"}) {
+    EXPECT_LE(f32[std::string(side) + "_loss_err"].get<double>(), 1e-5) << side;
+    EXPECT_LE(f32[std::string(side) + "_grad_norm_err"].get<double>(), 1e-4) << side;
+  }
+  EXPECT_NEAR(f32["cpp_loss"].get<double>(), j["cpp_step0_loss"].get<double>(), 1e-4);
+  std::printf(
+      "[ %s ] step 0 relative: float64 peer vs cemfrac loss %.3g, gradient norm %.3g; float32 vs "
+      "float64 gradient norm cemfrac %.3g, peer %.3g\n",
+      c.name, j["loss_rel_diff"].get<double>(), j["grad_norm_rel_diff"].get<double>(),
+      f32["cpp_grad_norm_err"].get<double>(), f32["peer_grad_norm_err"].get<double>());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    TinyPresets, BenchPeerFloat64,
+    ::testing::Values(PeerCase{"llama", "configs/tiny-llama.toml", {}},
+                      PeerCase{"gpt2", "configs/tiny-gpt2.toml", {}},
+                      PeerCase{"cem_full", "configs/tiny-cem-full.toml", {}},
+                      PeerCase{"cem_shared_dlr",
+                               "configs/tiny-cem-both.toml",
+                               {"model.cem.steps=2", "model.cem.dlr=shared",
+                                "model.cem.freeze_eta=false"}},
+                      PeerCase{"cofrgenet", "configs/tiny-cofrgenet.toml", {}}),
+    [](const ::testing::TestParamInfo<PeerCase>& info) { return std::string(info.param.name); });
+
+// A peer whose loss is scaled by 1 + 1e-7: its step-0 loss and gradient norm move by 1e-7 relative,
+// inside the float32 check's 1e-5 and 1e-4, but 100x outside the float64 check's 1e-9.
+TEST(BenchPeerFloat64Check, CatchesADifferenceFloat32CannotSee) {
+  if (!python_has_torch())
+    GTEST_SKIP() << "/usr/bin/python3 cannot import torch (Debian: python3-torch)";
+  const std::string dir = test::temp_dir("peer64");
+  const std::string wrapper = dir + "/scaled_peer.py";
+  const std::string peer = test::source_path("bench/peers/train_step_peer.py");
+  test::write_file(wrapper,
+                   "import runpy, sys\n"
+                   "import torch.nn.functional as F\n"
+                   "_ce = F.cross_entropy\n"
+                   "F.cross_entropy = lambda *a, **k: _ce(*a, **k) * (1 + 1e-7)\n"
+                   "sys.argv[0] = '" + peer + "'\n"
+                   "runpy.run_path('" + peer + "', run_name='__main__')\n");
+  int code = -1;
+  std::string err;
+  const auto j = run_float64_check(PeerCase{"gpt2", "configs/tiny-gpt2.toml", {}}, wrapper, &code,
+                                   &err);
+  EXPECT_EQ(code, 1) << err;
+  ASSERT_TRUE(j.is_object()) << err;
+  EXPECT_FALSE(j["agree"].get<bool>());
+  const double rel = j["loss_rel_diff"].get<double>();
+  EXPECT_NEAR(rel, 1e-7, 1e-9);  // the scale, and nothing else
+  EXPECT_NEAR(j["grad_norm_rel_diff"].get<double>(), 1e-7, 1e-9);
+  EXPECT_NE(err.find("float64 check failed"), std::string::npos) << err;
+  EXPECT_NE(err.find("the models differ"), std::string::npos) << err;
+}
+
+TEST(BenchPeerFloat64Check, RefusedWithoutThePeer) {
+  auto r = run_cemfrac({"bench", "train", "--config", test::source_path("configs/tiny-gpt2.toml"),
+                        "--check-float64", "--no-peer"});
+  test::expect_one_line_error(r, "--check-float64 compares with the PyTorch peer");
 }
 
 // bench generate --peer: the decode peer (bench/peers/decode_peer.py) from cemfrac's weights and
