@@ -9,6 +9,7 @@
 
 #include "cemfrac/core/check.h"
 #include "cemfrac/model/layer_factory.h"
+#include "cemfrac/ops/linear.h"
 
 namespace cemfrac {
 
@@ -102,8 +103,8 @@ torch::Tensor LmModelImpl::forward(const torch::Tensor& tokens, DecodeState* sta
   }
 
   // 3. Final norm and the head.
-  z = norm_f_->forward(z);                                 // (B, N, D)
-  torch::Tensor logits = torch::linear(z, head_weight());  // (B, N, V)
+  z = norm_f_->forward(z);                                   // (B, N, D)
+  torch::Tensor logits = cemfrac::linear(z, head_weight());  // (B, N, V)
   if (state) state->position += N;
   return logits;
 }

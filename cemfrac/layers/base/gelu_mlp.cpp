@@ -1,4 +1,5 @@
 #include "cemfrac/layers/base/gelu_mlp.h"
+#include "cemfrac/ops/linear.h"
 
 #include <torch/types.h>
 
@@ -21,9 +22,9 @@ GeluMlpImpl::GeluMlpImpl(const FfnOptions& o) {
 }
 
 torch::Tensor GeluMlpImpl::forward(const torch::Tensor& x) {
-  torch::Tensor h = torch::linear(x, w_fc, b_fc);  // (B, N, M)
-  h = torch::gelu(h, "tanh");                      // GPT-2's tanh approximation
-  return torch::linear(h, w_proj, b_proj);         // (B, N, D)
+  torch::Tensor h = cemfrac::linear(x, w_fc, b_fc);  // (B, N, M)
+  h = torch::gelu(h, "tanh");                        // GPT-2's tanh approximation
+  return cemfrac::linear(h, w_proj, b_proj);         // (B, N, D)
 }
 
 // c_fc and c_proj: 2 D M each.

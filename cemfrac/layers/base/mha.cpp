@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cemfrac/ops/causal_attention.h"
+#include "cemfrac/ops/linear.h"
 #include "cemfrac/ops/rope.h"
 
 namespace cemfrac {
@@ -41,7 +42,7 @@ torch::Tensor MhaImpl::forward(const torch::Tensor& x, const MixerContext& ctx) 
   const int64_t H = options_.n_heads(), H_kv = n_kv_heads_, d_h = head_dim_;
 
   // 1. Queries, keys and values in one projection, split into heads.
-  torch::Tensor qkv = torch::linear(x, w_qkv, b_qkv);  // (B, N, (H + 2 H_kv) d_h)
+  torch::Tensor qkv = cemfrac::linear(x, w_qkv, b_qkv);  // (B, N, (H + 2 H_kv) d_h)
   std::vector<torch::Tensor> parts = qkv.split_with_sizes({H * d_h, H_kv * d_h, H_kv * d_h}, -1);
   torch::Tensor q = parts[0].view({B, N, H, d_h}).transpose(1, 2);     // (B, H, N, d_h)
   torch::Tensor k = parts[1].view({B, N, H_kv, d_h}).transpose(1, 2);  // (B, H_kv, N, d_h)
@@ -63,7 +64,7 @@ torch::Tensor MhaImpl::forward(const torch::Tensor& x, const MixerContext& ctx) 
   // 4. Causal attention, then merge the heads and project back to D.
   torch::Tensor y = causal_attention(q, k, v, ctx.offset);  // (B, H, N, d_h)
   y = y.transpose(1, 2).reshape({B, N, H * d_h});           // (B, N, H d_h)
-  return torch::linear(y, w_o, b_o);                        // (B, N, D)
+  return cemfrac::linear(y, w_o, b_o);                      // (B, N, D)
 }
 
 // Projections 2 D (H d_h + 2 H_kv d_h) + 2 H d_h D; scores q k^T and read-out P v 2 H d_h context

@@ -2,6 +2,7 @@
 
 #include <torch/types.h>
 
+#include "cemfrac/ops/linear.h"
 #include "cemfrac/ops/silu_mul.h"
 
 namespace cemfrac {
@@ -24,10 +25,10 @@ SwiGluImpl::SwiGluImpl(const FfnOptions& o) {
 }
 
 torch::Tensor SwiGluImpl::forward(const torch::Tensor& x) {
-  torch::Tensor gate = torch::linear(x, w_gate, b_gate);  // (B, N, M)
-  torch::Tensor up = torch::linear(x, w_up, b_up);        // (B, N, M)
+  torch::Tensor gate = cemfrac::linear(x, w_gate, b_gate);  // (B, N, M)
+  torch::Tensor up = cemfrac::linear(x, w_up, b_up);        // (B, N, M)
   // silu(gate) * up, forward and backward in one pass each (ops/silu_mul.h).
-  return torch::linear(silu_mul(gate, up), w_down, b_down);  // (B, N, D)
+  return cemfrac::linear(silu_mul(gate, up), w_down, b_down);  // (B, N, D)
 }
 
 // w_gate, w_up and w_down: 2 D M each.

@@ -23,6 +23,7 @@
 
 #include "cemfrac/core/check.h"
 #include "cemfrac/ops/causal_attention.h"
+#include "cemfrac/ops/linear.h"
 #include "cemfrac/ops/rope.h"
 #include "cemfrac/ops/symmetric_gram.h"
 
@@ -100,7 +101,7 @@ CemAttentionCondition CemAttentionImpl::condition(const torch::Tensor& h, const 
   // 1. Keys from the fixed input, once per forward: (B, H, N, d_h); rotated unless rope_mode =
   // none.
   ++key_projections_;
-  torch::Tensor k = split_heads(torch::linear(h, w_k), H);
+  torch::Tensor k = split_heads(cemfrac::linear(h, w_k), H);
   torch::Tensor v = k;  // values == keys
   if (rotates()) {
     k = apply_rope(k, c.cos, c.sin);
@@ -166,7 +167,7 @@ torch::Tensor CemAttentionImpl::direction(const torch::Tensor& x,
   const double beta = 1.0 / std::sqrt(double(d_h));
 
   // 1. Queries from the iterate (the only projection repeated per step): (B, H, N, d_h).
-  torch::Tensor q = split_heads(torch::linear(x, w_q), H);
+  torch::Tensor q = split_heads(cemfrac::linear(x, w_q), H);
   if (rotates()) q = apply_rope(q, c.cos, c.sin);
 
   // 2. Attention read-out a (B, H, N, d_h) and, under D+LR, the diagonal term (B, N, D).
@@ -279,7 +280,7 @@ torch::Tensor CemAttentionImpl::forward_gram(const torch::Tensor& h,
   // G = eta W_Q W_Q^T is symmetric without a preconditioner: half a matmul through syrk.
   const torch::Tensor G = precond_ ? torch::matmul(M, w_q.t()) : eta_.scale(symmetric_gram(w_q));
   const int64_t B = h.size(0), N = h.size(1), HD = w_q.size(0);
-  torch::Tensor q = torch::linear(h, w_q).view({B * N, HD});  // (B N, H d_h)
+  torch::Tensor q = cemfrac::linear(h, w_q).view({B * N, HD});  // (B N, H d_h)
   torch::Tensor sum;
   const int64_t T = options_.step().steps();
   for (int64_t t = 0; t < T; ++t) {
@@ -327,8 +328,8 @@ torch::Tensor CemAttentionImpl::energy(const torch::Tensor& x, const torch::Tens
                                        const MixerContext& ctx, const torch::Tensor& anchor) const {
   const int64_t N = x.size(1), H = options_.n_heads(), D = options_.d_model();
   const double beta = 1.0 / std::sqrt(double(head_dim_));
-  torch::Tensor q = split_heads(torch::linear(x, w_q), H);  // (B, H, N, d_h)
-  torch::Tensor k = split_heads(torch::linear(h, w_k), H);
+  torch::Tensor q = split_heads(cemfrac::linear(x, w_q), H);  // (B, H, N, d_h)
+  torch::Tensor k = split_heads(cemfrac::linear(h, w_k), H);
   if (rotates()) {
     q = apply_rope(q, ctx.rope_cos, ctx.rope_sin);
     k = apply_rope(k, ctx.rope_cos, ctx.rope_sin);

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "cemfrac/ops/linear.h"
 #include "cemfrac/ops/silu_mul.h"
 
 namespace cemfrac {
@@ -33,13 +34,13 @@ CemMlpImpl::CemMlpImpl(const CemMlpOptions& o) : options_(o) {
 
 torch::Tensor CemMlpImpl::condition(const torch::Tensor& h) {
   ++gate_projections_;
-  torch::Tensor g = torch::linear(h, w_g);  // (B, N, M)
+  torch::Tensor g = cemfrac::linear(h, w_g);  // (B, N, M)
   return options_.form_b() ? torch::silu(g) : g;
 }
 
 torch::Tensor CemMlpImpl::direction(const torch::Tensor& x, const torch::Tensor& gate,
                                     const torch::Tensor& anchor) const {
-  torch::Tensor u = torch::linear(x, w_u);  // (B, N, M): the only projection repeated per step
+  torch::Tensor u = cemfrac::linear(x, w_u);  // (B, N, M): the only projection repeated per step
   torch::Tensor hidden = options_.form_b() ? gate * u : silu_mul(u, gate);  // fused (ops/)
   torch::Tensor d = torch::matmul(hidden, w_u);  // (B, N, D): W_U^T, the same tensor
   if (prox_.on && anchor.defined()) d = d - prox_.gradient(x, anchor);  // - lambda (x - h)
@@ -73,8 +74,8 @@ torch::Tensor CemMlpImpl::forward(const torch::Tensor& h) {
 }
 
 torch::Tensor CemMlpImpl::energy(const torch::Tensor& x, const torch::Tensor& h) const {
-  torch::Tensor g = torch::linear(h, w_g);  // (B, N, M)
-  torch::Tensor u = torch::linear(x, w_u);  // (B, N, M)
+  torch::Tensor g = cemfrac::linear(h, w_g);  // (B, N, M)
+  torch::Tensor u = cemfrac::linear(x, w_u);  // (B, N, M)
   torch::Tensor e =
       options_.form_b() ? -0.5 * (torch::silu(g) * u * u).sum(-1) : -(g * cem_phi(u)).sum(-1);
   if (prox_.on) e = e + prox_.energy(x, h);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cemfrac/core/check.h"
+#include "cemfrac/ops/linear.h"
 
 namespace cemfrac {
 
@@ -51,7 +52,8 @@ void CAttnMImpl::on_train_step(const TrainProgress& progress) {
 torch::Tensor CAttnMImpl::ladder_inputs(const torch::Tensor& x) const {
   const torch::Tensor w = torch::cat(w_ladder, 0);                                       // (d L, p)
   const torch::Tensor b = b_ladder.empty() ? torch::Tensor() : torch::cat(b_ladder, 0);  // (d L)
-  return torch::linear(x, w, b).view({x.size(0), x.size(1), options_.depth(), options_.ladders()});
+  return cemfrac::linear(x, w, b).view(
+      {x.size(0), x.size(1), options_.depth(), options_.ladders()});
 }
 
 torch::Tensor CAttnMImpl::ladder_outputs(const torch::Tensor& x) {
@@ -77,7 +79,8 @@ torch::Tensor CAttnMImpl::forward(const torch::Tensor& x, const MixerContext& ct
   // 1. Attention from the ladders: (B, H, N, T).
   const torch::Tensor a = attention(x, ctx.offset);
   // 2. Values X W^v split into heads; with a decode state, every earlier position's values too.
-  torch::Tensor v = torch::linear(x, w_v).view({B, N, H, p / H}).transpose(1, 2);  // (B, H, N, p/H)
+  torch::Tensor v =
+      cemfrac::linear(x, w_v).view({B, N, H, p / H}).transpose(1, 2);  // (B, H, N, p/H)
   if (ctx.state != nullptr) {
     auto* state = static_cast<CAttnMState*>(ctx.state);
     v = state->v.append(v, ctx.offset, ctx.capacity, 2, "cattn_m");  // (B, H, T, p/H)
@@ -88,7 +91,7 @@ torch::Tensor CAttnMImpl::forward(const torch::Tensor& x, const MixerContext& ct
                 ctx.offset);
   // 3. Mix the values, merge the heads, project (option).
   torch::Tensor o = torch::matmul(a, v).transpose(1, 2).reshape({B, N, p});  // (B, N, p)
-  if (options_.out_proj()) o = torch::linear(o, w_o);
+  if (options_.out_proj()) o = cemfrac::linear(o, w_o);
   return o;
 }
 

@@ -1,4 +1,5 @@
 #include "cemfrac/layers/cofrgenet/cffn.h"
+#include "cemfrac/ops/linear.h"
 
 #include <torch/types.h>
 
@@ -47,9 +48,9 @@ void CffnImpl::on_train_step(const TrainProgress& progress) {
 }
 
 torch::Tensor CffnImpl::gated(const torch::Tensor& x) const {
-  torch::Tensor g = torch::linear(x, w_gate);  // (B, N, p)
+  torch::Tensor g = cemfrac::linear(x, w_gate);  // (B, N, p)
   g = options_.gate() == CffnGate::kSilu ? torch::silu(g) : torch::sigmoid(g);
-  return options_.glu() ? g * torch::linear(x, w_up) : x * g;
+  return options_.glu() ? g * cemfrac::linear(x, w_up) : x * g;
 }
 
 torch::Tensor CffnImpl::ladder_inputs(const torch::Tensor& x_hat) const {
@@ -58,7 +59,7 @@ torch::Tensor CffnImpl::ladder_inputs(const torch::Tensor& x_hat) const {
     // One GEMM for all depths: rows of W stacked depth-major, so (.., d L) views as (.., d, L).
     const torch::Tensor w = torch::cat(w_ladder, 0);  // (d L, p)
     const torch::Tensor b = b_ladder.empty() ? torch::Tensor() : torch::cat(b_ladder, 0);  // (d L)
-    torch::Tensor a = torch::linear(x_hat, w, b);  // (.., d L)
+    torch::Tensor a = cemfrac::linear(x_hat, w, b);  // (.., d L)
     std::vector<int64_t> shape = x_hat.sizes().vec();
     shape.back() = d;
     shape.push_back(L);
@@ -84,7 +85,7 @@ torch::Tensor CffnImpl::forward(const torch::Tensor& x) {
   torch::Tensor y;
   if (!options_.univariate()) {
     z = runtime_.range(z, is_training(), z_min, z_max);
-    y = torch::linear(z, w_out);  // (B, N, p)
+    y = cemfrac::linear(z, w_out);  // (B, N, p)
   } else {
     std::vector<int64_t> shape = z.sizes().vec();
     shape.back() = L;
@@ -92,7 +93,7 @@ torch::Tensor CffnImpl::forward(const torch::Tensor& x) {
     z = runtime_.range(z.view(shape), is_training(), z_min, z_max);  // (B, N, L, p)
     y = (z * w_out.t()).sum(-2);                                     // y_i = sum_j V[i, j] z_{j, i}
   }
-  if (!options_.glu()) y = y + torch::linear(options_.direct_raw() ? x : x_hat, w_direct);
+  if (!options_.glu()) y = y + cemfrac::linear(options_.direct_raw() ? x : x_hat, w_direct);
   return y;
 }
 

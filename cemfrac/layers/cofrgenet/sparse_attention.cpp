@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cemfrac/core/check.h"
+#include "cemfrac/ops/linear.h"
 #include "cemfrac/ops/rope.h"
 
 namespace cemfrac {
@@ -59,7 +60,7 @@ torch::Tensor SparseAttentionImpl::forward(const torch::Tensor& x, const MixerCo
                 "sparse_attention: positions {}..{} exceed the pattern's length {} (model.context)",
                 ctx.offset, T - 1, options_.length());
   // 1. Queries, keys, values split into heads (and rotated with RoPE).
-  const std::vector<torch::Tensor> qkv = torch::linear(x, w_qkv, b_qkv).chunk(3, -1);
+  const std::vector<torch::Tensor> qkv = cemfrac::linear(x, w_qkv, b_qkv).chunk(3, -1);
   torch::Tensor q = qkv[0].view({B, N, H, d_h}).transpose(1, 2);  // (B, H, N, d_h)
   torch::Tensor k = qkv[1].view({B, N, H, d_h}).transpose(1, 2);
   torch::Tensor v = qkv[2].view({B, N, H, d_h}).transpose(1, 2);
@@ -81,7 +82,7 @@ torch::Tensor SparseAttentionImpl::forward(const torch::Tensor& x, const MixerCo
   torch::Tensor s = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(d_h)));
   s = s + mask_.narrow(0, ctx.offset, N).narrow(1, 0, T).to(s.options());  // (B, H, N, T)
   const torch::Tensor y = torch::matmul(torch::softmax(s, -1), v);         // (B, H, N, d_h)
-  return torch::linear(y.transpose(1, 2).reshape({B, N, D}), w_o, b_o);
+  return cemfrac::linear(y.transpose(1, 2).reshape({B, N, D}), w_o, b_o);
 }
 
 // As MHA's (the pattern's hidden entries are computed and masked, so counted like the causal half):

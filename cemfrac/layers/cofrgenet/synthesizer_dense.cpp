@@ -4,6 +4,7 @@
 
 #include "cemfrac/core/check.h"
 #include "cemfrac/layers/cofrgenet/ladder_common.h"
+#include "cemfrac/ops/linear.h"
 
 namespace cemfrac {
 
@@ -37,7 +38,7 @@ torch::Tensor SynthesizerDenseImpl::attention(const torch::Tensor& x, int64_t of
                 "input or build the model with model.cofrgenet.length >= {}",
                 offset, T - 1, l, T);
   const int64_t B = x.size(0), H = options_.heads();
-  torch::Tensor hidden = torch::relu(torch::linear(x, w_1, b_1));  // (B, N, h)
+  torch::Tensor hidden = torch::relu(cemfrac::linear(x, w_1, b_1));  // (B, N, h)
   // Head k reads its slice of the hidden layer: (B, H, N, h/H) x (H, h/H, T) -> (B, H, N, T),
   // logits over the first T positions.
   hidden = hidden.view({B, N, H, hidden.size(-1) / H}).transpose(1, 2);
@@ -51,7 +52,7 @@ torch::Tensor SynthesizerDenseImpl::forward(const torch::Tensor& x, const MixerC
   const int64_t B = x.size(0), N = x.size(1), p = options_.d_model(), H = options_.heads();
   const torch::Tensor a = attention(x, ctx.offset);  // (B, H, N, T)
   torch::Tensor v =
-      torch::linear(x, w_v, b_v).view({B, N, H, p / H}).transpose(1, 2);  // (B, H, N, p/H)
+      cemfrac::linear(x, w_v, b_v).view({B, N, H, p / H}).transpose(1, 2);  // (B, H, N, p/H)
   if (ctx.state != nullptr) {
     auto* state = static_cast<SynthesizerDenseState*>(ctx.state);
     v = state->v.append(v, ctx.offset, ctx.capacity, 2, "synthesizer_dense");  // (B, H, T, p/H)
@@ -61,7 +62,7 @@ torch::Tensor SynthesizerDenseImpl::forward(const torch::Tensor& x, const MixerC
                 "state; pass the decode state or the whole sequence",
                 ctx.offset);
   const torch::Tensor o = torch::matmul(a, v).transpose(1, 2).reshape({B, N, p});
-  return torch::linear(o, w_o, b_o);
+  return cemfrac::linear(o, w_o, b_o);
 }
 
 // w_1 2 h p; logits 2 h context (head k: its h / H hidden units against context columns of w_2);
