@@ -26,9 +26,9 @@
 // (by checkpoint name), the batch ("__batch__") and the decay group's names (metadata "decay") to a
 // temporary safetensors file, and the peer loads them (--weights). The peer's step-0 loss and
 // gradient norm must then equal cemfrac's to float32 rounding (kPeerLossRtol, kPeerGradNormRtol);
-// otherwise no ratio is reported and the command fails with one line. --check-float64 times nothing:
-// it runs that step 0 on both sides with the weights cast to float64 and says whether they agree to
-// kFloat64Rtol, which separates rounding from a difference of the models.
+// otherwise no ratio is reported and the command fails with one line. --check-float64 times
+// nothing: it runs that step 0 on both sides with the weights cast to float64 and says whether they
+// agree to kFloat64Rtol, which separates rounding from a difference of the models.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
@@ -272,6 +272,22 @@ StepTimes run_cpp_steps(const RunConfig& rc, int64_t S, const TrainBenchFlags& f
   return out;
 }
 
+// The peer's --config-json: the model as config.json writes it, and the step's settings.
+json peer_config(const RunConfig& rc, int64_t S, double grad_clip) {
+  const TrainConfig& t = rc.train;
+  return {{"model", to_json(rc.model)},
+          {"train",
+           {{"micro_batch", t.micro_batch},
+            {"seq_len", S},
+            {"lr", t.lr_max},
+            {"beta1", t.beta1},
+            {"beta2", t.beta2},
+            {"adam_eps", t.adam_eps},
+            {"weight_decay", t.weight_decay},
+            {"grad_clip", grad_clip},
+            {"seed", t.seed}}}};
+}
+
 // --check-float64: cemfrac's and the peer's step 0 (forward, cross-entropy, backward, the gradient
 // norm over every parameter that has a gradient) from the same weights and batch, in float32 and
 // then with the same weights cast to float64. The float64 pair settles whether the float32
@@ -322,17 +338,7 @@ int run_float64_check(const RunConfig& rc, int64_t S, const TrainBenchFlags& fla
   const Step0 a64 = cpp_step0(*model, data, S, V);
   model = nullptr;  // free the C++ side before the peer starts
 
-  json cfg = {{"model", to_json(rc.model)},
-              {"train",
-               {{"micro_batch", t.micro_batch},
-                {"seq_len", S},
-                {"lr", t.lr_max},
-                {"beta1", t.beta1},
-                {"beta2", t.beta2},
-                {"adam_eps", t.adam_eps},
-                {"weight_decay", t.weight_decay},
-                {"grad_clip", 0.0},  // the norm over every parameter, unclipped
-                {"seed", t.seed}}}};
+  const json cfg = peer_config(rc, S, /*grad_clip=*/0.0);  // 0: the norm of all, unclipped
   auto peer_step0 = [&](bool f64, bool last) {
     const std::string cmd = fmt::format(
         "OPENBLAS_CORETYPE={} {} {} --config-json {} --steps 0 --warmup 1 --threads {} --weights "
@@ -403,12 +409,14 @@ int run_float64_check(const RunConfig& rc, int64_t S, const TrainBenchFlags& fla
   } else {
     fmt::print("step 0 of {} ({} x {} tokens), relative differences:\n", flags.config,
                t.micro_batch, S);
-    fmt::print("  float64, peer vs cemfrac:      loss {:.3g}, gradient norm {:.3g} (tolerance {:.0e})\n",
-               loss_rel, grad_rel, kFloat64Rtol);
-    fmt::print("  float32, peer vs cemfrac:      loss {:.3g}, gradient norm {:.3g} (the timed check "
-               "allows {:.0e} and {:.0e})\n",
-               f32["loss_rel_diff"].get<double>(), f32["grad_norm_rel_diff"].get<double>(),
-               kPeerLossRtol, kPeerGradNormRtol);
+    fmt::print(
+        "  float64, peer vs cemfrac:      loss {:.3g}, gradient norm {:.3g} (tolerance {:.0e})\n",
+        loss_rel, grad_rel, kFloat64Rtol);
+    fmt::print(
+        "  float32, peer vs cemfrac:      loss {:.3g}, gradient norm {:.3g} (the timed check "
+        "allows {:.0e} and {:.0e})\n",
+        f32["loss_rel_diff"].get<double>(), f32["grad_norm_rel_diff"].get<double>(), kPeerLossRtol,
+        kPeerGradNormRtol);
     fmt::print("  float32 vs float64, cemfrac:   loss {:.3g}, gradient norm {:.3g}\n",
                f32["cpp_loss_err"].get<double>(), f32["cpp_grad_norm_err"].get<double>());
     fmt::print("  float32 vs float64, peer:      loss {:.3g}, gradient norm {:.3g}\n",
@@ -505,17 +513,7 @@ int run_train_bench(const TrainBenchFlags& flags) {
 
   json peer;
   if (peer_script) {
-    json cfg = {{"model", to_json(rc.model)},
-                {"train",
-                 {{"micro_batch", B},
-                  {"seq_len", S},
-                  {"lr", t.lr_max},
-                  {"beta1", t.beta1},
-                  {"beta2", t.beta2},
-                  {"adam_eps", t.adam_eps},
-                  {"weight_decay", t.weight_decay},
-                  {"grad_clip", t.grad_clip},
-                  {"seed", t.seed}}}};
+    const json cfg = peer_config(rc, S, t.grad_clip);
     const std::string cmd = fmt::format(
         "{}OPENBLAS_CORETYPE={} {} {} --config-json {} --steps {} --warmup {} --threads {} "
         "--weights {}",
