@@ -2,6 +2,7 @@
 // input through torch::linear bit for bit. The one-row path against torch::linear: float64 values
 // and gradients (x, W, b) to a few ulps, float32 within a bound derived from the two summation
 // orders, every shape of one row ((in), (1, in), (1, 1, in)), with and without a bias.
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/autograd.h>
 #include <torch/types.h>
@@ -60,6 +61,17 @@ TEST(Linear, OneRowFloat32WithinTheSummationBound) {
   EXPECT_TRUE(((ref - exact).abs() <= bound).all().item<bool>());
   // Not vacuous: the bound is far below the outputs' size.
   EXPECT_LT(bound.max().item<double>(), 1e-3 * exact.abs().mean().item<double>());
+}
+
+// The one-row path is the matrix-vector product itself (bit for bit), not torch::linear under
+// another name: the speed depends on it.
+TEST(Linear, OneRowIsTheMatrixVectorProduct) {
+  torch::manual_seed(6);
+  const torch::Tensor x = torch::randn({1, 1, 512}), w = torch::randn({1536, 512}),
+                      b = torch::randn({1536});
+  const torch::Tensor v = x.reshape({512});
+  EXPECT_TRUE(torch::equal(cemfrac::linear(x, w), at::mv(w, v).view({1, 1, 1536})));
+  EXPECT_TRUE(torch::equal(cemfrac::linear(x, w, b), at::addmv(b, w, v).view({1, 1, 1536})));
 }
 
 TEST(Linear, SeveralRowsAreTorchLinearBitForBit) {
