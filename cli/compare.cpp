@@ -1249,6 +1249,44 @@ std::string machine_text() {
                      blas_status().core, load[0]);
 }
 
+// What makes one machine's timed steps say nothing about another's: the CPU (vendor, model name,
+// how many flags it shows), its hardware threads and the BLAS core this process runs.
+std::string machine_key() {
+  const CpuFeatures cpu = read_cpu_features();
+  return fmt::format("{} {} ({} CPU flags), {} hardware threads, BLAS core {}", cpu.vendor,
+                     cpu.model_name, cpu.flags.size(), std::thread::hardware_concurrency(),
+                     blas_status().core);
+}
+
+// The plan's timed steps are reused only on the machine that took them: OUT/plan/machine.txt
+// records it, and timings from another machine, or from before the record existed, are deleted
+// (they are the suite's own 3-step runs) so the plan times them again. Returns the line to print,
+// "" when nothing was deleted.
+std::string discard_other_machines_timings(const std::string& out) {
+  const fs::path plan = fs::path(out) / "plan";
+  const fs::path marker = plan / "machine.txt";
+  const std::string here = machine_key();
+  std::string there, line;
+  if (fs::exists(marker)) {
+    there = file_text(marker.string());
+    while (!there.empty() && (there.back() == '\n' || there.back() == '\r')) there.pop_back();
+  }
+  std::vector<fs::path> timed;
+  if (fs::is_directory(plan))
+    for (const auto& e : fs::directory_iterator(plan))
+      if (e.is_directory()) timed.push_back(e.path());
+  if (!timed.empty() && there != here) {
+    line = fmt::format(
+        "plan: the {} timed run(s) in {} were taken {}; timing again on this machine ({})",
+        timed.size(), plan.string(),
+        there.empty() ? "on a machine not recorded" : "on another machine (" + there + ")", here);
+    for (const fs::path& d : timed) fs::remove_all(d);
+  }
+  fs::create_directories(plan);
+  if (there != here) write_file_atomic(marker.string(), here + "\n");
+  return line;
+}
+
 std::string utc_now() {
   const std::time_t t = std::time(nullptr);
   char buf[64];
@@ -1329,7 +1367,11 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
     signal(SIGTERM, on_signal);
     Runner runner(exe, f->jobs, threads, suite.name);
 
-    // 1. Plan: a timed 3-step training of every run.
+    // 1. Plan: a timed 3-step training of every run (timings of another machine taken again).
+    if (!f->report_only) {
+      const std::string discarded = discard_other_machines_timings(out);
+      if (!discarded.empty()) fmt::print("{}\n", discarded);
+    }
     std::vector<RunPlan> plans;
     std::vector<Job> timing;
     std::vector<std::string>

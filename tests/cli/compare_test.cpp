@@ -570,6 +570,35 @@ TEST(CompareCli, TinySuiteEndToEndThenReused) {
   EXPECT_EQ(r.out.find("timed now"), std::string::npos) << r.out;
   EXPECT_EQ(j["provenance"]["commit"], commit) << j.dump();
 
+  // Timings are reused only on the machine that took them (plan/machine.txt): timings from another
+  // machine, or from an unrecorded one, are taken again; the final runs are not touched.
+  const std::string marker = out + "/plan/machine.txt";
+  const std::string here = test::read_file(marker);
+  EXPECT_NE(here.find("hardware threads, BLAS core"), std::string::npos) << here;
+  for (const std::string& other :
+       {std::string("GenuineIntel Other CPU (90 CPU flags)\n"), std::string()}) {
+    if (other.empty())
+      fs::remove(marker);
+    else
+      test::write_file(marker, other);
+    r = test::run_cemfrac({"--threads", "1", "compare", "--suite", suite, "--out", out,
+                           "--eval-text", text, "--plan"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find(other.empty() ? "were taken on a machine not recorded"
+                                       : "were taken on another machine (GenuineIntel Other CPU"),
+              std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("timed now"), std::string::npos) << r.out;
+    EXPECT_EQ(test::read_file(marker), here);
+    EXPECT_EQ(test::read_file(log), before);
+  }
+  r = test::run_cemfrac(
+      {"--threads", "1", "compare", "--suite", suite, "--out", out, "--eval-text", text, "--plan"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("2 of 2 timed by an earlier invocation and reused"), std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("timing again"), std::string::npos) << r.out;
+
   // Each final run was evaluated as soon as it was trained (with --jobs 1: the first run's
   // evaluation is older than the last run's training), so a run's folder is finished on its own.
   EXPECT_LE(fs::last_write_time(out + "/final/llama/seed-1/eval-test.json"),
