@@ -434,6 +434,9 @@ int run_float64_check(const RunConfig& rc, int64_t S, const TrainBenchFlags& fla
 int run_train_bench(const TrainBenchFlags& flags) {
   CEMFRAC_CHECK(!(flags.profile && flags.nproc > 0),
                 "--profile times one process's step; it does not combine with --nproc");
+  CEMFRAC_CHECK(!(flags.check_float64 && flags.nproc > 0),
+                "--check-float64 compares one process with the peer; it does not combine with "
+                "--nproc");
   if (flags.nproc > 0)
     return run_train_bench_nproc(flags.config, flags.sets, flags.nproc, flags.steps, flags.warmup,
                                  flags.json);

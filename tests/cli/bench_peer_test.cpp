@@ -1,9 +1,9 @@
 // `cemfrac bench train --peer`: the PyTorch peer (bench/peers/train_step_peer.py) starts from
 // cemfrac's initial weights and batch, so both sides' step-0 losses and gradient norms agree to
 // float32 rounding, for every layer kind the peer writes (issue 19), and with --check-float64 to
-// 1e-9 in float64; `cemfrac bench generate --peer`: the decode peer (bench/peers/decode_peer.py) gives cemfrac's logits and greedy tokens.
-// Tiny configs, no timing claims. Skipped when /usr/bin/python3 cannot import torch (Debian:
-// python3-torch).
+// 1e-9 in float64; `cemfrac bench generate --peer`: the decode peer (bench/peers/decode_peer.py)
+// gives cemfrac's logits and greedy tokens. Tiny configs, no timing claims. Skipped when
+// /usr/bin/python3 cannot import torch (Debian: python3-torch).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -112,16 +112,19 @@ TEST(BenchPeer, UnwrittenOptionIsRefused) {
   EXPECT_NE(r.err.find("this peer does not model cem.prox"), std::string::npos) << r.err;
 }
 
-// bench train --check-float64: step 0 of both sides with the weights cast to float64. Every kind the
-// peer writes agrees to 1e-9 relative (float32 rounding would leave ~1e-7; a float32 side anywhere
-// fails the check), and a peer that differs by far less than the float32 tolerances is caught.
+// bench train --check-float64: step 0 of both sides with the weights cast to float64. Every kind
+// the peer writes agrees to 1e-9 relative (float32 rounding would leave ~1e-7; a float32 side
+// anywhere fails the check), and a peer that differs by far less than the float32 tolerances is
+// caught.
 class BenchPeerFloat64 : public ::testing::TestWithParam<PeerCase> {};
 
 nlohmann::json run_float64_check(const PeerCase& c, const std::string& peer_script, int* exit_code,
                                  std::string* err) {
-  std::vector<std::string> args{"--threads", "1",      "bench",         "train",
-                                "--config",  test::source_path(c.config), "--check-float64",
-                                "--peer-script", peer_script, "--json"};
+  std::vector<std::string> args{"--threads",       "1",
+                                "bench",           "train",
+                                "--config",        test::source_path(c.config),
+                                "--check-float64", "--peer-script",
+                                peer_script,       "--json"};
   for (const std::string& s : c.sets) {
     args.push_back("--set");
     args.push_back(s);
@@ -189,12 +192,15 @@ TEST(BenchPeerFloat64Check, CatchesADifferenceFloat32CannotSee) {
                    "import torch.nn.functional as F\n"
                    "_ce = F.cross_entropy\n"
                    "F.cross_entropy = lambda *a, **k: _ce(*a, **k) * (1 + 1e-7)\n"
-                   "sys.argv[0] = '" + peer + "'\n"
-                   "runpy.run_path('" + peer + "', run_name='__main__')\n");
+                   "sys.argv[0] = '" +
+                       peer +
+                       "'\n"
+                       "runpy.run_path('" +
+                       peer + "', run_name='__main__')\n");
   int code = -1;
   std::string err;
-  const auto j = run_float64_check(PeerCase{"gpt2", "configs/tiny-gpt2.toml", {}}, wrapper, &code,
-                                   &err);
+  const auto j =
+      run_float64_check(PeerCase{"gpt2", "configs/tiny-gpt2.toml", {}}, wrapper, &code, &err);
   EXPECT_EQ(code, 1) << err;
   ASSERT_TRUE(j.is_object()) << err;
   EXPECT_FALSE(j["agree"].get<bool>());
@@ -205,10 +211,16 @@ TEST(BenchPeerFloat64Check, CatchesADifferenceFloat32CannotSee) {
   EXPECT_NE(err.find("the models differ"), std::string::npos) << err;
 }
 
-TEST(BenchPeerFloat64Check, RefusedWithoutThePeer) {
+TEST(BenchPeerFloat64Check, RefusedWithoutThePeerOrBesideNprocOrProfile) {
   auto r = run_cemfrac({"bench", "train", "--config", test::source_path("configs/tiny-gpt2.toml"),
                         "--check-float64", "--no-peer"});
   test::expect_one_line_error(r, "--check-float64 compares with the PyTorch peer");
+  r = run_cemfrac({"bench", "train", "--config", test::source_path("configs/tiny-gpt2.toml"),
+                   "--check-float64", "--nproc", "2"});
+  test::expect_one_line_error(r, "it does not combine with --nproc");
+  r = run_cemfrac({"bench", "train", "--config", test::source_path("configs/tiny-gpt2.toml"),
+                   "--check-float64", "--profile"});
+  test::expect_one_line_error(r, "it does not combine with --profile");
 }
 
 // bench generate --peer: the decode peer (bench/peers/decode_peer.py) from cemfrac's weights and
