@@ -108,8 +108,8 @@ void rope_cpu(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
 // Forward writes y (R, D) and r (R); backward, from gy (R, D) contiguous and the saved r, writes
 //   gx_ni = r_n (gy_ni w_i - xh_ni <gy_n w, xh_n> / D),  xh = x r,  and  gw_i = sum_n gy_ni xh_ni,
 // gw summed over fixed blocks of rows in a fixed order, so it is the same for any thread count.
-void rms_norm_forward_cpu(const at::Tensor& x, const at::Tensor& w, double eps,
-                          const at::Tensor& y, const at::Tensor& r);
+void rms_norm_forward_cpu(const at::Tensor& x, const at::Tensor& w, double eps, const at::Tensor& y,
+                          const at::Tensor& r);
 void rms_norm_backward_cpu(const at::Tensor& x, const at::Tensor& w, const at::Tensor& r,
                            const at::Tensor& gy, const at::Tensor& gx, const at::Tensor& gw);
 
@@ -121,5 +121,14 @@ void rms_norm_backward_cpu(const at::Tensor& x, const at::Tensor& w, const at::T
 void silu_mul_forward_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor& y);
 void silu_mul_backward_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor& g,
                            const at::Tensor& da, const at::Tensor& db);
+
+// A linear map of a few rows (decoding a small batch, one token each): y (R, O) = x (R, I) Wᵀ + b,
+// 2 <= R <= kSkinnyMaxRows, x (R, I) and w (O, I) contiguous, b (O) or undefined, y (R, O), one
+// floating dtype (cemfrac/kernels/cpu/skinny_linear_cpu.cpp). Each row of W is read once for all
+// R inputs (sgemm packs W first; R matrix-vector products read it R times). Forward only. Each
+// output is one thread's, in a fixed order: the bits do not depend on the thread count.
+constexpr int64_t kSkinnyMaxRows = 8;
+void skinny_linear_cpu(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
+                       const at::Tensor& y);
 
 }  // namespace cemfrac::kernels

@@ -1,11 +1,14 @@
-// y = x Wᵀ + b (torch::linear) with a one-row input taken as a matrix-vector product.
+// y = x Wᵀ + b (torch::linear), with inputs of one to eight rows (decoding) read W only once.
 //
-// x (..., in) with one row in all (x.numel() == in: batch-1 decoding, one token), on the CPU, goes
-// to at::mv / at::addmv, i.e. BLAS gemv, which streams W once. LibTorch 1.13 sends a one-row
-// linear to sgemm, which packs W before multiplying: at W = 4096 x 512 float32, 2 threads, 799 us
-// against at::mv's 219 us (Intel VM, 2026-12-02; docs/results.md, "Batch-1 decoding through
-// gemv"). Every other input goes to torch::linear unchanged, bit for bit. Same function, another
-// summation order; differentiable (autograd of mv / addmv).
+// x (..., in) of R rows in all (R = x.numel() / in), on the CPU:
+//   R = 1: at::mv / at::addmv, i.e. BLAS gemv, which streams W once (differentiable). LibTorch 1.13
+//          sends a one-row linear to sgemm, which packs W before multiplying: at W = 4096 x 512
+//          float32, 2 threads, 799 us against at::mv's 219 us (Intel VM, 2026-12-02;
+//          docs/results.md, "Batch-1 decoding through gemv").
+//   2 <= R <= 8 with no gradient needed (decoding a small batch): kernels::skinny_linear_cpu, which
+//          reads each row of W once for all R rows.
+// Every other input (R > 8, or a gradient needed for R >= 2) goes to torch::linear unchanged, bit
+// for bit. Same function, another summation order.
 #pragma once
 #include <ATen/core/Tensor.h>
 

@@ -1,8 +1,9 @@
-// linear (cemfrac/ops/linear.h): a one-row input goes through a matrix-vector product, every other
-// input through torch::linear bit for bit. The one-row path against torch::linear: float64 values
-// and gradients (x, W, b) to a few ulps, float32 within a bound derived from the two summation
-// orders, every shape of one row ((in), (1, in), (1, 1, in)), with and without a bias.
+// linear (cemfrac/ops/linear.h): a one-row input goes through a matrix-vector product, 2 to 8 rows
+// without a gradient through the skinny kernel, every other input through torch::linear bit for
+// bit. Each path against torch::linear: float64 values (and, for one row, gradients) to a few ulps,
+// float32 within the summation bound against a float64 oracle, with and without a bias.
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <torch/autograd.h>
 #include <torch/types.h>
@@ -74,13 +75,60 @@ TEST(Linear, OneRowIsTheMatrixVectorProduct) {
   EXPECT_TRUE(torch::equal(cemfrac::linear(x, w, b), at::addmv(b, w, v).view({1, 1, 1536})));
 }
 
-TEST(Linear, SeveralRowsAreTorchLinearBitForBit) {
+// 2 to 8 rows without a gradient (decoding a small batch) take the skinny kernel: against
+// torch::linear in float64 to a few ulps, in float32 within the summation bound against a float64
+// oracle (in = 515: the 8-wide loop and a tail), with and without a bias, at thread counts 1 and 2
+// with the same bits.
+TEST(Linear, FewRowsWithoutGradientTakeTheSkinnyKernel) {
+  torch::manual_seed(7);
+  torch::NoGradGuard no_grad;
+  const int64_t in = 515, out = 300;
+  const double u = std::ldexp(1.0, -24);
+  for (int64_t rows = 2; rows <= 8; ++rows) {
+    SCOPED_TRACE(::testing::Message() << rows << " rows");
+    const torch::Tensor x64 = torch::randn({rows, 1, in}, torch::kFloat64),
+                        w64 = torch::randn({out, in}, torch::kFloat64) / 20,
+                        b64 = torch::randn({out}, torch::kFloat64);
+    EXPECT_TRUE(torch::allclose(cemfrac::linear(x64, w64, b64), torch::linear(x64, w64, b64), 1e-13,
+                                1e-13));
+    EXPECT_TRUE(torch::allclose(cemfrac::linear(x64, w64), torch::linear(x64, w64), 1e-13, 1e-13));
+    const torch::Tensor x = x64.to(torch::kFloat32), w = w64.to(torch::kFloat32),
+                        b = b64.to(torch::kFloat32);
+    const torch::Tensor exact =
+        torch::linear(x.to(torch::kFloat64), w.to(torch::kFloat64), b.to(torch::kFloat64));
+    const torch::Tensor bound =
+        (in + 1) * u *
+        (torch::linear(x.abs().to(torch::kFloat64), w.abs().to(torch::kFloat64)) +
+         b.abs().to(torch::kFloat64));
+    const torch::Tensor y = cemfrac::linear(x, w, b);
+    ASSERT_EQ(y.sizes(), torch::IntArrayRef({rows, 1, out}));
+    EXPECT_TRUE(((y.to(torch::kFloat64) - exact).abs() <= bound).all().item<bool>());
+    const int threads = at::get_num_threads();
+    at::set_num_threads(1);
+    const torch::Tensor y1 = cemfrac::linear(x, w, b);
+    at::set_num_threads(2);
+    const torch::Tensor y2 = cemfrac::linear(x, w, b);
+    at::set_num_threads(threads);
+    EXPECT_TRUE(torch::equal(y1, y2));
+    EXPECT_TRUE(torch::equal(y1, y));
+  }
+}
+
+// With a gradient needed, or beyond 8 rows, several rows are torch::linear bit for bit (and
+// differentiable as it is).
+TEST(Linear, SeveralRowsWithGradientOrManyRowsAreTorchLinearBitForBit) {
   torch::manual_seed(5);
   for (const std::vector<int64_t>& shape :
-       std::vector<std::vector<int64_t>>{{2, 96}, {1, 3, 96}, {4, 1, 96}}) {
-    const torch::Tensor x = torch::randn(shape), w = torch::randn({40, 96}), b = torch::randn({40});
+       std::vector<std::vector<int64_t>>{{2, 96}, {1, 3, 96}, {4, 1, 96}, {9, 96}, {3, 5, 96}}) {
+    const torch::Tensor w = torch::randn({40, 96}).requires_grad_(), b = torch::randn({40});
+    const torch::Tensor x = torch::randn(shape);
     EXPECT_TRUE(torch::equal(cemfrac::linear(x, w, b), torch::linear(x, w, b)));
     EXPECT_TRUE(torch::equal(cemfrac::linear(x, w), torch::linear(x, w)));
+    const int64_t rows = x.numel() / 96;
+    if (rows > 8) {
+      torch::NoGradGuard no_grad;
+      EXPECT_TRUE(torch::equal(cemfrac::linear(x, w, b), torch::linear(x, w, b)));
+    }
   }
 }
 
