@@ -11,6 +11,7 @@
 #include <cmath>
 #include <vector>
 
+#include "cemfrac/kernels/kernels.h"
 #include "cemfrac/ops/linear.h"
 
 namespace cemfrac {
@@ -111,6 +112,10 @@ TEST(Linear, FewRowsWithoutGradientTakeTheSkinnyKernel) {
     at::set_num_threads(threads);
     EXPECT_TRUE(torch::equal(y1, y2));
     EXPECT_TRUE(torch::equal(y1, y));
+    // The path taken is the kernel itself, bit for bit (the speed depends on it).
+    const torch::Tensor direct = torch::empty({rows, out});
+    kernels::skinny_linear_cpu(x.reshape({rows, in}), w, b, direct);
+    EXPECT_TRUE(torch::equal(y, direct.view({rows, 1, out})));
   }
 }
 
