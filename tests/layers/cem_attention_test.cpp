@@ -144,6 +144,48 @@ TEST(CemAttention, StepAgainstACacheIsTheGradientToo) {
   }
 }
 
+// The backward of every fused D+LR path (the shared-bias op, one call per head for the per-head
+// bilinear form, the augmented heads for the distance form): the gradients of a T = 1 forward with
+// respect to h and to every parameter equal those of the oracle -eta P grad_x E(x; h) at x = h,
+// differentiated again by autograd (x is h through a separate node, so grad_x takes only the
+// query-side path). float64; the two sides differ only in summation order, so 1e-10 is generous.
+TEST(CemAttention, ParameterGradientsEqualTheEnergyOracle) {
+  for (const Variant& v : variants()) {
+    if (v.dlr == CemDiagonal::kNone) continue;
+    SCOPED_TRACE(v.name);
+    auto m = make(v);
+    const torch::Tensor h0 = torch::randn({kB, kN, kD}, kF64);
+    const torch::Tensor w = torch::randn({kB, kN, kD}, kF64);
+    const MixerContext ctx = context(v.rope, 0, kN);
+    std::vector<torch::Tensor> inputs{h0.clone().requires_grad_(true)};
+    for (const auto& p : m->parameters()) inputs.push_back(p);
+
+    const torch::Tensor got_out = m->forward(inputs[0], ctx);
+    const auto got = torch::autograd::grad({(got_out * w).sum()}, inputs);
+
+    const torch::Tensor h = h0.clone().requires_grad_(true);
+    std::vector<torch::Tensor> oracle_inputs{h};
+    for (const auto& p : m->parameters()) oracle_inputs.push_back(p);
+    const torch::Tensor x = h * 1.0;
+    torch::Tensor g = torch::autograd::grad({m->energy(x, h, ctx).sum()}, {x}, {}, true,
+                                            /*create_graph=*/true)[0];
+    if (m->preconditioner() != nullptr) g = torch::matmul(g, m->preconditioner()->dense().t());
+    torch::Tensor eta = torch::ones({}, kF64);
+    for (const auto& p : m->named_parameters())
+      if (p.key() == "eta_raw") eta = torch::softplus(p.value()).squeeze();
+    const torch::Tensor want_out = -eta * g;
+    const auto want = torch::autograd::grad({(want_out * w).sum()}, oracle_inputs);
+
+    EXPECT_LT(rel_err(got_out, want_out), 1e-11);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      SCOPED_TRACE(i == 0 ? std::string("h") : m->named_parameters().keys()[i - 1]);
+      EXPECT_LT(rel_err(got[i], want[i]), 1e-10);
+      EXPECT_GT(want[i].abs().max().item<double>(), 1e-6);
+    }
+  }
+}
+
 TEST(CemAttention, EnergyIsSeparable) {
   auto m = make({"rope_dlr", true, CemRopeMode::kExact, CemDiagonal::kPerHead});
   const torch::Tensor h = torch::randn({1, kN, kD}, kF64);

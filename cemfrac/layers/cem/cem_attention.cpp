@@ -135,13 +135,18 @@ CemAttentionCondition CemAttentionImpl::condition(const torch::Tensor& h, const 
   const int64_t T = k.size(2);
 
   // 3. D+LR: the diagonal's key-side pieces, also once. Per head, a full sequence (training, the
-  // first chunk) uses the augmented heads and the fused kernel; a continuation against a cache uses
-  // explicit logits instead, so no (B, H, T, d_h + D) tensor is rebuilt per decoded token.
+  // first chunk) runs each head through the fused shared-bias op (bilinear form) or the augmented
+  // heads through the fused kernel (distance form); a continuation against a cache uses explicit
+  // logits instead, so no (B, H, T, d_h + D) tensor is rebuilt per decoded token.
   if (options_.dlr() == CemDiagonal::kPerHead && (ctx.offset != 0 || T != N)) {
     if (options_.dlr_distance()) {
       // -1/2 sum_a delta_ka h_ja^2: (B, T, H) -> (B, H, 1, T)
       c.key_bias = torch::matmul(hh * hh, delta.t()).mul(-0.5).transpose(1, 2).unsqueeze(2);
     }
+  } else if (options_.dlr() == CemDiagonal::kPerHead && !options_.dlr_distance()) {
+    // The bilinear form over a full sequence: one fused shared-bias call per head in direction(),
+    // nothing more to build here.
+    c.per_head_split = true;
   } else if (options_.dlr() == CemDiagonal::kPerHead) {
     std::vector<torch::Tensor> kp{k, hh.unsqueeze(1).expand({B, H, T, D})};
     std::vector<torch::Tensor> vp{v, kp[1]};
@@ -175,6 +180,25 @@ torch::Tensor CemAttentionImpl::direction(const torch::Tensor& x,
   switch (options_.dlr()) {
     case CemDiagonal::kNone: a = causal_attention(q, c.k, c.v, c.offset); break;
     case CemDiagonal::kPerHead: {
+      if (c.per_head_split) {
+        // Head k alone through the shared-bias op: its logits beta (q_k k_k^T + (delta_k * x) h^T)
+        // and its read-out P_k h, so that no (B, H, T, d_h + D) key, query or output tensor is
+        // concatenated, scaled or sliced. The heads' outputs are joined as (B, N, H, d_h), which is
+        // the merged layout the output projection reads.
+        const bool tied = c.v.is_same(c.k);
+        std::vector<torch::Tensor> outs;
+        outs.reserve(static_cast<size_t>(H));
+        for (int64_t k = 0; k < H; ++k) {
+          const torch::Tensor dk = delta[k];  // (D)
+          const torch::Tensor kk = c.k.narrow(1, k, 1);
+          const AttentionWithRead o = causal_attention_shared_bias(
+              q.narrow(1, k, 1), kk, tied ? kk : c.v.narrow(1, k, 1), x * dk, c.h, c.h, c.offset);
+          outs.push_back(o.out.transpose(1, 2));  // (B, N, 1, d_h)
+          diag = k == 0 ? dk * o.read : diag + dk * o.read;
+        }
+        a = torch::cat(outs, 2).transpose(1, 2);  // (B, H, N, d_h) view of (B, N, H, d_h)
+        break;
+      }
       if (!c.k_aug.defined()) {
         // Explicit logits beta (q k^T + (delta_k * x) h^T [+ key bias]) against the cache.
         const torch::Tensor xd = x.unsqueeze(1) * delta.view({1, H, 1, D});  // (B, H, N, D)
