@@ -92,6 +92,29 @@ void causal_attention_shared_bias_backward_cpu(
     const at::Tensor& d_out, const at::Tensor& d_read, bool tied, const at::Tensor& dq,
     const at::Tensor& dk, const at::Tensor& dv, const at::Tensor& da, const at::Tensor& db,
     const at::Tensor& dr);
+// Attention with a diagonal logit term per head, read out per head (CEM attention's per-head
+// bilinear D+LR diagonal; ops/causal_attention.h):
+//   P_k = softmax((q_k k_k^T + (delta_k . x) h^T) / sqrt(d_h) + causal mask),  out_k = P_k v_k,
+//   R_k = P_k h,  diag = sum_k delta_k . R_k.
+// x, h (B, N, D) and delta (H, D) contiguous. Writes p (B, H, N, N) (as above), read (B, H, N, D)
+// the R_k (kept for the backward), out (B, N, H, d_h) and diag (B, N, D), contiguous. Parallel over
+// the batch rows like the shared-bias kernel, every head of a row on its thread.
+void causal_attention_head_diag_forward_cpu(const at::Tensor& q, const at::Tensor& k,
+                                            const at::Tensor& v, const at::Tensor& x,
+                                            const at::Tensor& h, const at::Tensor& delta,
+                                            const at::Tensor& p, const at::Tensor& read,
+                                            const at::Tensor& out, const at::Tensor& diag);
+// Its backward from d_out (B, N, H, d_h) and d_diag (B, N, D), contiguous: dq, dk, dv as above; dx,
+// dh contiguous like x, h; d_delta_rows (B, H, D): each batch row's share of d delta (the caller
+// sums it over the rows, in order).
+void causal_attention_head_diag_backward_cpu(const at::Tensor& q, const at::Tensor& k,
+                                             const at::Tensor& v, const at::Tensor& x,
+                                             const at::Tensor& h, const at::Tensor& delta,
+                                             const at::Tensor& p, const at::Tensor& read,
+                                             const at::Tensor& d_out, const at::Tensor& d_diag,
+                                             bool tied, const at::Tensor& dq, const at::Tensor& dk,
+                                             const at::Tensor& dv, const at::Tensor& dx,
+                                             const at::Tensor& dh, const at::Tensor& d_delta_rows);
 
 // Rotary position embedding, one pass, float or double (cemfrac/kernels/cpu/rope_cpu.cpp):
 // y = R x, or R^T x when inverse, with R rotating each pair (x_i, x_{i + d_h/2}) of a head vector

@@ -105,7 +105,92 @@ class FusedSharedBiasAttention : public torch::autograd::Function<FusedSharedBia
   }
 };
 
+// The per-head diagonal over kernels::causal_attention_head_diag_{forward,backward}_cpu. Returns
+// out (B, N, H, d_h) contiguous and read (B, N, D).
+class FusedHeadDiagAttention : public torch::autograd::Function<FusedHeadDiagAttention> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                const at::Tensor& q_in, const at::Tensor& k_in,
+                                                const at::Tensor& v_in, const at::Tensor& x_in,
+                                                const at::Tensor& h_in, const at::Tensor& delta_in,
+                                                bool tied) {
+    const at::Tensor q = kernels::attention_rows_cpu(q_in.detach());
+    const at::Tensor k = kernels::attention_rows_cpu(k_in.detach());
+    const at::Tensor v = tied ? k : kernels::attention_rows_cpu(v_in.detach());
+    const at::Tensor x = x_in.detach().contiguous(), h = h_in.detach().contiguous(),
+                     delta = delta_in.detach().contiguous();
+    const int64_t B = q.size(0), H = q.size(1), N = q.size(2), d_h = q.size(3), D = x.size(2);
+    at::Tensor p = at::empty({B, H, N, N}, q.options());
+    at::Tensor read = at::empty({B, H, N, D}, q.options());
+    at::Tensor out = at::empty({B, N, H, d_h}, q.options());
+    at::Tensor diag = at::empty({B, N, D}, q.options());
+    kernels::causal_attention_head_diag_forward_cpu(q, k, v, x, h, delta, p, read, out, diag);
+    ctx->save_for_backward({q, k, v, x, h, delta});
+    ctx->saved_data["p"] = p;
+    ctx->saved_data["read"] = read;
+    ctx->saved_data["tied"] = tied;
+    return {out, diag};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2];
+    const at::Tensor &x = saved[3], &h = saved[4], &delta = saved[5];
+    const at::Tensor p = ctx->saved_data["p"].toTensor();
+    const at::Tensor read = ctx->saved_data["read"].toTensor();
+    const bool tied = ctx->saved_data["tied"].toBool();
+    const int64_t B = q.size(0), H = q.size(1), N = q.size(2), d_h = q.size(3), D = x.size(2);
+    const at::Tensor d_out =
+        grads[0].defined() ? grads[0].contiguous() : at::zeros({B, N, H, d_h}, q.options());
+    const at::Tensor d_diag =
+        grads[1].defined() ? grads[1].contiguous() : at::zeros({B, N, D}, q.options());
+    at::Tensor dq = at::empty_like(q), dk = at::empty_like(k);
+    at::Tensor dv = tied ? dk : at::empty_like(v);
+    at::Tensor dx = at::empty_like(x), dh = at::empty_like(h);
+    at::Tensor d_delta_rows = at::empty({B, H, D}, q.options());
+    kernels::causal_attention_head_diag_backward_cpu(q, k, v, x, h, delta, p, read, d_out, d_diag,
+                                                     tied, dq, dk, dv, dx, dh, d_delta_rows);
+    // The batch rows' shares summed in row order: the same bits for any thread count.
+    at::Tensor d_delta = d_delta_rows[0].clone();
+    for (int64_t b = 1; b < B; ++b) d_delta.add_(d_delta_rows[b]);
+    return {dq, dk, tied ? at::Tensor() : dv, dx, dh, d_delta, at::Tensor()};
+  }
+};
+
 }  // namespace
+
+AttentionWithRead causal_attention_head_diag(const at::Tensor& q, const at::Tensor& k,
+                                             const at::Tensor& v, const at::Tensor& x,
+                                             const at::Tensor& h, const at::Tensor& delta,
+                                             int64_t offset) {
+  const int64_t N = q.size(2), T = k.size(2);
+  if (offset == 0 && N == T && q.device().is_cpu() &&
+      (q.scalar_type() == at::kFloat || q.scalar_type() == at::kDouble)) {
+    const auto o = FusedHeadDiagAttention::apply(q, k, v, x, h, delta, v.is_same(k));
+    return {o[0].permute({0, 2, 1, 3}), o[1]};  // out as a (B, H, N, d_h) view
+  }
+  return causal_attention_head_diag_reference(q, k, v, x, h, delta, offset);
+}
+
+AttentionWithRead causal_attention_head_diag_reference(const at::Tensor& q, const at::Tensor& k,
+                                                       const at::Tensor& v, const at::Tensor& x,
+                                                       const at::Tensor& h, const at::Tensor& delta,
+                                                       int64_t offset) {
+  const int64_t H = q.size(1), N = q.size(2), d_h = q.size(3), D = x.size(2);
+  const int64_t H_kv = k.size(1), T = k.size(2);
+  const at::Tensor kk = k.repeat_interleave(H / H_kv, 1), vv = v.repeat_interleave(H / H_kv, 1);
+  const at::Tensor dk = delta.view({1, H, 1, D});
+  const at::Tensor hs = h.unsqueeze(1);  // (B, 1, T, D)
+  at::Tensor scores = at::matmul(q, kk.transpose(-2, -1)) +
+                      at::matmul(x.unsqueeze(1) * dk, hs.transpose(-2, -1));  // (B, H, N, T)
+  scores = scores / std::sqrt(double(d_h));
+  const at::Tensor hidden =
+      at::ones({N, T}, at::TensorOptions().dtype(at::kBool).device(q.device())).triu(offset + 1);
+  scores = scores.masked_fill(hidden, -std::numeric_limits<double>::infinity());
+  const at::Tensor probs = at::softmax(scores, -1);
+  return {at::matmul(probs, vv), (at::matmul(probs, hs) * dk).sum(1)};
+}
 
 AttentionWithRead causal_attention_shared_bias(const at::Tensor& q, const at::Tensor& k,
                                                const at::Tensor& v, const at::Tensor& a,

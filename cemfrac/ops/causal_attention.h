@@ -51,4 +51,24 @@ AttentionWithRead causal_attention_shared_bias_reference(const at::Tensor& q, co
                                                          const at::Tensor& b, const at::Tensor& r,
                                                          int64_t offset);
 
+// Causal attention with a diagonal logit term of its own per head, each head read out against h
+// and the read-outs summed (CEM attention's per-head bilinear D+LR diagonal, docs/layers/cem.md):
+//
+//   P_k = softmax((q_k k_k^T + (delta_k . x) h^T) / sqrt(d_h) + causal mask),   out_k = P_k v_k,
+//   read = sum_k delta_k . (P_k h)
+//
+// q, k, v as for causal_attention; x (B, N, D) at the queries' positions, h (B, T, D) at the keys',
+// delta (H, D). Returns out (B, H, N, d_h) and read (B, N, D). Full sequences in float32/64 on the
+// CPU take the fused kernel (kernels/cpu/attention_cpu.cpp: no (B, H, N, d_h + D) augmented heads,
+// no (B, H, N, D) products of delta and x, the heads' read-outs summed inside); anything else runs
+// the reference.
+AttentionWithRead causal_attention_head_diag(const at::Tensor& q, const at::Tensor& k,
+                                             const at::Tensor& v, const at::Tensor& x,
+                                             const at::Tensor& h, const at::Tensor& delta,
+                                             int64_t offset);
+AttentionWithRead causal_attention_head_diag_reference(const at::Tensor& q, const at::Tensor& k,
+                                                       const at::Tensor& v, const at::Tensor& x,
+                                                       const at::Tensor& h, const at::Tensor& delta,
+                                                       int64_t offset);
+
 }  // namespace cemfrac

@@ -207,5 +207,158 @@ TEST(CausalAttentionSharedBias, FusedBackwardMatchesCentralDifferences) {
   }
 }
 
+// ---- the per-head diagonal (CEM's per-head bilinear D+LR)
+
+struct DiagInputs {
+  at::Tensor q, k, v, x, h, delta;
+};
+
+// q (B, H, N, d_h), k and v (B, H_kv, N, d_h), x and h (B, N, D), delta (H, D), requiring
+// gradients; tied: v is k.
+DiagInputs diag_inputs(int64_t B, int64_t H, int64_t H_kv, int64_t N, int64_t D, bool tied,
+                       at::TensorOptions o = kF64) {
+  const int64_t d_h = 8;
+  DiagInputs in;
+  in.q = at::randn({B, H, N, d_h}, o).requires_grad_();
+  in.k = at::randn({B, H_kv, N, d_h}, o).requires_grad_();
+  in.v = tied ? in.k : at::randn({B, H_kv, N, d_h}, o).requires_grad_();
+  in.x = at::randn({B, N, D}, o).requires_grad_();
+  in.h = at::randn({B, N, D}, o).requires_grad_();
+  in.delta = at::randn({H, D}, o).mul(0.5).requires_grad_();
+  return in;
+}
+
+std::vector<at::Tensor> leaves(const DiagInputs& in) {
+  std::vector<at::Tensor> out{in.q, in.k};
+  if (!in.v.is_same(in.k)) out.push_back(in.v);
+  for (const at::Tensor& t : {in.x, in.h, in.delta}) out.push_back(t);
+  return out;
+}
+
+AttentionWithRead head_diag(const DiagInputs& in) {
+  return causal_attention_head_diag(in.q, in.k, in.v, in.x, in.h, in.delta, 0);
+}
+
+TEST(CausalAttentionHeadDiag, FusedEqualsTheReferenceInValuesAndGradients) {
+  at::manual_seed(9);
+  struct Case {
+    int64_t B, H, H_kv, N, D;
+    bool tied;
+  };
+  // One query block and several (64 rows each), grouped-query heads, tied values (CEM).
+  for (const Case& c : std::vector<Case>{{2, 4, 4, 9, 6, true},
+                                         {3, 4, 2, 70, 5, false},
+                                         {2, 2, 2, 130, 16, true},
+                                         {1, 3, 3, 64, 4, false}}) {
+    const DiagInputs in = diag_inputs(c.B, c.H, c.H_kv, c.N, c.D, c.tied);
+    const auto y = head_diag(in);
+    const auto ref =
+        causal_attention_head_diag_reference(in.q, in.k, in.v, in.x, in.h, in.delta, 0);
+    ASSERT_NE(y.read.grad_fn()->name().find("FusedHeadDiagAttention"), std::string::npos)
+        << y.read.grad_fn()->name();
+    EXPECT_TRUE(at::allclose(y.out, ref.out, 1e-12, 1e-12)) << c.N;
+    EXPECT_TRUE(at::allclose(y.read, ref.read, 1e-12, 1e-12)) << c.N;
+    const at::Tensor up = at::randn_like(ref.out), up_r = at::randn_like(ref.read);
+    const auto gy = torch::autograd::grad({(y.out * up).sum() + (y.read * up_r).sum()}, leaves(in));
+    const auto gr =
+        torch::autograd::grad({(ref.out * up).sum() + (ref.read * up_r).sum()}, leaves(in));
+    for (size_t i = 0; i < gy.size(); ++i)
+      EXPECT_TRUE(at::allclose(gy[i], gr[i], 1e-11, 1e-11)) << "input " << i << " at N " << c.N;
+  }
+}
+
+// The per-head op is the shared-bias op run head by head with a = delta_k . x and b = r = h, and
+// with delta = 0 it is plain attention with a zero read-out.
+TEST(CausalAttentionHeadDiag, IsTheSharedBiasOpHeadByHead) {
+  at::manual_seed(10);
+  const int64_t B = 2, H = 3, N = 70, D = 5;
+  const DiagInputs in = diag_inputs(B, H, H, N, D, true);
+  const auto y = head_diag(in);
+  at::Tensor read = at::zeros({B, N, D}, kF64);
+  for (int64_t k = 0; k < H; ++k) {
+    const at::Tensor kk = in.k.narrow(1, k, 1);
+    const auto o = causal_attention_shared_bias(in.q.narrow(1, k, 1), kk, kk, in.x * in.delta[k],
+                                                in.h, in.h, 0);
+    EXPECT_TRUE(at::allclose(y.out.narrow(1, k, 1), o.out, 1e-12, 1e-12)) << k;
+    read = read + in.delta[k] * o.read;
+  }
+  EXPECT_TRUE(at::allclose(y.read, read, 1e-12, 1e-12));
+  const auto zero =
+      causal_attention_head_diag(in.q, in.k, in.v, in.x, in.h, at::zeros({H, D}, kF64), 0);
+  EXPECT_TRUE(at::allclose(zero.out, causal_attention(in.q, in.k, in.v, 0), 1e-13, 1e-13));
+  EXPECT_EQ(zero.read.abs().max().item<double>(), 0.0);
+}
+
+TEST(CausalAttentionHeadDiag, ContinuationAgainstACacheEqualsTheFullSequence) {
+  at::manual_seed(11);
+  const int64_t B = 2, H = 2, T = 12, N = 3, D = 5;
+  const DiagInputs in = diag_inputs(B, H, H, T, D, true);
+  const auto full = head_diag(in);
+  const auto last = causal_attention_head_diag(in.q.narrow(2, T - N, N), in.k, in.v,
+                                               in.x.narrow(1, T - N, N), in.h, in.delta, T - N);
+  EXPECT_TRUE(at::allclose(last.out, full.out.narrow(2, T - N, N), 1e-12, 1e-12));
+  EXPECT_TRUE(at::allclose(last.read, full.read.narrow(1, T - N, N), 1e-12, 1e-12));
+}
+
+TEST(CausalAttentionHeadDiag, Float32FusedPathIsCloseToTheReference) {
+  at::manual_seed(12);
+  const DiagInputs in = diag_inputs(2, 4, 4, 100, 16, true, at::TensorOptions());
+  const auto y = head_diag(in);
+  const auto ref = causal_attention_head_diag_reference(in.q, in.k, in.v, in.x, in.h, in.delta, 0);
+  // float32: logits are dot products of at most 8 + 16 terms of O(1) values (|logit| up to ~10),
+  // outputs and read-outs sums of at most 100 probabilities times O(1) values and 4 heads; each
+  // carries at most about 100 x 2^-24 x 10 = 6e-5 of rounding, so 1e-4 (absolute and relative)
+  // bounds them, as for the shared-bias op.
+  EXPECT_TRUE(at::allclose(y.out, ref.out, 1e-4, 1e-4));
+  EXPECT_TRUE(at::allclose(y.read, ref.read, 1e-4, 1e-4));
+}
+
+TEST(CausalAttentionHeadDiag, SameBitsForOneAndTwoThreads) {
+  at::manual_seed(13);
+  const DiagInputs in = diag_inputs(3, 2, 2, 70, 6, true, at::TensorOptions());
+  const at::Tensor up = at::randn({3, 2, 70, 8}), up_r = at::randn({3, 70, 6});
+  auto run = [&](int threads) {
+    at::set_num_threads(threads);
+    const auto y = head_diag(in);
+    auto g = torch::autograd::grad({(y.out * up).sum() + (y.read * up_r).sum()}, leaves(in));
+    g.push_back(y.out.detach());
+    g.push_back(y.read.detach());
+    return g;
+  };
+  const int before = at::get_num_threads();
+  const auto one = run(1), two = run(2);
+  at::set_num_threads(before);
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(at::equal(one[i], two[i])) << i;
+}
+
+TEST(CausalAttentionHeadDiag, FusedBackwardMatchesCentralDifferences) {
+  at::manual_seed(14);
+  const DiagInputs in = diag_inputs(2, 2, 1, 5, 3, false);
+  std::vector<at::Tensor> base;
+  for (const at::Tensor& t : {in.q, in.k, in.v, in.x, in.h, in.delta}) base.push_back(t.detach());
+  const at::Tensor up = at::randn({2, 2, 5, 8}, kF64), up_r = at::randn({2, 5, 3}, kF64);
+  auto loss = [&](const std::vector<at::Tensor>& x) {
+    const auto y = causal_attention_head_diag(x[0], x[1], x[2], x[3], x[4], x[5], 0);
+    return (y.out * up).sum() + (y.read * up_r).sum();
+  };
+  std::vector<at::Tensor> vars;
+  for (const at::Tensor& t : base) vars.push_back(t.clone().requires_grad_());
+  const auto g = torch::autograd::grad({loss(vars)}, vars);
+  const double h = 1e-6;
+  for (size_t which = 0; which < base.size(); ++which) {
+    for (int64_t i = 0; i < base[which].numel(); ++i) {
+      std::vector<at::Tensor> plus, minus;
+      for (const at::Tensor& t : base) {
+        plus.push_back(t.clone());
+        minus.push_back(t.clone());
+      }
+      plus[which].view({-1})[i] += h;
+      minus[which].view({-1})[i] -= h;
+      const double numeric = (loss(plus) - loss(minus)).item<double>() / (2 * h);
+      EXPECT_NEAR(g[which].reshape({-1})[i].item<double>(), numeric, 1e-7) << which << " " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cemfrac

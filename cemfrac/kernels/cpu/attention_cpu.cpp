@@ -522,3 +522,201 @@ void causal_attention_shared_bias_backward_cpu(
 }
 
 }  // namespace cemfrac::kernels
+
+// ---- Per-head diagonal: CEM attention's per-head bilinear D+LR (kernels.h). One item per batch
+// row, its heads in order inside it, as in the shared-bias kernel: head k's bias (delta_k . x) h^T
+// is made per query block from a scaled copy of the block's x rows, and the diagonal read-out
+// sum_k delta_k . (P_k h) is summed over the heads in a fixed order, so the bits do not depend on
+// the thread count. The key-side products stop at the block's last visible key.
+
+namespace cemfrac::kernels {
+
+void causal_attention_head_diag_forward_cpu(const at::Tensor& q, const at::Tensor& k,
+                                            const at::Tensor& v, const at::Tensor& x,
+                                            const at::Tensor& h, const at::Tensor& delta,
+                                            const at::Tensor& p, const at::Tensor& read,
+                                            const at::Tensor& out, const at::Tensor& diag) {
+  const int64_t B = q.size(0), H = q.size(1), N = q.size(2), d_h = q.size(3);
+  const int64_t group = H / k.size(1), D = x.size(2);
+  const double scale = 1.0 / std::sqrt(double(d_h));
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "fused_causal_attention_head_diag", [&] {
+    const scalar_t* qp = q.data_ptr<scalar_t>();
+    const scalar_t* kp = k.data_ptr<scalar_t>();
+    const scalar_t* vp = v.data_ptr<scalar_t>();
+    const scalar_t* xp = x.data_ptr<scalar_t>();
+    const scalar_t* hp = h.data_ptr<scalar_t>();
+    const scalar_t* dlp = delta.data_ptr<scalar_t>();
+    scalar_t* pp = p.data_ptr<scalar_t>();
+    scalar_t* rdp = read.data_ptr<scalar_t>();
+    scalar_t* op = out.data_ptr<scalar_t>();
+    scalar_t* dgp = diag.data_ptr<scalar_t>();
+    const int64_t ldq = row_stride(q), ldk = row_stride(k), ldv = row_stride(v), ldo = H * d_h;
+    SerialBlasGuard serial_blas;
+    std::atomic<int64_t> next{0};
+    at::parallel_for(0, claimers(B), 1, [&](int64_t, int64_t) {
+      const int64_t block = std::min(N, kQueryBlock);
+      const std::unique_ptr<scalar_t[]> scratch(new scalar_t[block * N + block * D]);
+      scalar_t* s = scratch.get();
+      scalar_t* xa = s + block * N;  // the block's x rows scaled by delta_k
+      for (int64_t bi = next++; bi < B; bi = next++) {
+        const scalar_t* x_b = xp + bi * N * D;
+        const scalar_t* h_b = hp + bi * N * D;
+        scalar_t* dg_b = dgp + bi * N * D;
+        for (int64_t r0 = 0; r0 < N; r0 += kQueryBlock) {
+          const int64_t r1 = std::min(N, r0 + kQueryBlock), rows = r1 - r0;
+          for (int64_t hd = 0; hd < H; ++hd) {
+            const int64_t j = hd / group;
+            const scalar_t* dl = dlp + hd * D;
+            const scalar_t* q_i = qp + bi * q.stride(0) + hd * q.stride(1);
+            const scalar_t* k_j = kp + bi * k.stride(0) + j * k.stride(1);
+            const scalar_t* v_j = vp + bi * v.stride(0) + j * v.stride(1);
+            scalar_t* p_i = pp + (bi * H + hd) * N * N;
+            scalar_t* rd_i = rdp + (bi * H + hd) * N * D;
+            scalar_t* out_i = op + bi * N * H * d_h + hd * d_h;
+            for (int64_t n = 0; n < rows; ++n) {
+              const scalar_t* xr = x_b + (r0 + n) * D;
+              scalar_t* ar = xa + n * D;
+              for (int64_t c = 0; c < D; ++c) ar[c] = xr[c] * dl[c];
+            }
+            // Scores: (delta_k . x) h^T, then + q k^T.
+            gemm<scalar_t>(false, true, rows, r1, D, xa, D, h_b, D, 0, s, r1);
+            gemm<scalar_t>(false, true, rows, r1, d_h, q_i + r0 * ldq, ldq, k_j, ldk, 1, s, r1);
+            causal_softmax_rows<scalar_t>(s, p_i, r0, r1, N, scale);
+            gemm<scalar_t>(false, false, rows, d_h, r1, p_i + r0 * N, N, v_j, ldv, 0,
+                           out_i + r0 * ldo, ldo);
+            // This head's read-out P_k h (kept for the backward), then delta_k . it into diag.
+            gemm<scalar_t>(false, false, rows, D, r1, p_i + r0 * N, N, h_b, D, 0, rd_i + r0 * D, D);
+            for (int64_t n = r0; n < r1; ++n) {
+              const scalar_t* rr = rd_i + n * D;
+              scalar_t* dr = dg_b + n * D;
+              if (hd == 0) {
+                for (int64_t c = 0; c < D; ++c) dr[c] = dl[c] * rr[c];
+              } else {
+                for (int64_t c = 0; c < D; ++c) dr[c] += dl[c] * rr[c];
+              }
+            }
+          }
+        }
+      }
+    });
+  });
+}
+
+void causal_attention_head_diag_backward_cpu(const at::Tensor& q, const at::Tensor& k,
+                                             const at::Tensor& v, const at::Tensor& x,
+                                             const at::Tensor& h, const at::Tensor& delta,
+                                             const at::Tensor& p, const at::Tensor& read,
+                                             const at::Tensor& d_out, const at::Tensor& d_diag,
+                                             bool tied, const at::Tensor& dq, const at::Tensor& dk,
+                                             const at::Tensor& dv, const at::Tensor& dx,
+                                             const at::Tensor& dh, const at::Tensor& d_delta_rows) {
+  const int64_t B = q.size(0), H = q.size(1), N = q.size(2), d_h = q.size(3);
+  const int64_t H_kv = k.size(1), group = H / H_kv, D = x.size(2);
+  const double scale = 1.0 / std::sqrt(double(d_h));
+  // As in the other backwards: the query blocks run last to first, so the first one (keys
+  // 0..N-1) writes every row of the key-side gradients (dk, dv, dh) with beta = 0.
+  const int64_t last_r0 = ((N - 1) / kQueryBlock) * kQueryBlock;
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "fused_causal_attention_head_diag_backward", [&] {
+    const scalar_t* qp = q.data_ptr<scalar_t>();
+    const scalar_t* kp = k.data_ptr<scalar_t>();
+    const scalar_t* vp = v.data_ptr<scalar_t>();
+    const scalar_t* xp = x.data_ptr<scalar_t>();
+    const scalar_t* hp = h.data_ptr<scalar_t>();
+    const scalar_t* dlp = delta.data_ptr<scalar_t>();
+    const scalar_t* pp = p.data_ptr<scalar_t>();
+    const scalar_t* rdp = read.data_ptr<scalar_t>();
+    const scalar_t* dop = d_out.data_ptr<scalar_t>();
+    const scalar_t* ddp = d_diag.data_ptr<scalar_t>();
+    scalar_t* dqp = dq.data_ptr<scalar_t>();
+    scalar_t* dkp = dk.data_ptr<scalar_t>();
+    scalar_t* dvp = dv.data_ptr<scalar_t>();
+    scalar_t* dxp = dx.data_ptr<scalar_t>();
+    scalar_t* dhp = dh.data_ptr<scalar_t>();
+    scalar_t* ddlp = d_delta_rows.data_ptr<scalar_t>();
+    const int64_t ldq = row_stride(q), ldk = row_stride(k), ldv = row_stride(v), lddo = H * d_h;
+    const int64_t lddq = row_stride(dq), lddk = row_stride(dk), lddv = row_stride(dv);
+    SerialBlasGuard serial_blas;
+    std::atomic<int64_t> next{0};
+    at::parallel_for(0, claimers(B), 1, [&](int64_t, int64_t) {
+      const int64_t block = std::min(N, kQueryBlock);
+      const std::unique_ptr<scalar_t[]> scratch(new scalar_t[block * N + 3 * block * D]);
+      scalar_t* ds = scratch.get();
+      scalar_t* xa = ds + block * N;   // delta_k . x of the block's rows
+      scalar_t* dr = xa + block * D;   // delta_k . d_diag: the gradient of the head's read-out
+      scalar_t* dxa = dr + block * D;  // dS h: the gradient of delta_k . x
+      for (int64_t bi = next++; bi < B; bi = next++) {
+        const scalar_t* x_b = xp + bi * N * D;
+        const scalar_t* h_b = hp + bi * N * D;
+        const scalar_t* dd_b = ddp + bi * N * D;
+        scalar_t* dx_b = dxp + bi * N * D;
+        scalar_t* dh_b = dhp + bi * N * D;
+        scalar_t* ddl_b = ddlp + bi * H * D;  // this batch row's share of d delta
+        std::fill(ddl_b, ddl_b + H * D, scalar_t(0));
+        for (int64_t r0 = last_r0; r0 >= 0; r0 -= kQueryBlock) {
+          const int64_t r1 = std::min(N, r0 + kQueryBlock), rows = r1 - r0;
+          const bool first_block = r1 == N;
+          for (int64_t hd = 0; hd < H; ++hd) {
+            const int64_t j = hd / group;
+            const scalar_t* dl = dlp + hd * D;
+            scalar_t* ddl = ddl_b + hd * D;
+            const scalar_t* k_j = kp + bi * k.stride(0) + j * k.stride(1);
+            const scalar_t* v_j = vp + bi * v.stride(0) + j * v.stride(1);
+            scalar_t* dk_j = dkp + bi * dk.stride(0) + j * dk.stride(1);
+            scalar_t* dv_j = dvp + bi * dv.stride(0) + j * dv.stride(1);
+            const scalar_t* p_i = pp + (bi * H + hd) * N * N;
+            const scalar_t* rd_i = rdp + (bi * H + hd) * N * D;
+            const scalar_t* q_i = qp + bi * q.stride(0) + hd * q.stride(1);
+            const scalar_t* do_i = dop + bi * N * H * d_h + hd * d_h;
+            scalar_t* dq_i = dqp + bi * dq.stride(0) + hd * dq.stride(1);
+            const bool first = hd == j * group && first_block;
+            const scalar_t* p_blk = p_i + r0 * N;
+            const scalar_t* do_blk = do_i + r0 * lddo;
+            // The read-out: dR = delta_k . d_diag; d delta_k += sum_rows d_diag . R_k.
+            for (int64_t n = 0; n < rows; ++n) {
+              const scalar_t* g = dd_b + (r0 + n) * D;
+              const scalar_t* rr = rd_i + (r0 + n) * D;
+              const scalar_t* xr = x_b + (r0 + n) * D;
+              scalar_t* o = dr + n * D;
+              scalar_t* a = xa + n * D;
+              for (int64_t c = 0; c < D; ++c) {
+                o[c] = dl[c] * g[c];
+                ddl[c] += g[c] * rr[c];
+                a[c] = xr[c] * dl[c];
+              }
+            }
+            // dh (+)= P^T dR; dv (+)= P^T dO.
+            gemm<scalar_t>(true, false, r1, D, rows, p_blk, N, dr, D,
+                           first_block && hd == 0 ? 0 : 1, dh_b, D);
+            gemm<scalar_t>(true, false, r1, d_h, rows, p_blk, N, do_blk, lddo, first ? 0 : 1, dv_j,
+                           lddv);
+            // dP = dR h^T + dO v^T, then dS in place.
+            gemm<scalar_t>(false, true, rows, r1, D, dr, D, h_b, D, 0, ds, r1);
+            gemm<scalar_t>(false, true, rows, r1, d_h, do_blk, lddo, v_j, ldv, 1, ds, r1);
+            causal_softmax_backward_rows<scalar_t>(ds, p_i, r0, r1, N, scale);
+            gemm<scalar_t>(false, false, rows, d_h, r1, ds, r1, k_j, ldk, 0, dq_i + r0 * lddq,
+                           lddq);
+            gemm<scalar_t>(true, false, r1, d_h, rows, ds, r1, q_i + r0 * ldq, ldq,
+                           first && !tied ? 0 : 1, dk_j, lddk);
+            // The bias (delta_k . x) h^T: dh += dS^T (delta_k . x); dxa = dS h, which gives
+            // dx (+)= delta_k . dxa and d delta_k += sum_rows x . dxa.
+            gemm<scalar_t>(true, false, r1, D, rows, ds, r1, xa, D, 1, dh_b, D);
+            gemm<scalar_t>(false, false, rows, D, r1, ds, r1, h_b, D, 0, dxa, D);
+            for (int64_t n = 0; n < rows; ++n) {
+              const scalar_t* g = dxa + n * D;
+              const scalar_t* xr = x_b + (r0 + n) * D;
+              scalar_t* o = dx_b + (r0 + n) * D;
+              if (hd == 0) {
+                for (int64_t c = 0; c < D; ++c) o[c] = dl[c] * g[c];
+              } else {
+                for (int64_t c = 0; c < D; ++c) o[c] += dl[c] * g[c];
+              }
+              for (int64_t c = 0; c < D; ++c) ddl[c] += xr[c] * g[c];
+            }
+          }
+        }
+      }
+    });
+  });
+}
+
+}  // namespace cemfrac::kernels

@@ -135,7 +135,7 @@ CemAttentionCondition CemAttentionImpl::condition(const torch::Tensor& h, const 
   const int64_t T = k.size(2);
 
   // 3. D+LR: the diagonal's key-side pieces, also once. Per head, a full sequence (training, the
-  // first chunk) runs each head through the fused shared-bias op (bilinear form) or the augmented
+  // first chunk) runs the fused per-head-diagonal op (bilinear form) or the augmented
   // heads through the fused kernel (distance form); a continuation against a cache uses explicit
   // logits instead, so no (B, H, T, d_h + D) tensor is rebuilt per decoded token.
   if (options_.dlr() == CemDiagonal::kPerHead && (ctx.offset != 0 || T != N)) {
@@ -144,9 +144,8 @@ CemAttentionCondition CemAttentionImpl::condition(const torch::Tensor& h, const 
       c.key_bias = torch::matmul(hh * hh, delta.t()).mul(-0.5).transpose(1, 2).unsqueeze(2);
     }
   } else if (options_.dlr() == CemDiagonal::kPerHead && !options_.dlr_distance()) {
-    // The bilinear form over a full sequence: one fused shared-bias call per head in direction(),
-    // nothing more to build here.
-    c.per_head_split = true;
+    // The bilinear form over a full sequence: one fused op in direction(), nothing to build here.
+    c.per_head_fused = true;
   } else if (options_.dlr() == CemDiagonal::kPerHead) {
     std::vector<torch::Tensor> kp{k, hh.unsqueeze(1).expand({B, H, T, D})};
     std::vector<torch::Tensor> vp{v, kp[1]};
@@ -180,23 +179,14 @@ torch::Tensor CemAttentionImpl::direction(const torch::Tensor& x,
   switch (options_.dlr()) {
     case CemDiagonal::kNone: a = causal_attention(q, c.k, c.v, c.offset); break;
     case CemDiagonal::kPerHead: {
-      if (c.per_head_split) {
-        // Head k alone through the shared-bias op: its logits beta (q_k k_k^T + (delta_k * x) h^T)
-        // and its read-out P_k h, so that no (B, H, T, d_h + D) key, query or output tensor is
-        // concatenated, scaled or sliced. The heads' outputs are joined as (B, N, H, d_h), which is
-        // the merged layout the output projection reads.
-        const bool tied = c.v.is_same(c.k);
-        std::vector<torch::Tensor> outs;
-        outs.reserve(static_cast<size_t>(H));
-        for (int64_t k = 0; k < H; ++k) {
-          const torch::Tensor dk = delta[k];  // (D)
-          const torch::Tensor kk = c.k.narrow(1, k, 1);
-          const AttentionWithRead o = causal_attention_shared_bias(
-              q.narrow(1, k, 1), kk, tied ? kk : c.v.narrow(1, k, 1), x * dk, c.h, c.h, c.offset);
-          outs.push_back(o.out.transpose(1, 2));  // (B, N, 1, d_h)
-          diag = k == 0 ? dk * o.read : diag + dk * o.read;
-        }
-        a = torch::cat(outs, 2).transpose(1, 2);  // (B, H, N, d_h) view of (B, N, H, d_h)
+      if (c.per_head_fused) {
+        // One op: head k's logits beta (q_k k_k^T + (delta_k * x) h^T) and the read-outs
+        // sum_k delta_k * (P_k h), with no (B, H, T, d_h + D) key, query or output tensor and no
+        // (B, H, N, D) product of delta and x.
+        const AttentionWithRead o =
+            causal_attention_head_diag(q, c.k, c.v, x, c.h, delta, c.offset);
+        a = o.out;
+        diag = o.read;
         break;
       }
       if (!c.k_aug.defined()) {

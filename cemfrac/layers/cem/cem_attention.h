@@ -81,8 +81,8 @@ struct CemAttentionCondition {
   torch::Tensor k_aug;  // per-head distance-form D+LR over a full sequence: (B, H, T, d_h + D
                         // + 1) keys [W_K h; h; key bias] (undefined otherwise)
   torch::Tensor v_aug;  // the values beside k_aug, == k_aug except under naive RoPE
-  bool per_head_split = false;  // per-head bilinear D+LR over a full sequence: one shared-bias
-                                // attention call per head (no k_aug)
+  bool per_head_fused = false;  // per-head bilinear D+LR over a full sequence:
+                                // causal_attention_head_diag (no k_aug)
   torch::Tensor key_bias;       // distance form without k_aug: -1/2 sum_a delta_(k)a h_ja^2,
                                 // (B, 1, 1, T) shared, (B, H, 1, T) per head
   torch::Tensor cos, sin;  // (N, d_h / 2) rotary tables of the query positions (undefined: none)
