@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cemfrac/ops/causal_attention.h"
+#include "tests/ops/grad_check_util.h"
 
 namespace cemfrac {
 namespace {
@@ -181,30 +182,13 @@ TEST(CausalAttentionSharedBias, Float32FusedPathIsCloseToTheReference) {
 TEST(CausalAttentionSharedBias, FusedBackwardMatchesCentralDifferences) {
   at::manual_seed(8);
   const BiasInputs in = bias_inputs(2, 2, 1, 5, 5, 3, 2, false, false);
-  std::vector<at::Tensor> base;
-  for (const at::Tensor& t : {in.q, in.k, in.v, in.a, in.b, in.r}) base.push_back(t.detach());
   const at::Tensor up = at::randn({2, 2, 5, 8}, kF64), up_r = at::randn({2, 5, 2}, kF64);
-  auto loss = [&](const std::vector<at::Tensor>& x) {
-    const auto y = causal_attention_shared_bias(x[0], x[1], x[2], x[3], x[4], x[5], 0);
-    return (y.out * up).sum() + (y.read * up_r).sum();
-  };
-  std::vector<at::Tensor> vars;
-  for (const at::Tensor& t : base) vars.push_back(t.clone().requires_grad_());
-  const auto g = torch::autograd::grad({loss(vars)}, vars);
-  const double h = 1e-6;
-  for (size_t which = 0; which < base.size(); ++which) {
-    for (int64_t i = 0; i < base[which].numel(); ++i) {
-      std::vector<at::Tensor> plus, minus;
-      for (const at::Tensor& t : base) {
-        plus.push_back(t.clone());
-        minus.push_back(t.clone());
-      }
-      plus[which].view({-1})[i] += h;
-      minus[which].view({-1})[i] -= h;
-      const double numeric = (loss(plus) - loss(minus)).item<double>() / (2 * h);
-      EXPECT_NEAR(g[which].reshape({-1})[i].item<double>(), numeric, 1e-7) << which << " " << i;
-    }
-  }
+  test::expect_central_differences(
+      [&](const std::vector<at::Tensor>& x) {
+        const auto y = causal_attention_shared_bias(x[0], x[1], x[2], x[3], x[4], x[5], 0);
+        return (y.out * up).sum() + (y.read * up_r).sum();
+      },
+      {in.q, in.k, in.v, in.a, in.b, in.r}, 1e-6, 1e-7);
 }
 
 // ---- the per-head diagonal (CEM's per-head bilinear D+LR)
@@ -334,30 +318,13 @@ TEST(CausalAttentionHeadDiag, SameBitsForOneAndTwoThreads) {
 TEST(CausalAttentionHeadDiag, FusedBackwardMatchesCentralDifferences) {
   at::manual_seed(14);
   const DiagInputs in = diag_inputs(2, 2, 1, 5, 3, false);
-  std::vector<at::Tensor> base;
-  for (const at::Tensor& t : {in.q, in.k, in.v, in.x, in.h, in.delta}) base.push_back(t.detach());
   const at::Tensor up = at::randn({2, 2, 5, 8}, kF64), up_r = at::randn({2, 5, 3}, kF64);
-  auto loss = [&](const std::vector<at::Tensor>& x) {
-    const auto y = causal_attention_head_diag(x[0], x[1], x[2], x[3], x[4], x[5], 0);
-    return (y.out * up).sum() + (y.read * up_r).sum();
-  };
-  std::vector<at::Tensor> vars;
-  for (const at::Tensor& t : base) vars.push_back(t.clone().requires_grad_());
-  const auto g = torch::autograd::grad({loss(vars)}, vars);
-  const double h = 1e-6;
-  for (size_t which = 0; which < base.size(); ++which) {
-    for (int64_t i = 0; i < base[which].numel(); ++i) {
-      std::vector<at::Tensor> plus, minus;
-      for (const at::Tensor& t : base) {
-        plus.push_back(t.clone());
-        minus.push_back(t.clone());
-      }
-      plus[which].view({-1})[i] += h;
-      minus[which].view({-1})[i] -= h;
-      const double numeric = (loss(plus) - loss(minus)).item<double>() / (2 * h);
-      EXPECT_NEAR(g[which].reshape({-1})[i].item<double>(), numeric, 1e-7) << which << " " << i;
-    }
-  }
+  test::expect_central_differences(
+      [&](const std::vector<at::Tensor>& x) {
+        const auto y = causal_attention_head_diag(x[0], x[1], x[2], x[3], x[4], x[5], 0);
+        return (y.out * up).sum() + (y.read * up_r).sum();
+      },
+      {in.q, in.k, in.v, in.x, in.h, in.delta}, 1e-6, 1e-7);
 }
 
 }  // namespace
