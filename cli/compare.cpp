@@ -1652,10 +1652,16 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
             {"--text", t}, static_cast<double>(fs::file_size(t)) / 2);
       return evals;
     };
+    // Seed-major: every run's first seed, then every run's second, and so on, so that a suite cut
+    // short (a sitting ends) has every run at one seed before any at its next, not a few runs with
+    // all their seeds and the rest with none.
     std::vector<Job> finals;
-    for (const RunPlan& p : plans) {
-      if (f->report_only) break;
-      for (uint64_t seed : p.run->seeds) {
+    size_t most_seeds = 0;
+    for (const RunPlan& p : plans) most_seeds = std::max(most_seeds, p.run->seeds.size());
+    for (size_t k = 0; k < most_seeds && !f->report_only; ++k) {
+      for (const RunPlan& p : plans) {
+        if (k >= p.run->seeds.size()) continue;
+        const uint64_t seed = p.run->seeds[k];
         if (p.gp) {  // a GP job evaluates its model itself
           const GpSpec t = make_gp(suite, *p.run, fmt::format("{} s{}", p.run->name, seed),
                                    fmt::format("{}/final/{}/seed-{}", out, p.run->name, seed),

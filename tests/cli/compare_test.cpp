@@ -603,6 +603,10 @@ TEST(CompareCli, TinySuiteEndToEndThenReused) {
   // evaluation is older than the last run's training), so a run's folder is finished on its own.
   EXPECT_LE(fs::last_write_time(out + "/final/llama/seed-1/eval-test.json"),
             fs::last_write_time(out + "/final/cem/seed-2/metrics.jsonl"));
+  // Seed-major order: every run's first seed is trained and evaluated before any run's second
+  // (run-major order would train llama seed 2 before cem seed 1).
+  EXPECT_LE(fs::last_write_time(out + "/final/cem/seed-1/eval-test.json"),
+            fs::last_write_time(out + "/final/llama/seed-2/metrics.jsonl"));
 
   // The suite kept without any checkpoint (as committed to a repository) is reused as it is.
   const std::string kept = root + "/kept";
