@@ -2,11 +2,15 @@
 
 #include "cemfrac/core/atomic_file.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -14,6 +18,9 @@
 #include <mutex>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
+
+extern char** environ;
 
 namespace cemfrac::test {
 namespace fs = std::filesystem;
@@ -83,6 +90,70 @@ RunResult run_cemfrac(const std::vector<std::string>& args, const std::string& s
   r.out = read_file(out);
   r.err = read_file(err);
   return r;
+}
+
+namespace {
+int exit_code_of(int status) {
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+}  // namespace
+
+Background::Background(const std::vector<std::string>& args, const std::string& logs)
+    : log_dir(logs) {
+  std::vector<std::string> all = {CEMFRAC_EXE};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, (log_dir + "/stdout").c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, 2, (log_dir + "/stderr").c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ) != 0) pid = -1;
+  posix_spawn_file_actions_destroy(&actions);
+}
+
+Background::~Background() {
+  if (!exited && pid > 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &exit_status, 0);
+  }
+}
+
+bool Background::wait_for(const std::function<bool()>& ready) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < end) {
+    if (ready()) return true;
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      exited = true;
+      exit_status = status;
+      return ready();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
+int Background::stop(int sig) {
+  if (!exited) {
+    kill(pid, sig);
+    waitpid(pid, &exit_status, 0);
+    exited = true;
+  }
+  return exit_code_of(exit_status);
+}
+
+int Background::wait() {
+  if (!exited) waitpid(pid, &exit_status, 0);
+  exited = true;
+  return exit_code_of(exit_status);
+}
+
+std::string Background::err() const {
+  return read_file(log_dir + "/stderr");
 }
 
 }  // namespace cemfrac::test

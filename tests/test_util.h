@@ -1,5 +1,8 @@
 // Shared test helpers.
 #pragma once
+#include <sys/types.h>
+
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -26,5 +29,26 @@ void write_file(const std::string& path, const std::string& content);
 
 // Path of a file in the source tree (tests/fixtures/..., configs/...).
 std::string source_path(const std::string& relative);
+
+// A cemfrac process running in the background, stdout and stderr to `log_dir`/stdout and /stderr
+// (killed with SIGKILL by the destructor if it still runs: a failed assertion leaves nothing behind).
+struct Background {
+  Background(const std::vector<std::string>& args, const std::string& log_dir);
+  ~Background();
+  Background(const Background&) = delete;
+  Background& operator=(const Background&) = delete;
+
+  // Polls `ready` every millisecond (up to 60 s) while the process lives; true when it held.
+  bool wait_for(const std::function<bool()>& ready);
+  // Sends `sig` (unless it already ended) and returns the exit code (128 + signal when killed).
+  int stop(int sig);
+  int wait();  // the exit code, as stop()
+  std::string err() const;
+
+  pid_t pid = -1;
+  std::string log_dir;
+  bool exited = false;
+  int exit_status = 0;
+};
 
 }  // namespace cemfrac::test

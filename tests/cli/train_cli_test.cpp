@@ -82,69 +82,7 @@ size_t metrics_lines(const std::string& run) {
   return static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
 }
 
-// A cemfrac process running in the background (stdout and stderr to files in `log_dir`).
-struct Background {
-  pid_t pid = -1;
-  std::string log_dir;
-
-  Background(const std::vector<std::string>& args, const std::string& logs) : log_dir(logs) {
-    std::vector<std::string> all = {CEMFRAC_EXE};
-    all.insert(all.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : all) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, (log_dir + "/stdout").c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&actions, 2, (log_dir + "/stderr").c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ) != 0) pid = -1;
-    posix_spawn_file_actions_destroy(&actions);
-  }
-  ~Background() {  // a failed assertion must not leave a training process behind
-    if (!exited && pid > 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &exit_status, 0);
-    }
-  }
-  Background(const Background&) = delete;
-  Background& operator=(const Background&) = delete;
-
-  // Polls `ready` every millisecond (up to 60 s) while the process lives; true when it held.
-  bool wait_for(const std::function<bool()>& ready) {
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (std::chrono::steady_clock::now() < end) {
-      if (ready()) return true;
-      int status = 0;
-      if (waitpid(pid, &status, WNOHANG) == pid) {
-        exited = true;
-        exit_status = status;
-        return ready();
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    return false;
-  }
-  // Sends `sig` (unless it already ended) and returns the exit code (128 + signal when killed).
-  int stop(int sig) {
-    if (!exited) {
-      kill(pid, sig);
-      waitpid(pid, &exit_status, 0);
-      exited = true;
-    }
-    return WIFEXITED(exit_status) ? WEXITSTATUS(exit_status) : 128 + WTERMSIG(exit_status);
-  }
-  int wait() {
-    if (!exited) waitpid(pid, &exit_status, 0);
-    exited = true;
-    return WIFEXITED(exit_status) ? WEXITSTATUS(exit_status) : 128 + WTERMSIG(exit_status);
-  }
-  std::string err() const { return test::read_file(log_dir + "/stderr"); }
-
-  bool exited = false;
-  int exit_status = 0;
-};
+using test::Background;
 
 std::vector<std::string> train_args(const std::string& config, std::vector<std::string> more = {}) {
   std::vector<std::string> args = {"--threads", "1", "train", "--config", config, "--quiet"};

@@ -230,7 +230,7 @@ TEST(Distributed, TwoRanksEqualOneRankWithTwoAccumulationStepsBitwise) {
   ASSERT_EQ(val_losses(one + "/run").size(), 1u);
   EXPECT_EQ(val_losses(one + "/run"), val_losses(two + "/run"));
   EXPECT_EQ(val_losses(one + "/run"), val_losses(two + "/after"));
-  for (const std::string run : {two + "/run", two + "/after"}) {
+  for (const std::string& run : {two + "/run", two + "/after"}) {
     EXPECT_EQ(newest_file(one + "/run", kCheckpointModelFile),
               newest_file(run, kCheckpointModelFile))
         << run;
