@@ -134,6 +134,7 @@ struct Job {
   double est_s = 0;               // estimated seconds at the planned threads
   int threads = 0;                // > 0: this job's --threads (GP jobs), else the runner's
   std::vector<Job> then;          // run next, once this training completed (its evaluations)
+  std::string remove_after;       // removed once the job succeeded (a GP run's checkpoints)
 };
 
 // The estimated seconds and the number of `jobs` with every job they lead to.
@@ -262,8 +263,15 @@ class Runner {
       // The binary that ran this job: a suite kept across sittings may be trained by several.
       log << "\n== binary: cemfrac " << CEMFRAC_VERSION << " (commit " << build_commit() << ")\n";
     }
+    // Each job in its own process group: a terminal's Ctrl-C reaches the jobs only through the
+    // runner, which forwards it once (a second SIGINT would kill a job before its checkpoint).
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&attr, 0);
     pid_t pid = 0;
-    const int rc = posix_spawn(&pid, exe_.c_str(), &actions, nullptr, argv.data(), environ);
+    const int rc = posix_spawn(&pid, exe_.c_str(), &actions, &attr, argv.data(), environ);
+    posix_spawnattr_destroy(&attr);
     posix_spawn_file_actions_destroy(&actions);
     CEMFRAC_CHECK(rc == 0, "cannot start {}: {}", exe_, std::strerror(rc));
     Running r;
@@ -281,6 +289,7 @@ class Runner {
     if (!job.capture.empty()) {
       if (code == 0) {
         fs::rename(job.capture + ".tmp", job.capture);
+        if (!job.remove_after.empty()) fs::remove_all(job.remove_after);
         return "";
       }
       fs::remove(job.capture + ".tmp");
@@ -467,7 +476,7 @@ std::optional<Job> train_job(const TrainSpec& t, double est_s_per_token) {
 // ---------------------------------------------------------------------------------------------------
 // GP runs (task = "gp"): one child `cemfrac gp --one` each, which trains, evaluates and prints its
 // result as one JSON object, kept as <dir>/gp-run.json when the job succeeds. A finished GP run is
-// reused; an interrupted one starts again from step 0 (the GP trainer keeps no checkpoints).
+// reused; an interrupted one resumes from the checkpoint its child keeps in <dir>/checkpoints.
 
 struct GpSpec {
   std::string label;
@@ -532,7 +541,12 @@ std::optional<Job> gp_job(const GpSpec& spec, const SuiteGp& g, double est_s) {
   write_settings(spec.dir, settings);
   Job j;
   j.label = spec.label;
+  // Resumable: the child keeps its training state in <dir>/checkpoints and resumes from it (an
+  // interrupted GP run goes on where it stopped); the folder is removed once gp-run.json is kept.
+  // Not part of the settings: where the state lives is not what the run is.
   j.args = spec.args;
+  j.args.insert(j.args.end(), {"--checkpoint-dir", spec.dir});
+  j.remove_after = spec.dir + "/checkpoints";
   j.capture = gp_result_path(spec.dir);
   j.log = spec.dir + "/gp.log";
   j.est_s = est_s;

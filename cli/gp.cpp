@@ -8,8 +8,9 @@
 //   cemfrac gp --replot runs/gp/gp.json [--out DIR]      # redraw the SVG of a finished run
 //   cemfrac gp --one [--model cem|llama] [--variants V] [--steps T] [--eval-steps 1,2,4,8]
 //              [--train-steps N] [--lr X] [--seed S] [--eval-seed E] [--val-seqs V]
-//              [--eval-seqs S] [--out DIR]   # one model, its result as one JSON object
-//              (the GP job of `cemfrac compare`, docs/compare.md)
+//              [--eval-seqs S] [--out DIR] [--checkpoint-dir DIR]
+//              # one model, its result as one JSON object (the GP job of `cemfrac compare`,
+//              # docs/compare.md); --checkpoint-dir makes its training resumable
 //
 // Trains one CEM model per T (trained and tested at that T), evaluates the model trained at
 // --scale-from at every other T, trains the Llama baseline (mha + swiglu, same D, H, L, M), and
@@ -107,6 +108,7 @@ Command add_gp(CLI::App& root, const GlobalOptions& global) {
     std::string model = "cem";
     std::vector<int64_t> eval_steps;
     uint64_t eval_seed = 1;
+    std::string checkpoint_dir;
   };
   auto flags = std::make_shared<Flags>();
   CLI::App* app = root.add_subcommand(
@@ -172,9 +174,14 @@ Command add_gp(CLI::App& root, const GlobalOptions& global) {
   CLI::Option* eval_seed = app->add_option(
       "--eval-seed", flags->eval_seed,
       "--one: seed of the validation and test sets (--seed: init and training stream)");
+  CLI::Option* checkpoint_dir = app->add_option(
+      "--checkpoint-dir", flags->checkpoint_dir,
+      "--one: keep the training's state in DIR/checkpoints (every 1/20 of the steps and at the "
+      "end) and resume from there bit for bit when started again; Ctrl-C saves one and stops");
   model->needs(one);
   eval_steps->needs(one);
   eval_seed->needs(one);
+  checkpoint_dir->needs(one);
   for (const char* other : {"--replot", "--quick", "--no-baseline", "--scale-from"})
     one->excludes(app->get_option(other));
 
@@ -234,6 +241,7 @@ Command add_gp(CLI::App& root, const GlobalOptions& global) {
       one.test_seqs = app->count("--eval-seqs") ? f.eval_seqs : 1024;
       one.seed = f.seed;
       one.eval_seed = f.eval_seed;
+      one.checkpoint_run_dir = f.checkpoint_dir;
       const GpRunResult result = run_gp_single(one);
       const nlohmann::json j = to_json(result, one);
       if (!f.out.empty()) {

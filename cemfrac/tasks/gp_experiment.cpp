@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <csignal>
 #include <chrono>
 #include <cmath>
 #include <iostream>
@@ -17,6 +19,9 @@
 #include "cemfrac/core/check.h"
 #include "cemfrac/core/clock.h"
 #include "cemfrac/core/random.h"
+#include "cemfrac/io/safetensors.h"
+#include "cemfrac/layers/param_tags.h"
+#include "cemfrac/train/checkpoint.h"
 #include "cemfrac/train/optimizer.h"
 #include "cemfrac/train/schedule.h"
 
@@ -35,6 +40,42 @@ std::pair<double, double> rmse_with_se(const torch::Tensor& per_seq_mse) {
   const double rmse = std::sqrt(mse);
   return {rmse, rmse > 0 ? se_mse / (2 * rmse) : 0.0};
 }
+
+// SIGINT/SIGTERM during a checkpointed GP training (GpTrainOptions::stop_on_signal). Lock-free
+// atomics are async-signal-safe.
+std::atomic<bool> g_gp_stop{false};
+
+void on_gp_stop_signal(int) {
+  g_gp_stop.store(true);
+}
+
+// Installs the handlers while a training runs and restores the previous ones; SA_RESETHAND: a second
+// signal gets the default action.
+class GpStopSignals {
+ public:
+  explicit GpStopSignals(bool enable) : enabled_(enable) {
+    if (!enabled_) return;
+    g_gp_stop.store(false);
+    struct sigaction sa {};
+    sa.sa_handler = on_gp_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESETHAND;
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~GpStopSignals() {
+    if (!enabled_) return;
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  GpStopSignals(const GpStopSignals&) = delete;
+  GpStopSignals& operator=(const GpStopSignals&) = delete;
+
+ private:
+  bool enabled_;
+  struct sigaction old_int_ {};
+  struct sigaction old_term_ {};
+};
 
 }  // namespace
 
@@ -60,7 +101,80 @@ GpTrainResult train_gp_model(GpModel& model, const GpTaskOptions& task,
   double recent = 0;  // exponential average of the loss, for the progress line
 
   GpTrainResult result;
-  for (int64_t step = 0; step < options.steps; ++step) {
+  // Checkpoints: resume from the newest complete one, then save every `every` steps and at the end.
+  const bool checkpoints = !options.checkpoint_run_dir.empty();
+  const std::string& run_dir = options.checkpoint_run_dir;
+  const nlohmann::json config = to_json(model->config());
+  const int64_t every = options.checkpoint_every > 0 ? options.checkpoint_every
+                                                     : std::max<int64_t>(1, options.steps / 20);
+  int64_t first = 0;
+  double elapsed_before = 0;  // training wall time of the runs resumed from
+  auto named_parameters = [&] {
+    std::vector<NamedTarget> targets;
+    for (const auto& [name, tensor] : parameters_by_name(*model, model->parameter_table()))
+      targets.push_back({name, tensor});
+    return targets;
+  };
+  if (checkpoints) {
+    clean_stale_temporaries(run_dir);
+    if (!list_checkpoints(run_dir).empty()) {
+      const std::string dir = resolve_checkpoint(run_dir);
+      LoadOptions load;
+      load.expected_config = &config;
+      const Checkpoint ckpt = load_checkpoint(dir, load);
+      const std::string trainer_json = (std::filesystem::path(dir) / kCheckpointTrainerFile).string();
+      const nlohmann::json& run = ckpt.trainer.run;
+      CEMFRAC_CHECK(run.value("task", "") == "gp" && run.contains("settings") &&
+                        run.contains("tail_sum") && run.contains("recent"),
+                    "{}: not a checkpoint of a GP training (cemfrac gp); remove {} to start again",
+                    trainer_json, checkpoints_dir(run_dir));
+      CEMFRAC_CHECK(run.at("settings") == options.settings,
+                    "{}: saved by a GP training with other settings ({}) than this one ({}); "
+                    "remove {} to start again",
+                    trainer_json, run.at("settings").dump(), options.settings.dump(),
+                    checkpoints_dir(run_dir));
+      CEMFRAC_CHECK(ckpt.trainer.step >= 1 && ckpt.trainer.step <= options.steps,
+                    "{}: step {} is outside this training's 1..{}", trainer_json,
+                    ckpt.trainer.step, options.steps);
+      load_into(ckpt.model.tensors, named_parameters(),
+                (std::filesystem::path(dir) / kCheckpointModelFile).string());
+      optimizer.load_state(ckpt.optimizer,
+                           (std::filesystem::path(dir) / kCheckpointOptimizerFile).string());
+      load_state_buffers(ckpt, *model);
+      set_generator_state(generator, ckpt.trainer.torch_rng, trainer_json);
+      first = ckpt.trainer.step;
+      tail_sum = run.at("tail_sum").get<double>();
+      recent = run.at("recent").get<double>();
+      elapsed_before = ckpt.trainer.elapsed_s;
+      result.resumed_from = first;
+      result.checkpoint = dir;
+      if (options.progress)
+        std::cerr << fmt::format("{}: resumed from {} (step {}/{})\n", options.label, dir, first,
+                                 options.steps);
+    }
+  }
+  auto save = [&](int64_t done, double lr) {
+    CheckpointContents c;
+    for (const NamedTarget& t : named_parameters()) c.model[t.name] = t.target;
+    for (const auto& [name, tensor] : state_buffers(*model)) c.buffers[name] = tensor;
+    c.optimizer = optimizer.state_tensors();
+    c.optimizer_metadata = optimizer.state_metadata();
+    c.trainer.step = done;
+    c.trainer.data_seed = options.data_seed;
+    c.trainer.torch_rng = generator_state(generator);
+    c.trainer.schedule = schedule;
+    c.trainer.lr = lr;
+    c.trainer.elapsed_s = elapsed_before + seconds_since(start);
+    c.trainer.run = {{"task", "gp"},
+                     {"settings", options.settings},
+                     {"tail_sum", tail_sum},
+                     {"recent", recent}};
+    c.config = config;
+    result.checkpoint = save_checkpoint(run_dir, c, /*keep=*/1);
+  };
+  GpStopSignals signals(checkpoints && options.stop_on_signal);
+
+  for (int64_t step = first; step < options.steps; ++step) {
     const double lr = schedule.lr(step);
     optimizer.set_lr(lr);
     // 1. A fresh batch; 2. the MSE over every position; 3. clip and step.
@@ -86,23 +200,36 @@ GpTrainResult train_gp_model(GpModel& model, const GpTaskOptions& task,
     recent = step == 0 ? loss_value : 0.95 * recent + 0.05 * loss_value;
 
     const int64_t done = step + 1;
+    const bool stop = checkpoints && ((options.stop_on_signal && g_gp_stop.load()) ||
+                                      (options.stop_at_step > 0 && done == options.stop_at_step));
+    if (checkpoints && (done % every == 0 || done == options.steps || stop)) save(done, lr);
+    if (stop) {
+      result.interrupted = true;
+      result.steps = done;
+      if (options.progress)
+        std::cerr << fmt::format("{}{}: interrupted at step {}/{}; checkpoint {}\n",
+                                 tty ? "\n" : "", options.label, done, options.steps,
+                                 result.checkpoint);
+      break;
+    }
     if (options.progress && (tty || done % log_every == 0 || done == options.steps)) {
       const double elapsed = seconds_since(start);
       const std::string line = fmt::format(
           "{}: step {}/{} | mse {:.4f} | lr {:.2e} | norm {:.3f} | {:.1f} steps/s | ETA {}",
-          options.label, done, options.steps, recent, lr, grad_norm, done / elapsed,
-          format_duration(elapsed / done * double(options.steps - done)));
+          options.label, done, options.steps, recent, lr, grad_norm, double(done - first) / elapsed,
+          format_duration(elapsed / double(done - first) * double(options.steps - done)));
       if (tty)
         std::cerr << "\r" << line << "\033[K" << std::flush;
       else
         std::cerr << line << "\n";
     }
   }
-  if (tty) std::cerr << "\n";
+  if (tty && !result.interrupted) std::cerr << "\n";
   model->eval();
-  result.steps = result.diverged ? result.diverged_at_step - 1 : options.steps;
-  result.last_loss = result.diverged ? std::nan("") : tail_sum / double(tail);
-  result.seconds = seconds_since(start);
+  if (!result.interrupted)
+    result.steps = result.diverged ? result.diverged_at_step - 1 : options.steps;
+  result.last_loss = result.diverged || result.interrupted ? std::nan("") : tail_sum / double(tail);
+  result.seconds = elapsed_before + seconds_since(start);
   return result;
 }
 
@@ -600,9 +727,35 @@ GpRunResult run_gp_single(const GpRunOptions& options) {
   GpModel model(options.model);
   GpTrainOptions train = options.train;
   train.data_seed = own.train;
+  if (!options.checkpoint_run_dir.empty()) {
+    // What a resumed training must share with the saved one (the model: its config.json).
+    const GpTaskOptions& t = options.task;
+    train.checkpoint_run_dir = options.checkpoint_run_dir;
+    train.stop_on_signal = true;
+    train.settings = {
+        {"task",
+         {{"n_points", t.n_points},
+          {"lengthscale_min", t.lengthscale_min},
+          {"lengthscale_max", t.lengthscale_max},
+          {"noise_std", t.noise_std}}},
+        {"train",
+         {{"steps", train.steps},
+          {"batch", train.batch},
+          {"lr_max", train.lr_max},
+          {"lr_min", train.lr_min},
+          {"warmup_steps", train.warmup_steps},
+          {"weight_decay", train.weight_decay},
+          {"clip", train.clip}}},
+        {"seed", options.seed},
+        {"data_seed", train.data_seed}};
+  }
   GpRunResult result;
   result.params = model->num_parameters();
   result.train = train_gp_model(model, options.task, train);
+  CEMFRAC_CHECK(!result.train.interrupted,
+                "{}: interrupted at step {}/{}; its checkpoint is {}: run the same command again "
+                "to resume",
+                train.label, result.train.steps, train.steps, result.train.checkpoint);
   if (result.train.diverged) {
     result.status = "diverged";
     return result;
@@ -653,7 +806,8 @@ nlohmann::json to_json(const GpRunResult& result, const GpRunOptions& options) {
                       {"eval_seed", options.eval_seed},
                       {"val_seqs", options.val_seqs},
                       {"test_seqs", options.test_seqs},
-                      {"train_s", result.train.seconds}};
+                      {"train_s", result.train.seconds},
+                      {"resumed_from_step", result.train.resumed_from}};
   if (result.train.diverged) {
     j["diverged_at_step"] = result.train.diverged_at_step;
     return j;

@@ -31,6 +31,21 @@ struct GpTrainOptions {
   // On a non-finite loss or gradient norm: throw cemfrac::Error (true), or stop and report the run
   // as diverged (false; a learning-rate grid treats a diverged value as a result, not a failure).
   bool throw_on_nonfinite = true;
+  // Resumable training (`cemfrac gp --one --checkpoints`, the GP jobs of `cemfrac compare`). With
+  // checkpoint_run_dir set, the whole training state (parameters, AdamW moments, the data stream's
+  // generator, the step, the running loss sums) is saved to <checkpoint_run_dir>/checkpoints/step-N
+  // (train/checkpoint.h's layout, atomic, the newest kept) every checkpoint_every steps and after
+  // the last step, and a training that finds a complete checkpoint there resumes from it: the
+  // result is bit for bit that of an uninterrupted run. `settings` (whatever the run's identity is:
+  // seeds, budget, learning rate) must equal the saved run's, and the model config its config.json,
+  // else one error line names the difference.
+  std::string checkpoint_run_dir;
+  int64_t checkpoint_every = 0;  // 0: every max(1, steps / 20) steps
+  nlohmann::json settings = nlohmann::json::object();
+  // With checkpoints: SIGINT/SIGTERM during training save a checkpoint after the current step and
+  // stop (GpTrainResult::interrupted); a second signal gets the default action.
+  bool stop_on_signal = false;
+  int64_t stop_at_step = 0;  // > 0 (with checkpoints): stop after this step as a signal would (tests)
 };
 
 struct GpTrainResult {
@@ -39,6 +54,9 @@ struct GpTrainResult {
   double seconds = 0;            // wall time of the training loop
   bool diverged = false;         // only with throw_on_nonfinite = false
   int64_t diverged_at_step = 0;  // 1-based step whose loss or gradient norm was not finite
+  int64_t resumed_from = 0;      // step of the checkpoint training resumed from (0: a fresh start)
+  bool interrupted = false;      // stopped by a signal after saving a checkpoint at `steps`
+  std::string checkpoint;        // the last checkpoint written or resumed from ("" without)
 };
 
 // Trains `model` in place. On a non-finite loss or gradient norm throws cemfrac::Error, or (with
@@ -140,6 +158,9 @@ struct GpRunOptions {
   int64_t test_seqs = 1024;         // 0: no test (a learning-rate grid run)
   uint64_t seed = 1;       // the init and the training stream: gp_seeds(seed).init / .train
   uint64_t eval_seed = 1;  // the validation and test sets: gp_seeds(eval_seed).val / .test
+  // Resumable training: see GpTrainOptions::checkpoint_run_dir (settings are derived from these
+  // options: the task, the budget, the learning rate, the seeds).
+  std::string checkpoint_run_dir;
 };
 
 struct GpRunResult {
@@ -152,6 +173,7 @@ struct GpRunResult {
   double oracle_test_rmse = 0;              // the posterior mean against the noisy test targets
 };
 
+// Throws cemfrac::Error when the training was interrupted by a signal (its checkpoint saved).
 GpRunResult run_gp_single(const GpRunOptions& options);
 nlohmann::json to_json(const GpRunResult& result, const GpRunOptions& options);
 

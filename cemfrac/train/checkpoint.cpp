@@ -150,18 +150,17 @@ std::string base64_decode(const std::string& text, const std::string& source) {
   return out;
 }
 
-std::string torch_rng_state() {
-  at::Generator gen = at::detail::getDefaultCPUGenerator();
+std::string generator_state(at::Generator& gen) {
   std::lock_guard<std::mutex> lock(gen.mutex());
   const torch::Tensor state = gen.get_state();  // uint8
   return base64_encode(std::string(static_cast<const char*>(state.data_ptr()), state.numel()));
 }
 
-void set_torch_rng_state(const std::string& base64, const std::string& source) {
+void set_generator_state(at::Generator& gen, const std::string& base64,
+                         const std::string& source) {
   const std::string bytes = base64_decode(base64, source);
   torch::Tensor state = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
   std::memcpy(state.data_ptr(), bytes.data(), bytes.size());
-  at::Generator gen = at::detail::getDefaultCPUGenerator();
   std::lock_guard<std::mutex> lock(gen.mutex());
   try {
     gen.set_state(state);
@@ -169,6 +168,16 @@ void set_torch_rng_state(const std::string& base64, const std::string& source) {
     fail("{}: the saved torch RNG state ({} bytes) is not one this LibTorch accepts", source,
          bytes.size());
   }
+}
+
+std::string torch_rng_state() {
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  return generator_state(gen);
+}
+
+void set_torch_rng_state(const std::string& base64, const std::string& source) {
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  set_generator_state(gen, base64, source);
 }
 
 json trainer_state_to_json(const TrainerState& s) {

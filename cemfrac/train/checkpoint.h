@@ -8,6 +8,8 @@
 // (core/atomic_file.h), so a directory named step-N is always complete; older checkpoints are
 // deleted only after the new one is in place.
 #pragma once
+#include <ATen/core/Generator.h>
+
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -63,6 +65,10 @@ TrainerState trainer_state_from_json(const nlohmann::json& j, const std::string&
 // The default CPU generator's state as base64, and back.
 std::string torch_rng_state();
 void set_torch_rng_state(const std::string& base64, const std::string& source);
+// The same for any CPU generator (e.g. the GP task's data stream).
+std::string generator_state(at::Generator& generator);
+void set_generator_state(at::Generator& generator, const std::string& base64,
+                         const std::string& source);
 
 std::string base64_encode(const std::string& bytes);
 // Throws cemfrac::Error for characters outside the base64 alphabet or a bad length.

@@ -762,6 +762,12 @@ TEST(CompareCli, TinyGpSuiteEndToEndThenReused) {
   const std::string log = out + "/final/fixed-t2/seed-2/gp.log";
   const std::string before = test::read_file(log);
   EXPECT_EQ(count(before, "== cemfrac"), 1);
+  // Each GP job ran resumable (gp --one --checkpoint-dir <its folder>, GpSingle.Resumed*), and its
+  // checkpoints were removed once its gp-run.json was kept.
+  EXPECT_NE(before.find("--checkpoint-dir " + out + "/final/fixed-t2/seed-2"), std::string::npos)
+      << before;
+  EXPECT_FALSE(fs::exists(out + "/final/fixed-t2/seed-2/checkpoints"));
+  EXPECT_FALSE(fs::exists(out + "/lr/fixed-t1/lr-0.001/checkpoints"));
   const auto mtime = fs::last_write_time(out + "/final/fixed-t2/seed-2/gp-run.json");
   r = test::run_cemfrac(
       {"--threads", "2", "compare", "--suite", suite, "--out", out, "--jobs", "2"});

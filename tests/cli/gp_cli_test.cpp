@@ -1,6 +1,7 @@
 // cemfrac gp: bad flags are one-line errors; a tiny run prints the JSON rows and writes gp.json and
 // the SVG plot into --out.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -72,6 +73,57 @@ TEST(GpCli, OneModelPrintsItsJson) {
   r = test::run_cemfrac({"gp", "--one", "--quick", "--steps", "1"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("--quick"), std::string::npos) << r.err;
+}
+
+// Ctrl-C on a resumable `gp --one --checkpoint-dir` (as `cemfrac compare` runs it) saves a
+// checkpoint and exits non-zero with one line; the same command resumes from it, and the result
+// equals an uninterrupted run's bit for bit.
+TEST(GpCli, InterruptedOneResumesBitForBit) {
+  const std::string dir = test::temp_dir("gp_cli_resume");
+  const std::vector<std::string> args = {
+      "--threads", "1", "gp", "--one", "--steps", "1", "--layers", "1", "--train-steps", "600",
+      "--batch", "2", "--val-seqs", "4", "--eval-seqs", "4", "--eval-steps", "1,2"};
+  const test::RunResult plain = test::run_cemfrac(args);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  const nlohmann::json p = nlohmann::json::parse(plain.out);
+  EXPECT_EQ(p["resumed_from_step"], 0);
+
+  std::vector<std::string> resumable = args;
+  resumable.insert(resumable.end(), {"--checkpoint-dir", dir + "/run"});
+  const std::filesystem::path checkpoints = dir + "/run/checkpoints";
+  {
+    test::Background run(resumable, dir);
+    ASSERT_TRUE(run.wait_for([&] {
+      std::error_code ec;
+      if (!std::filesystem::is_directory(checkpoints, ec)) return false;
+      for (const auto& e : std::filesystem::directory_iterator(checkpoints, ec))
+        if (e.path().filename().string().find(".tmp-") == std::string::npos) return true;
+      return false;
+    })) << run.err();
+    EXPECT_EQ(run.stop(SIGINT), 1) << run.err();
+    const std::string err = run.err();
+    EXPECT_NE(err.find("cemfrac: error: gp cem fixed T=1: interrupted at step "), std::string::npos)
+        << err;
+    EXPECT_NE(err.find("run the same command again to resume"), std::string::npos) << err;
+  }
+  const test::RunResult resumed = test::run_cemfrac(resumable);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  const nlohmann::json r = nlohmann::json::parse(resumed.out);
+  EXPECT_GT(r["resumed_from_step"].get<int64_t>(), 0) << resumed.err;
+  EXPECT_LT(r["resumed_from_step"].get<int64_t>(), 600) << resumed.err;
+  EXPECT_NE(resumed.err.find("resumed from"), std::string::npos) << resumed.err;
+  // Everything but the timings.
+  auto results = [](nlohmann::json j) {
+    nlohmann::json out;
+    for (const char* key : {"status", "steps_done", "params", "last_train_mse", "val", "test"}) {
+      out[key] = j[key];
+      if (out[key].is_object()) out[key].erase("eval_s");
+    }
+    for (auto& [T, e] : j["test_at_T"].items()) out["test_at_T"][T] = e["rmse_posterior"];
+    return out;
+  };
+  EXPECT_EQ(results(r), results(p));
+  EXPECT_TRUE(results(p)["last_train_mse"].is_number());
 }
 
 }  // namespace

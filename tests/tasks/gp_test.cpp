@@ -14,6 +14,7 @@
 #include "cemfrac/tasks/gp_data.h"
 #include "cemfrac/tasks/gp_experiment.h"
 #include "cemfrac/tasks/gp_model.h"
+#include "cemfrac/train/checkpoint.h"
 #include "tests/model_test_util.h"
 
 namespace cemfrac {
@@ -410,6 +411,81 @@ TEST(GpSingle, DivergedIsAResult) {
   const nlohmann::json j = to_json(r, one);
   EXPECT_EQ(j["status"], "diverged");
   EXPECT_EQ(j["diverged_at_step"], 2);
+}
+
+// Resumable training (--checkpoint-dir, the GP jobs of cemfrac compare): a training stopped after
+// step 5 of 7 and started again gives the uninterrupted run's weights, losses and RMSEs bit for bit
+// (parameters, AdamW moments, the training stream's generator and the running loss sums all come
+// back); a finished one restarts from its last checkpoint without training; a checkpoint of other
+// settings or another model is refused with one line.
+TEST(GpSingle, ResumedTrainingIsBitwiseTheUninterruptedOne) {
+  GpRunOptions one;
+  one.task.n_points = 12;
+  one.model = tiny_config("cem_attention", "cem_mlp", 2);
+  apply_gp_variant(one.model, "iterate+prox");
+  one.train.steps = 7;
+  one.train.batch = 3;
+  one.train.warmup_steps = 2;
+  one.train.checkpoint_every = 2;
+  one.eval_steps = {1, 2};
+  one.val_seqs = 4;
+  one.test_seqs = 6;
+  one.seed = 3;
+  const GpRunResult plain = run_gp_single(one);
+  ASSERT_EQ(plain.status, "completed");
+
+  const std::string dir = test::temp_dir("gp-resume");
+  GpRunOptions stopped = one;
+  stopped.checkpoint_run_dir = dir;
+  stopped.train.stop_at_step = 5;
+  try {
+    run_gp_single(stopped);
+    ADD_FAILURE() << "an interrupted training must be an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("interrupted at step 5/7"), std::string::npos) << e.what();
+  }
+  auto saved = list_checkpoints(dir);
+  ASSERT_EQ(saved.size(), 1u);  // the newest kept
+  EXPECT_EQ(saved.front().first, 5);
+
+  GpRunOptions resumed = stopped;
+  resumed.train.stop_at_step = 0;
+  const GpRunResult r = run_gp_single(resumed);
+  EXPECT_EQ(r.train.resumed_from, 5);
+  EXPECT_EQ(r.train.steps, 7);
+  EXPECT_EQ(r.train.last_loss, plain.train.last_loss);  // the loss sums over steps 1..7
+  ASSERT_TRUE(r.test && r.val);
+  EXPECT_EQ(r.test->rmse_posterior, plain.test->rmse_posterior);
+  EXPECT_EQ(r.val->rmse_posterior, plain.val->rmse_posterior);
+  EXPECT_EQ(r.test_at.at(1).rmse_posterior, plain.test_at.at(1).rmse_posterior);
+  saved = list_checkpoints(dir);
+  ASSERT_EQ(saved.size(), 1u);
+  EXPECT_EQ(saved.front().first, 7);  // saved after the last step
+
+  // Started again after the end: nothing to train, the same result.
+  const GpRunResult again = run_gp_single(resumed);
+  EXPECT_EQ(again.train.resumed_from, 7);
+  EXPECT_EQ(again.train.last_loss, plain.train.last_loss);
+  EXPECT_EQ(again.test->rmse_posterior, plain.test->rmse_posterior);
+  EXPECT_EQ(to_json(again, resumed)["resumed_from_step"], 7);
+
+  // Another learning rate, another seed, another T: refused, naming what differs.
+  GpRunOptions other_lr = resumed;
+  other_lr.train.lr_max *= 2;
+  GpRunOptions other_seed = resumed;
+  other_seed.seed = 4;
+  GpRunOptions other_T = resumed;
+  other_T.model.cem.steps = 1;
+  other_T.eval_steps = {};
+  for (const auto& [what, options] : std::vector<std::pair<std::string, GpRunOptions>>{
+           {"other settings", other_lr}, {"other settings", other_seed}, {"steps", other_T}}) {
+    try {
+      run_gp_single(options);
+      ADD_FAILURE() << "a checkpoint of " << what << " must be refused";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace
