@@ -81,7 +81,7 @@ TEST(GpCli, OneModelPrintsItsJson) {
 TEST(GpCli, InterruptedOneResumesBitForBit) {
   const std::string dir = test::temp_dir("gp_cli_resume");
   const std::vector<std::string> args = {
-      "--threads", "1", "gp", "--one", "--steps", "1", "--layers", "1", "--train-steps", "600",
+      "--threads", "1", "gp", "--one", "--steps", "1", "--layers", "1", "--train-steps", "300",
       "--batch", "2", "--val-seqs", "4", "--eval-seqs", "4", "--eval-steps", "1,2"};
   const test::RunResult plain = test::run_cemfrac(args);
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
@@ -110,7 +110,7 @@ TEST(GpCli, InterruptedOneResumesBitForBit) {
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   const nlohmann::json r = nlohmann::json::parse(resumed.out);
   EXPECT_GT(r["resumed_from_step"].get<int64_t>(), 0) << resumed.err;
-  EXPECT_LT(r["resumed_from_step"].get<int64_t>(), 600) << resumed.err;
+  EXPECT_LT(r["resumed_from_step"].get<int64_t>(), 300) << resumed.err;
   EXPECT_NE(resumed.err.find("resumed from"), std::string::npos) << resumed.err;
   // Everything but the timings.
   auto results = [](nlohmann::json j) {
