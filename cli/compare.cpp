@@ -168,9 +168,11 @@ int64_t run_tokens_now(const std::string& dir) {
 
 class Runner {
  public:
-  Runner(std::string exe, int jobs, int threads_per_job, std::string title)
+  // `global`: global flags every job gets besides --threads (e.g. --flush-denormal).
+  Runner(std::string exe, int jobs, int threads_per_job, std::string title,
+         std::vector<std::string> global = {})
       : exe_(std::move(exe)), jobs_(jobs), threads_(threads_per_job), title_(std::move(title)),
-        tty_(isatty(STDERR_FILENO) != 0) {}
+        tty_(isatty(STDERR_FILENO) != 0), global_(std::move(global)) {}
 
   // Runs every job (at most jobs_ at once). A training that completes puts the jobs of its `then`
   // next in the queue, so a run is evaluated as soon as it is trained (and its folder is then
@@ -241,6 +243,7 @@ class Runner {
     fs::create_directories(fs::path(job.log).parent_path());
     std::vector<std::string> argv_s = {exe_, "--threads",
                                        std::to_string(job.threads > 0 ? job.threads : threads_)};
+    argv_s.insert(argv_s.end(), global_.begin(), global_.end());
     argv_s.insert(argv_s.end(), job.args.begin(), job.args.end());
     std::vector<char*> argv;
     for (std::string& s : argv_s) argv.push_back(s.data());
@@ -341,6 +344,7 @@ class Runner {
   int threads_;
   std::string title_;
   bool tty_;
+  std::vector<std::string> global_;
   std::string phase_;
   double total_est_ = 0, done_est_ = 0;
   size_t finished_ = 0;
@@ -1379,7 +1383,11 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
     fs::create_directories(out);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-    Runner runner(exe, f->jobs, threads, suite.name);
+    // Numerics flags of this invocation go to every job (a child process starts with the CPU's
+    // default floating-point mode).
+    std::vector<std::string> job_globals;
+    if (g->flush_denormal) job_globals.push_back("--flush-denormal");
+    Runner runner(exe, f->jobs, threads, suite.name, job_globals);
 
     // 1. Plan: a timed 3-step training of every run (timings of another machine taken again).
     if (!f->report_only) {
@@ -1715,6 +1723,7 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
       }
     std::string command = "cemfrac";
     if (g->threads > 0) command += fmt::format(" --threads {}", g->threads);
+    if (g->flush_denormal) command += " --flush-denormal";
     command += " compare --suite " + f->suite;
     if (!f->out.empty()) command += " --out " + f->out;
     if (f->report_only) command += " --report";

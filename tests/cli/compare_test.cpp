@@ -680,11 +680,17 @@ TEST(CompareCli, TinyGpSuiteEndToEndThenReused) {
   const std::string root = test::temp_dir("compare-gp-e2e");
   const std::string suite = write_suite(root, gp_suite());
   const std::string out = root + "/out";
-  auto r = test::run_cemfrac(
-      {"--threads", "2", "compare", "--suite", suite, "--out", out, "--jobs", "2"});
+  auto r = test::run_cemfrac({"--threads", "2", "--flush-denormal", "compare", "--suite", suite,
+                              "--out", out, "--jobs", "2"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("estimated time"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("GP run"), std::string::npos) << r.out;
+  // --flush-denormal reaches every job (a child starts in the CPU's default mode) and the report.
+  EXPECT_NE(test::read_file(out + "/final/fixed-t1/seed-1/gp.log")
+                .find("== cemfrac --threads 1 --flush-denormal gp --one"),
+            std::string::npos);
+  EXPECT_NE(test::read_file(out + "/results.md").find("cemfrac --threads 2 --flush-denormal compare"),
+            std::string::npos);
 
   // Grid runs: validation only.
   for (const char* lr : {"0.001", "0.01"}) {
