@@ -326,7 +326,10 @@ class Runner {
     }
     const double elapsed = seconds_since(started_);
     const double done = done_est_ + live;
-    const double eta = done > 0 ? (total_est_ - done) * elapsed / done : total_est_;
+    // Before anything is done: the estimate spread over the jobs that run at once.
+    const double eta = done > 0 ? (total_est_ - done) * elapsed / done
+                                : total_est_ / static_cast<double>(std::max<size_t>(
+                                                   1, std::min<size_t>(jobs_, n_jobs)));
     const std::string line = fmt::format(
         "[{} {}] {:.0f}% | {}/{} jobs | elapsed {} | ETA {}{}{}", title_, phase_,
         total_est_ > 0 ? 100 * done / total_est_ : 100.0, finished_, n_jobs,
