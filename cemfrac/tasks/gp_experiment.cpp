@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <csignal>
 #include <chrono>
 #include <cmath>
 #include <iostream>
@@ -19,6 +18,7 @@
 #include "cemfrac/core/check.h"
 #include "cemfrac/core/clock.h"
 #include "cemfrac/core/random.h"
+#include "cemfrac/core/stop_signals.h"
 #include "cemfrac/io/safetensors.h"
 #include "cemfrac/layers/param_tags.h"
 #include "cemfrac/train/checkpoint.h"
@@ -48,34 +48,6 @@ std::atomic<bool> g_gp_stop{false};
 void on_gp_stop_signal(int) {
   g_gp_stop.store(true);
 }
-
-// Installs the handlers while a training runs and restores the previous ones; SA_RESETHAND: a second
-// signal gets the default action.
-class GpStopSignals {
- public:
-  explicit GpStopSignals(bool enable) : enabled_(enable) {
-    if (!enabled_) return;
-    g_gp_stop.store(false);
-    struct sigaction sa {};
-    sa.sa_handler = on_gp_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESETHAND;
-    sigaction(SIGINT, &sa, &old_int_);
-    sigaction(SIGTERM, &sa, &old_term_);
-  }
-  ~GpStopSignals() {
-    if (!enabled_) return;
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
-  }
-  GpStopSignals(const GpStopSignals&) = delete;
-  GpStopSignals& operator=(const GpStopSignals&) = delete;
-
- private:
-  bool enabled_;
-  struct sigaction old_int_ {};
-  struct sigaction old_term_ {};
-};
 
 }  // namespace
 
@@ -172,7 +144,8 @@ GpTrainResult train_gp_model(GpModel& model, const GpTaskOptions& task,
     c.config = config;
     result.checkpoint = save_checkpoint(run_dir, c, /*keep=*/1);
   };
-  GpStopSignals signals(checkpoints && options.stop_on_signal);
+  if (checkpoints && options.stop_on_signal) g_gp_stop.store(false);
+  ScopedStopSignals signals(checkpoints && options.stop_on_signal, on_gp_stop_signal);
 
   for (int64_t step = first; step < options.steps; ++step) {
     const double lr = schedule.lr(step);

@@ -16,6 +16,7 @@
 
 #include "cemfrac/core/atomic_file.h"
 #include "cemfrac/core/clock.h"
+#include "cemfrac/core/stop_signals.h"
 #include "cemfrac/core/warn.h"
 #include "cemfrac/io/safetensors.h"
 #include "cemfrac/layers/cofrgenet/dyadic.h"
@@ -35,31 +36,6 @@ static_assert(std::atomic<bool>::is_always_lock_free);
 void on_stop_signal(int) {
   g_stop_requested.store(true);
 }
-
-// Installs the handlers for the duration of run() and restores the previous ones. SA_RESETHAND: a
-// second Ctrl-C gets the default action, so a stuck step can still be killed.
-class StopSignals {
- public:
-  explicit StopSignals(bool enable) : enabled_(enable) {
-    if (!enabled_) return;
-    struct sigaction sa {};
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESETHAND;
-    sigaction(SIGINT, &sa, &old_int_);
-    sigaction(SIGTERM, &sa, &old_term_);
-  }
-  ~StopSignals() {
-    if (!enabled_) return;
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
-  }
-
- private:
-  bool enabled_;
-  struct sigaction old_int_ {};
-  struct sigaction old_term_ {};
-};
 
 json optional_json(const std::optional<double>& v) {
   return v ? json(*v) : json(nullptr);
@@ -482,7 +458,7 @@ TrainResult Trainer::run() {
   const bool fresh = state_.step == 0 && last_checkpoint_.empty();
   if (fresh) torch::manual_seed(t.seed);
   g_stop_requested.store(false);
-  StopSignals signals(options_.handle_signals);
+  ScopedStopSignals signals(options_.handle_signals, on_stop_signal);
   if (distributed()) start_data_parallel();
 
   if (options_.rank == 0) {
