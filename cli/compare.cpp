@@ -455,8 +455,12 @@ void write_settings(const std::string& dir, const json& settings) {
 
 // The job that brings `t` to completion, or nullopt when it is complete (or diverged) already.
 // A directory trained with other settings is refused.
+json train_settings(const TrainSpec& t) {
+  return {{"config", t.config}, {"set", t.sets}};
+}
+
 std::optional<Job> train_job(const TrainSpec& t, double est_s_per_token) {
-  const json settings = {{"config", t.config}, {"set", t.sets}};
+  const json settings = train_settings(t);
   check_settings(t.dir, settings);
   const std::string status = train_status(t.dir);
   if (status == "completed" || status == "diverged") return std::nullopt;
@@ -541,8 +545,22 @@ GpSpec make_gp(const Suite& suite, const SuiteRun& run, const std::string& label
 
 // The job that produces <dir>/gp-run.json, or nullopt when it exists (a finished run, completed or
 // diverged). A directory made with other settings is refused.
+json gp_settings(const GpSpec& spec) {
+  return {{"task", "gp"}, {"args", spec.args}};
+}
+
+// A plan's timing folder is disposable: one timed with other settings than the suite now gives
+// (a learning-rate grid whose first value changed, say) is removed, to be timed again, where a
+// result folder with other settings is refused (check_settings). Returns whether it was removed.
+bool drop_stale_timing(const std::string& dir, const json& settings) {
+  const auto old = read_json(dir + "/compare-run.json");
+  if (!old || *old == settings) return false;
+  fs::remove_all(dir);
+  return true;
+}
+
 std::optional<Job> gp_job(const GpSpec& spec, const SuiteGp& g, double est_s) {
-  const json settings = {{"task", "gp"}, {"args", spec.args}};
+  const json settings = gp_settings(spec);
   check_settings(spec.dir, settings);
   if (read_json(gp_result_path(spec.dir))) return std::nullopt;
   write_settings(spec.dir, settings);
@@ -1401,6 +1419,7 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
     std::vector<Job> timing;
     std::vector<std::string>
         reused_timings;  // timed by an earlier invocation: their rate is not "now"
+    std::vector<std::string> retimed;  // timed earlier with other settings: timed again
     for (const SuiteRun& r : suite.runs) {
       RunPlan p;
       p.run = &r;
@@ -1412,6 +1431,7 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
                                  fmt::format("{}/plan/{}-t{}", out, r.name, suite.gp.threads), 3,
                                  r.lr.empty() ? 1e-3 : r.lr.front(), 1, 0, false);
         if (f->report_only) continue;  // runs nothing, writes nothing but the report
+        if (drop_stale_timing(t.dir, gp_settings(t))) retimed.push_back(r.name);
         if (auto j = gp_job(t, suite.gp, 0)) {
           j->est_s = 1;
           timing.push_back(*j);
@@ -1429,6 +1449,7 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
                                r.lr.empty() ? 1e-3 : r.lr.front(), suite.lr_min_ratio, 1, 1,
                                {fmt::format("train.eval_tokens={}", p.per_step)});
       if (f->report_only) continue;
+      if (drop_stale_timing(t.dir, train_settings(t))) retimed.push_back(r.name);
       if (auto j = train_job(t, 0)) {
         j->est_s = 1;
         timing.push_back(*j);
@@ -1436,6 +1457,9 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
         reused_timings.push_back(r.name);
       }
     }
+    if (!retimed.empty())
+      fmt::print("plan: timing {} again: the suite changed their settings since they were timed\n",
+                 fmt::join(retimed, ", "));
     if (!timing.empty() && !f->report_only) {
       fmt::print("timing 3 training steps of each run ({} thread(s) each)...\n", threads);
       std::fflush(stdout);

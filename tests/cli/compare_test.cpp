@@ -598,6 +598,33 @@ TEST(CompareCli, TinySuiteEndToEndThenReused) {
   EXPECT_NE(r.out.find("2 of 2 timed by an earlier invocation and reused"), std::string::npos)
       << r.out;
   EXPECT_EQ(r.out.find("timing again"), std::string::npos) << r.out;
+  // A grid widened below its first value changes what llama's timing run trains at: that timing is
+  // taken again (not refused as a result folder with other settings would be), cem's is reused.
+  {
+    std::string widened = tiny_suite(data);
+    widened.replace(widened.find("lr = [1e-3, 1e-2]"), 17, "lr = [5e-4, 1e-3, 1e-2]");
+    const std::string wider = test::temp_dir("compare-e2e-wider") + "/suite.toml";
+    test::write_file(wider, widened);
+    r = test::run_cemfrac({"--threads", "1", "compare", "--suite", wider, "--out", out,
+                           "--eval-text", text, "--plan"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("plan: timing llama again: the suite changed their settings"),
+              std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("1 of 2 timed by an earlier invocation and reused (cem;"),
+              std::string::npos)
+        << r.out;
+    EXPECT_NE(test::read_file(out + "/plan/llama-t1/compare-run.json").find("0.0005"),
+              std::string::npos);
+    EXPECT_EQ(test::read_file(log), before);
+    // And back: the suite restored, llama is timed at its old first value again.
+    r = test::run_cemfrac({"--threads", "1", "compare", "--suite", suite, "--out", out,
+                           "--eval-text", text, "--plan"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("plan: timing llama again"), std::string::npos) << r.out;
+    EXPECT_EQ(test::read_file(out + "/plan/llama-t1/compare-run.json").find("0.0005"),
+              std::string::npos);
+  }
 
   // Each final run was evaluated as soon as it was trained (with --jobs 1: the first run's
   // evaluation is older than the last run's training), so a run's folder is finished on its own.
