@@ -49,6 +49,7 @@
 #include "cemfrac/core/clock.h"
 #include "cemfrac/model/lm_model.h"
 #include "cemfrac/tasks/gp_experiment.h"  // apply_gp_variant
+#include "cemfrac/train/checkpoint.h"     // list_checkpoints
 #include "cemfrac/train/run_config.h"
 #include "cli/build_info.h"
 #include "cli/commands.h"
@@ -127,14 +128,15 @@ std::vector<json> read_jsonl(const std::string& path) {
 struct Job {
   std::string label;
   std::vector<std::string> args;  // after `cemfrac --threads K`
-  std::string dir;                // training: the run directory (progress from its metrics.jsonl)
-  std::string log;                // stdout + stderr (training), stderr (eval)
-  std::string capture;            // eval: stdout goes to this file (written when the job succeeds)
-  int64_t tokens = 0;             // training: tokens of the whole run
-  double est_s = 0;               // estimated seconds at the planned threads
-  int threads = 0;                // > 0: this job's --threads (GP jobs), else the runner's
-  std::vector<Job> then;          // run next, once this training completed (its evaluations)
-  std::string remove_after;       // removed once the job succeeded (a GP run's checkpoints)
+  std::string dir;           // training: the run directory (LM: progress from its metrics.jsonl)
+  std::string log;           // stdout + stderr (training), stderr (eval)
+  std::string capture;       // eval: stdout goes to this file (written when the job succeeds)
+  int64_t tokens = 0;        // LM training: tokens of the whole run
+  int64_t steps = 0;         // GP training: steps of the whole run (progress from its log)
+  double est_s = 0;          // estimated seconds at the planned threads
+  int threads = 0;           // > 0: this job's --threads (GP jobs), else the runner's
+  std::vector<Job> then;     // run next, once this training completed (its evaluations)
+  std::string remove_after;  // removed once the job succeeded (a GP run's checkpoints)
 };
 
 // The estimated seconds and the number of `jobs` with every job they lead to.
@@ -150,9 +152,10 @@ size_t total_jobs(const std::vector<Job>& jobs) {
 }
 
 struct Running {
-  Job job;
+  Job job;  // est_s: what is left of the job when it started (a resumed training's part)
   pid_t pid = 0;
-  int64_t tokens_at_start = 0;
+  int64_t at_start = 0;         // training: tokens (LM) or steps (GP) done when it started
+  std::uintmax_t log_from = 0;  // GP training: where this invocation's part of its log begins
   bool signalled = false;
 };
 
@@ -280,8 +283,36 @@ class Runner {
     Running r;
     r.job = job;
     r.pid = pid;
-    if (!job.dir.empty()) r.tokens_at_start = run_tokens_now(job.dir);
+    std::error_code ec;
+    r.log_from = fs::file_size(job.log, ec);
+    if (ec) r.log_from = 0;
+    if (job.tokens > 0) r.at_start = run_tokens_now(job.dir);
+    if (job.steps > 0) {
+      const auto saved = list_checkpoints(job.dir);  // the GP trainer resumes from the newest
+      r.at_start = saved.empty() ? 0 : std::min(saved.back().first, job.steps);
+    }
+    // A resumed training has only its rest to do: the estimate of this invocation drops the part
+    // an earlier one did (else the ETA would count it as done at this invocation's speed).
+    const int64_t whole = std::max(job.tokens, job.steps);
+    if (whole > 0 && r.at_start > 0) {
+      const double rest = 1 - static_cast<double>(r.at_start) / static_cast<double>(whole);
+      total_est_ -= r.job.est_s * (1 - rest);
+      r.job.est_s *= rest;
+    }
     return r;
+  }
+
+  // A running training's position in its own unit (tokens of an LM run, steps of a GP run) and
+  // its whole; {0, 0} for a job without progress (an evaluation).
+  std::pair<int64_t, int64_t> position(const Running& r) const {
+    if (r.job.tokens > 0) return {run_tokens_now(r.job.dir), r.job.tokens};
+    if (r.job.steps > 0) {
+      const std::string text = file_text(r.job.log);
+      const int64_t k =
+          last_logged_step(text.size() > r.log_from ? text.substr(r.log_from) : std::string());
+      return {std::max(k, r.at_start), r.job.steps};
+    }
+    return {0, 0};
   }
 
   // "" when the job succeeded (a diverged training counts: it is a result), else the problem.
@@ -313,16 +344,16 @@ class Runner {
     double live = 0;
     std::string names;
     for (const Running& r : running) {
-      double frac = 0;
-      if (!r.job.dir.empty() && r.job.tokens > 0) {
-        const int64_t now = run_tokens_now(r.job.dir);
-        frac = std::clamp(static_cast<double>(now) / static_cast<double>(r.job.tokens), 0.0, 1.0);
-        live += r.job.est_s * std::clamp(static_cast<double>(now - r.tokens_at_start) /
-                                             static_cast<double>(r.job.tokens),
+      const auto [now, whole] = position(r);
+      const double frac =
+          whole > 0 ? std::clamp(static_cast<double>(now) / static_cast<double>(whole), 0.0, 1.0)
+                    : 0;
+      if (whole > r.at_start)
+        live += r.job.est_s * std::clamp(static_cast<double>(now - r.at_start) /
+                                             static_cast<double>(whole - r.at_start),
                                          0.0, 1.0);
-      }
       names += fmt::format("{}{}{}", names.empty() ? "" : ", ", r.job.label,
-                           r.job.dir.empty() ? "" : fmt::format(" {:.0f}%", 100 * frac));
+                           whole > 0 ? fmt::format(" {:.0f}%", 100 * frac) : "");
     }
     const double elapsed = seconds_since(started_);
     const double done = done_est_ + live;
@@ -572,6 +603,8 @@ std::optional<Job> gp_job(const GpSpec& spec, const SuiteGp& g, double est_s) {
   j.args = spec.args;
   j.args.insert(j.args.end(), {"--checkpoint-dir", spec.dir});
   j.remove_after = spec.dir + "/checkpoints";
+  j.dir = spec.dir;  // its checkpoints (a resumed run's starting step)
+  j.steps = spec.steps;
   j.capture = gp_result_path(spec.dir);
   j.log = spec.dir + "/gp.log";
   j.est_s = est_s;
@@ -1418,7 +1451,7 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
     std::vector<RunPlan> plans;
     std::vector<Job> timing;
     std::vector<std::string>
-        reused_timings;  // timed by an earlier invocation: their rate is not "now"
+        reused_timings;                // timed by an earlier invocation: their rate is not "now"
     std::vector<std::string> retimed;  // timed earlier with other settings: timed again
     for (const SuiteRun& r : suite.runs) {
       RunPlan p;

@@ -51,6 +51,21 @@ void on_gp_stop_signal(int) {
 
 }  // namespace
 
+int64_t last_logged_step(const std::string& log) {
+  // The progress line's shape is train_gp_model's "{}: step {}/{} | ..." below.
+  static const std::string mark = ": step ";
+  for (size_t at = log.rfind(mark); at != std::string::npos;
+       at = at == 0 ? std::string::npos : log.rfind(mark, at - 1)) {
+    size_t p = at + mark.size();
+    int64_t k = 0;
+    const size_t digits = p;
+    while (p < log.size() && log[p] >= '0' && log[p] <= '9' && p - digits < 18)
+      k = 10 * k + (log[p++] - '0');
+    if (p > digits && p < log.size() && log[p] == '/') return k;
+  }
+  return 0;
+}
+
 GpTrainResult train_gp_model(GpModel& model, const GpTaskOptions& task,
                              const GpTrainOptions& options) {
   CEMFRAC_CHECK(options.steps >= 1, "GP training needs at least 1 step, got {}", options.steps);
@@ -94,7 +109,8 @@ GpTrainResult train_gp_model(GpModel& model, const GpTaskOptions& task,
       LoadOptions load;
       load.expected_config = &config;
       const Checkpoint ckpt = load_checkpoint(dir, load);
-      const std::string trainer_json = (std::filesystem::path(dir) / kCheckpointTrainerFile).string();
+      const std::string trainer_json =
+          (std::filesystem::path(dir) / kCheckpointTrainerFile).string();
       const nlohmann::json& run = ckpt.trainer.run;
       CEMFRAC_CHECK(run.value("task", "") == "gp" && run.contains("settings") &&
                         run.contains("tail_sum") && run.contains("recent"),
@@ -106,8 +122,8 @@ GpTrainResult train_gp_model(GpModel& model, const GpTaskOptions& task,
                     trainer_json, run.at("settings").dump(), options.settings.dump(),
                     checkpoints_dir(run_dir));
       CEMFRAC_CHECK(ckpt.trainer.step >= 1 && ckpt.trainer.step <= options.steps,
-                    "{}: step {} is outside this training's 1..{}", trainer_json,
-                    ckpt.trainer.step, options.steps);
+                    "{}: step {} is outside this training's 1..{}", trainer_json, ckpt.trainer.step,
+                    options.steps);
       load_into(ckpt.model.tensors, named_parameters(),
                 (std::filesystem::path(dir) / kCheckpointModelFile).string());
       optimizer.load_state(ckpt.optimizer,
@@ -137,10 +153,8 @@ GpTrainResult train_gp_model(GpModel& model, const GpTaskOptions& task,
     c.trainer.schedule = schedule;
     c.trainer.lr = lr;
     c.trainer.elapsed_s = elapsed_before + seconds_since(start);
-    c.trainer.run = {{"task", "gp"},
-                     {"settings", options.settings},
-                     {"tail_sum", tail_sum},
-                     {"recent", recent}};
+    c.trainer.run = {
+        {"task", "gp"}, {"settings", options.settings}, {"tail_sum", tail_sum}, {"recent", recent}};
     c.config = config;
     result.checkpoint = save_checkpoint(run_dir, c, /*keep=*/1);
   };
@@ -705,22 +719,21 @@ GpRunResult run_gp_single(const GpRunOptions& options) {
     const GpTaskOptions& t = options.task;
     train.checkpoint_run_dir = options.checkpoint_run_dir;
     train.stop_on_signal = true;
-    train.settings = {
-        {"task",
-         {{"n_points", t.n_points},
-          {"lengthscale_min", t.lengthscale_min},
-          {"lengthscale_max", t.lengthscale_max},
-          {"noise_std", t.noise_std}}},
-        {"train",
-         {{"steps", train.steps},
-          {"batch", train.batch},
-          {"lr_max", train.lr_max},
-          {"lr_min", train.lr_min},
-          {"warmup_steps", train.warmup_steps},
-          {"weight_decay", train.weight_decay},
-          {"clip", train.clip}}},
-        {"seed", options.seed},
-        {"data_seed", train.data_seed}};
+    train.settings = {{"task",
+                       {{"n_points", t.n_points},
+                        {"lengthscale_min", t.lengthscale_min},
+                        {"lengthscale_max", t.lengthscale_max},
+                        {"noise_std", t.noise_std}}},
+                      {"train",
+                       {{"steps", train.steps},
+                        {"batch", train.batch},
+                        {"lr_max", train.lr_max},
+                        {"lr_min", train.lr_min},
+                        {"warmup_steps", train.warmup_steps},
+                        {"weight_decay", train.weight_decay},
+                        {"clip", train.clip}}},
+                      {"seed", options.seed},
+                      {"data_seed", train.data_seed}};
   }
   GpRunResult result;
   result.params = model->num_parameters();

@@ -45,7 +45,8 @@ struct GpTrainOptions {
   // With checkpoints: SIGINT/SIGTERM during training save a checkpoint after the current step and
   // stop (GpTrainResult::interrupted); a second signal gets the default action.
   bool stop_on_signal = false;
-  int64_t stop_at_step = 0;  // > 0 (with checkpoints): stop after this step as a signal would (tests)
+  int64_t stop_at_step =
+      0;  // > 0 (with checkpoints): stop after this step as a signal would (tests)
 };
 
 struct GpTrainResult {
@@ -113,6 +114,12 @@ GpExperimentOptions default_gp_experiment();
 //   step_norm   cem.step_norm = "rms"
 // joined with '+' (e.g. "iterate+prox"). Throws cemfrac::Error naming an unknown part.
 void apply_gp_variant(ModelConfig& config, const std::string& variant);
+
+// The k of the last progress line "<label>: step k/N | ..." that GP training prints to stderr
+// (without a terminal: every tenth of its steps and at its last), 0 when `log` holds none. A line
+// "<label>: resumed from DIR (step k/N)" is not a progress line. `cemfrac compare` follows its
+// GP jobs with it.
+int64_t last_logged_step(const std::string& log);
 
 struct GpRow {
   std::string model;    // "cem", "llama" (the baseline) or "oracle"

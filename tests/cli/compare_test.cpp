@@ -716,8 +716,9 @@ TEST(CompareCli, TinyGpSuiteEndToEndThenReused) {
   EXPECT_NE(test::read_file(out + "/final/fixed-t1/seed-1/gp.log")
                 .find("== cemfrac --threads 1 --flush-denormal gp --one"),
             std::string::npos);
-  EXPECT_NE(test::read_file(out + "/results.md").find("cemfrac --threads 2 --flush-denormal compare"),
-            std::string::npos);
+  EXPECT_NE(
+      test::read_file(out + "/results.md").find("cemfrac --threads 2 --flush-denormal compare"),
+      std::string::npos);
 
   // Grid runs: validation only.
   for (const char* lr : {"0.001", "0.01"}) {

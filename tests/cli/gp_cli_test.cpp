@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "cemfrac/tasks/gp_experiment.h"
 #include "tests/test_util.h"
 
 namespace cemfrac {
@@ -78,15 +79,36 @@ TEST(GpCli, OneModelPrintsItsJson) {
 // Ctrl-C on a resumable `gp --one --checkpoint-dir` (as `cemfrac compare` runs it) saves a
 // checkpoint and exits non-zero with one line; the same command resumes from it, and the result
 // equals an uninterrupted run's bit for bit.
+TEST(GpCli, LastLoggedStepReadsOnlyProgressLines) {
+  EXPECT_EQ(last_logged_step(""), 0);
+  EXPECT_EQ(last_logged_step("gp cem fixed T=8: resumed from d/checkpoints/step-002000 (step "
+                             "2000/4000)\n"),
+            0);
+  const std::string log =
+      "gp cem fixed T=8: step 2400/4000 | mse 0.1 | lr 1e-3 | norm 1 | 2.0 steps/s | ETA 1m\n"
+      "gp cem fixed T=8: step 2800/4000 | mse 0.1 | lr 1e-3 | norm 1 | 2.0 steps/s | ETA 1m\n";
+  EXPECT_EQ(last_logged_step(log), 2800);
+  // A line still being written (no "/" yet) is skipped for the one before it.
+  EXPECT_EQ(last_logged_step(log + "gp cem fixed T=8: step 32"), 2800);
+  EXPECT_EQ(last_logged_step(log + "gp cem fixed T=8: interrupted at step 2950/4000; checkpoint "
+                                   "d\n"),
+            2800);
+}
+
 TEST(GpCli, InterruptedOneResumesBitForBit) {
   const std::string dir = test::temp_dir("gp_cli_resume");
   const std::vector<std::string> args = {
-      "--threads", "1", "gp", "--one", "--steps", "1", "--layers", "1", "--train-steps", "300",
-      "--batch", "2", "--val-seqs", "4", "--eval-seqs", "4", "--eval-steps", "1,2"};
+      "--threads",     "1",   "gp",      "--one", "--steps",    "1", "--layers",    "1",
+      "--train-steps", "300", "--batch", "2",     "--val-seqs", "4", "--eval-seqs", "4",
+      "--eval-steps",  "1,2"};
   const test::RunResult plain = test::run_cemfrac(args);
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
   const nlohmann::json p = nlohmann::json::parse(plain.out);
   EXPECT_EQ(p["resumed_from_step"], 0);
+  // Its progress lines, as `cemfrac compare` follows them: every tenth of the steps, the last.
+  EXPECT_EQ(last_logged_step(plain.err), 300) << plain.err;
+  const size_t first = plain.err.find("\n", plain.err.find(": step "));
+  EXPECT_EQ(last_logged_step(plain.err.substr(0, first)), 30) << plain.err;
 
   std::vector<std::string> resumable = args;
   resumable.insert(resumable.end(), {"--checkpoint-dir", dir + "/run"});
@@ -112,6 +134,11 @@ TEST(GpCli, InterruptedOneResumesBitForBit) {
   EXPECT_GT(r["resumed_from_step"].get<int64_t>(), 0) << resumed.err;
   EXPECT_LT(r["resumed_from_step"].get<int64_t>(), 300) << resumed.err;
   EXPECT_NE(resumed.err.find("resumed from"), std::string::npos) << resumed.err;
+  // "resumed from DIR (step k/300)" is not a progress line.
+  const std::string resumed_line =
+      resumed.err.substr(0, resumed.err.find("\n", resumed.err.find("resumed from")));
+  EXPECT_EQ(last_logged_step(resumed_line), 0) << resumed.err;
+  EXPECT_EQ(last_logged_step(resumed.err), 300) << resumed.err;
   // Everything but the timings.
   auto results = [](nlohmann::json j) {
     nlohmann::json out;
