@@ -754,6 +754,11 @@ std::string pm(const MeanSd& m, const char* fmt_spec = "{:.3f}") {
   return mean + " ± " + fmt::format(fmt::runtime(fmt_spec), m.sd);
 }
 
+// A table's seeds cell: the seeds planned, or "k of n" while a partial report has k of them.
+std::string seeds_cell(size_t finished, size_t planned) {
+  return finished == planned ? std::to_string(planned) : fmt::format("{} of {}", finished, planned);
+}
+
 std::string with_commas(int64_t v) {
   std::string s = std::to_string(v), out;
   for (size_t i = 0; i < s.size(); ++i) {
@@ -794,8 +799,10 @@ std::string gp_runs_section(const std::vector<RunPlan>& plans,
     const bool cem = run.gp.model == "cem";
     std::vector<double> val, test, targets, rate;
     int diverged = 0;
+    size_t finished = 0;
     json seeds = json::array();
     for (const SeedResult& r : results[run.name]) {
+      if (r.diverged || r.test_rmse) ++finished;
       auto opt = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
       seeds.push_back({{"seed", r.seed},
                        {"diverged", r.diverged},
@@ -819,7 +826,7 @@ std::string gp_runs_section(const std::vector<RunPlan>& plans,
         "| {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", run.name,
         diverged ? fmt::format(" ({} diverged)", diverged) : "", run.gp.model,
         cem ? run.gp.variant : "–", cem ? std::to_string(run.gp.T) : "–", with_commas(p.params),
-        with_commas(run.gp.steps), run.seeds.size(),
+        with_commas(run.gp.steps), seeds_cell(finished, run.seeds.size()),
         p.lr > 0 ? lr_text(p.lr) + (run.lr_from.empty() ? "" : " (from " + run.lr_from + ")") : "—",
         pm(mean_sd(val), "{:.4f}"), pm(mean_sd(test), "{:.4f}"), pm(mean_sd(targets), "{:.4f}"),
         pm(mean_sd(rate), "{:.2f}"));
@@ -847,20 +854,39 @@ std::string gp_runs_section(const std::vector<RunPlan>& plans,
   bool any_variant = false;
   for (const RunPlan& p : plans) any_variant = any_variant || (p.gp && !p.run->variants.empty());
   if (any_variant) {
+    // One row per run, one column per evaluated T (the union over runs): the trained T's cell is
+    // the run's own test RMSE, in bold.
+    std::set<int64_t> all_T;
+    for (const RunPlan& p : plans)
+      if (p.gp)
+        for (const SuiteVariant& v : p.run->variants) all_T.insert(v.cem_steps);
     md +=
-        "### GP: evaluated at T (test set, the weights trained at the run's T)\n\n"
-        "| run | trained T | evaluated T | test RMSE |\n|---|---:|---:|---:|\n";
+        "### GP: evaluated at T (test RMSE, the weights trained at the run's T; bold: the trained "
+        "T)\n\n| run | trained T |";
+    for (const int64_t T : all_T) md += fmt::format(" T = {} |", T);
+    md += "\n|---|---:|";
+    for (size_t i = 0; i < all_T.size(); ++i) md += "---:|";
+    md += "\n";
     for (const RunPlan& p : plans) {
-      if (!p.gp) continue;
-      for (const SuiteVariant& v : p.run->variants) {
+      if (!p.gp || p.run->variants.empty()) continue;
+      md += fmt::format("| {} | {} |", p.run->name, p.run->gp.T);
+      for (const int64_t T : all_T) {
+        const SuiteVariant* v = nullptr;
+        for (const SuiteVariant& c : p.run->variants)
+          if (c.cem_steps == T) v = &c;
+        if (!v) {
+          md += " |";
+          continue;
+        }
         std::vector<double> x;
         for (const SeedResult& r : results[p.run->name]) {
-          auto it = r.variant_loss.find(v.name);
+          auto it = r.variant_loss.find(v->name);
           if (!r.diverged && it != r.variant_loss.end()) x.push_back(it->second);
         }
-        md += fmt::format("| {} | {} | {} | {} |\n", p.run->name, p.run->gp.T, v.cem_steps,
-                          pm(mean_sd(x), "{:.4f}"));
+        const std::string cell = pm(mean_sd(x), "{:.4f}");
+        md += T == p.run->gp.T && !x.empty() ? " **" + cell + "** |" : " " + cell + " |";
       }
+      md += "\n";
     }
     md += "\n";
   }
@@ -998,8 +1024,10 @@ Report make_report(const Suite& suite, const std::vector<RunPlan>& plans, const 
     std::vector<double> val, test, ppl, bpb, rate;
     std::map<std::string, std::vector<double>> text;
     int diverged = 0;
+    size_t finished = 0;
     json seeds = json::array();
     for (const SeedResult& r : rs) {
+      if (r.diverged || r.test_loss) ++finished;
       json s = {{"seed", r.seed},
                 {"diverged", r.diverged},
                 {"tokens_per_s", r.tokens_per_s},
@@ -1037,7 +1065,7 @@ Report make_report(const Suite& suite, const std::vector<RunPlan>& plans, const 
     md += fmt::format(
         "| {}{} | {} | {} ({:.2f}) | {} | {} | {} | {} | {} | {} |", p.run->name,
         diverged ? fmt::format(" ({} diverged)", diverged) : "", with_commas(p.params),
-        with_commas(tokens), epochs, p.run->seeds.size(),
+        with_commas(tokens), epochs, seeds_cell(finished, p.run->seeds.size()),
         p.lr > 0 ? lr_text(p.lr) + (p.run->lr_from.empty() ? "" : " (from " + p.run->lr_from + ")")
                  : "—",
         pm(mean_sd(val)), pm(mean_sd(test)), pm(mean_sd(ppl), "{:.1f}"), pm(mean_sd(bpb)));

@@ -659,6 +659,20 @@ TEST(CompareCli, TinySuiteEndToEndThenReused) {
                          "--eval-text", text});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("Partial report:** 3 of 4 final runs"), std::string::npos) << r.out;
+  // The runs table counts the seeds finished: cem has 1 of its 2, llama both.
+  {
+    const std::string md = test::read_file(kept + "/results.md");
+    const size_t cem_row = md.find("\n| cem | ");
+    ASSERT_NE(cem_row, std::string::npos) << md;
+    EXPECT_NE(md.substr(cem_row, md.find('\n', cem_row + 1) - cem_row).find(" | 1 of 2 | "),
+              std::string::npos)
+        << md;
+    const size_t llama_row = md.find("\n| llama | ");
+    ASSERT_NE(llama_row, std::string::npos) << md;
+    EXPECT_EQ(md.substr(llama_row, md.find('\n', llama_row + 1) - llama_row).find(" of 2"),
+              std::string::npos)
+        << md;
+  }
   EXPECT_EQ(r.out.find("estimated time"), std::string::npos) << r.out;
   const auto partial = nlohmann::json::parse(test::read_file(kept + "/results.json"));
   EXPECT_EQ(partial["provenance"]["final_runs_finished"], 3);
@@ -784,6 +798,21 @@ TEST(CompareCli, TinyGpSuiteEndToEndThenReused) {
   EXPECT_NE(md.find("## GP learning-rate search"), std::string::npos) << md;
   EXPECT_NE(md.find("| G1 | fixed-t2 | fixed-t1 | test_rmse |"), std::string::npos) << md;
   EXPECT_EQ(md.find("## Runs"), std::string::npos) << "no LM runs, no LM table\n" << md;
+  // The test-time table: a row per run with test-time steps, a column per T, the trained T bold.
+  {
+    std::vector<double> at1, at2;
+    for (const auto& s : t1["seeds"]) {
+      at1.push_back(s["variant_rmse"]["T=1"].get<double>());
+      at2.push_back(s["variant_rmse"]["T=2"].get<double>());
+    }
+    const MeanSd m1 = mean_sd(at1), m2 = mean_sd(at2);
+    const std::string row =
+        fmt::format("| fixed-t1 | 1 | **{:.4f} ± {:.4f}** | {:.4f} ± {:.4f} |\n", m1.mean, m1.sd,
+                    m2.mean, m2.sd);
+    EXPECT_NE(md.find("| run | trained T | T = 1 | T = 2 |\n|---|---:|---:|---:|\n" + row),
+              std::string::npos)
+        << md;
+  }
   // The plot: the fixed reading at its trained T = 1, 2; the T = 1 run evaluated at T = 1, 2; the
   // baseline as a flat line. No LM plots.
   EXPECT_EQ(svg_series(test::read_file(out + "/plots/gp_rmse_vs_T.svg")),
