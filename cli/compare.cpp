@@ -1582,6 +1582,33 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
     std::string gp_table =
         fmt::format("{:<24} {:>9} {:>6} {:>16} {:>3} {:>9} {:>5} {:>22} {:>9}\n", "GP run",
                     "params", "model", "variant", "T", "steps", "seeds", "lr", "est.");
+    // What is left: the jobs an earlier invocation finished are not (a resumed one counts in full).
+    auto finished = [&](const RunPlan& p, const std::string& dir) {
+      if (p.gp) return fs::exists(gp_result_path(dir));
+      const std::string st = train_status(dir);
+      return st == "completed" || st == "diverged";
+    };
+    double left_s = 0;
+    size_t grid_n = 0, grid_done_n = 0, final_n = 0, final_done_n = 0;
+    auto count_left = [&](const RunPlan& p, double search, double fin) {
+      const SuiteRun& r = *p.run;
+      if (search > 0) {
+        size_t done = 0;
+        for (double lr : r.lr)
+          done += finished(p, fmt::format("{}/lr/{}/lr-{}", out, r.name, lr_text(lr)));
+        grid_n += r.lr.size();
+        grid_done_n += done;
+        left_s +=
+            search * static_cast<double>(r.lr.size() - done) / static_cast<double>(r.lr.size());
+      }
+      size_t done = 0;
+      for (uint64_t seed : r.seeds)
+        done += finished(p, fmt::format("{}/final/{}/seed-{}", out, r.name, seed));
+      final_n += r.seeds.size();
+      final_done_n += done;
+      left_s +=
+          fin * static_cast<double>(r.seeds.size() - done) / static_cast<double>(r.seeds.size());
+    };
     for (const RunPlan& p : plans) {
       const SuiteRun& r = *p.run;
       std::string lr = !r.lr_from.empty() ? "from " + r.lr_from
@@ -1594,6 +1621,7 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
         const double fin = static_cast<double>(r.seeds.size()) * gp_final_job_s(p);
         search_s += search;
         final_s += fin;
+        count_left(p, search, fin);
         const bool cem = r.gp.model == "cem";
         gp_table += fmt::format("{:<24} {:>9} {:>6} {:>16} {:>3} {:>9} {:>5} {:>22} {:>9}\n",
                                 r.name, with_commas(p.params), r.gp.model, cem ? r.gp.variant : "-",
@@ -1615,6 +1643,7 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
       search_s += search;
       final_s += fin;
       eval_s += ev;
+      count_left(p, search, fin + ev);
       table += fmt::format(
           "{:<24} {:>11} {:>9} {:>11} {:>8.2f} {:>5} {:>22} {:>9}\n", r.name, with_commas(p.params),
           p.per_step, with_commas(tokens),
@@ -1649,6 +1678,11 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
           format_duration((search_s + final_s + eval_s) / f->jobs),
           format_duration(search_s / f->jobs), format_duration(final_s / f->jobs),
           format_duration(eval_s / f->jobs), f->jobs, threads, timed_when);
+      if (grid_done_n + final_done_n > 0)
+        fmt::print(
+            "left: {} ({} of {} grid runs and {} of {} final runs finished by an earlier "
+            "invocation; a run resumed from its checkpoint counts in full)\n",
+            format_duration(left_s / f->jobs), grid_done_n, grid_n, final_done_n, final_n);
       std::fflush(stdout);
     }
     if (f->plan_only) return 0;

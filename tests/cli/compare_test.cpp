@@ -564,7 +564,10 @@ TEST(CompareCli, TinySuiteEndToEndThenReused) {
   EXPECT_EQ(fs::last_write_time(out + "/final/llama/seed-1/metrics.jsonl"), mtime);
   EXPECT_EQ(test::read_file(out + "/final/cem/seed-2/eval.log"), eval_before);
   EXPECT_EQ(nlohmann::json::parse(test::read_file(out + "/results.json"))["runs"], j["runs"]);
-  // Its plan says that the timings are an earlier invocation's, not "now".
+  // Its plan says that nothing is left, and that the timings are an earlier invocation's.
+  EXPECT_NE(r.out.find("left: 0s (2 of 2 grid runs and 4 of 4 final runs finished"),
+            std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("2 of 2 timed by an earlier invocation and reused"), std::string::npos)
       << r.out;
   EXPECT_EQ(r.out.find("timed now"), std::string::npos) << r.out;
@@ -686,6 +689,8 @@ TEST(CompareCli, TinySuiteEndToEndThenReused) {
   r = test::run_cemfrac(
       {"--threads", "1", "compare", "--suite", suite, "--out", kept, "--eval-text", text});
   ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("(2 of 2 grid runs and 3 of 4 final runs finished"), std::string::npos)
+      << r.out;
   EXPECT_EQ(count(test::read_file(cut + "/train.log"), "== cemfrac"), 1);
   EXPECT_EQ(test::read_file(kept + "/final/llama/seed-1/train.log"), kept_log);
   const auto again = nlohmann::json::parse(test::read_file(kept + "/results.json"));
@@ -839,6 +844,9 @@ TEST(CompareCli, TinyGpSuiteEndToEndThenReused) {
   EXPECT_EQ(fs::last_write_time(out + "/final/fixed-t2/seed-2/gp-run.json"), mtime);
   EXPECT_EQ(nlohmann::json::parse(test::read_file(out + "/results.json"))["runs"], j["runs"]);
   EXPECT_NE(r.out.find("3 of 3 timed by an earlier invocation and reused"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("left: 0s (2 of 2 grid runs and 5 of 5 final runs finished"),
+            std::string::npos)
       << r.out;
 
   // A changed GP budget is refused, naming the directory.
