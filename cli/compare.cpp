@@ -484,12 +484,13 @@ void write_settings(const std::string& dir, const json& settings) {
   write_file_atomic(dir + "/compare-run.json", settings.dump(2) + "\n");
 }
 
-// The job that brings `t` to completion, or nullopt when it is complete (or diverged) already.
-// A directory trained with other settings is refused.
+// What a training run's compare-run.json records: a folder with other settings is another run.
 json train_settings(const TrainSpec& t) {
   return {{"config", t.config}, {"set", t.sets}};
 }
 
+// The job that brings `t` to completion, or nullopt when it is complete (or diverged) already.
+// A directory trained with other settings is refused.
 std::optional<Job> train_job(const TrainSpec& t, double est_s_per_token) {
   const json settings = train_settings(t);
   check_settings(t.dir, settings);
@@ -574,8 +575,7 @@ GpSpec make_gp(const Suite& suite, const SuiteRun& run, const std::string& label
   return spec;
 }
 
-// The job that produces <dir>/gp-run.json, or nullopt when it exists (a finished run, completed or
-// diverged). A directory made with other settings is refused.
+// What a GP run's compare-run.json records (its `cemfrac gp --one` arguments).
 json gp_settings(const GpSpec& spec) {
   return {{"task", "gp"}, {"args", spec.args}};
 }
@@ -590,6 +590,8 @@ bool drop_stale_timing(const std::string& dir, const json& settings) {
   return true;
 }
 
+// The job that produces <dir>/gp-run.json, or nullopt when it exists (a finished run, completed or
+// diverged). A directory made with other settings is refused.
 std::optional<Job> gp_job(const GpSpec& spec, const SuiteGp& g, double est_s) {
   const json settings = gp_settings(spec);
   check_settings(spec.dir, settings);
