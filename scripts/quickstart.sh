@@ -26,7 +26,7 @@ else
 fi
 
 if [[ "$mode" == suite ]]; then
-  # The main job: the quick suite (three models, one seed, about 15 minutes on an idle 2-core machine).
+  # The main job: the quick suite (three models, one seed; about 5 minutes on an idle 2-core machine).
   suite="$root/configs/suites/quick.toml"
   out="$root/runs/suites/quick"
   echo; echo "== cemfrac compare --suite $suite --out $out"
