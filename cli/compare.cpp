@@ -41,6 +41,7 @@
 #include <thread>
 
 #include "cemfrac/compare/plot.h"
+#include "cemfrac/compare/progress.h"
 #include "cemfrac/compare/stats.h"
 #include "cemfrac/compare/suite.h"
 #include "cemfrac/core/atomic_file.h"
@@ -207,10 +208,10 @@ class Runner {
           ++i;
           continue;
         }
-        bool completed = false;
-        const std::string problem = finish(running[i].job, status, completed);
+        bool completed = false, ended = false;
+        const std::string problem = finish(running[i].job, status, completed, ended);
         done_est_ += running[i].job.est_s;
-        ++finished_;
+        if (ended) ++finished_;  // not a job stopped by an interrupt (it resumes next time)
         if (!problem.empty() && failure.empty()) failure = problem;
         if (completed && !g_stop) {
           const std::vector<Job> then = running[i].job.then;
@@ -316,14 +317,17 @@ class Runner {
   }
 
   // "" when the job succeeded (a diverged training counts: it is a result), else the problem.
-  // `completed`: a training that ran to its end (its `then` jobs may start).
-  std::string finish(const Job& job, int status, bool& completed) {
+  // `completed`: a training that ran to its end (its `then` jobs may start). `ended`: the job is
+  // done for good (completed, diverged, or an evaluation written), not stopped by an interrupt.
+  std::string finish(const Job& job, int status, bool& completed, bool& ended) {
     completed = false;
+    ended = false;
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     if (!job.capture.empty()) {
       if (code == 0) {
         fs::rename(job.capture + ".tmp", job.capture);
         if (!job.remove_after.empty()) fs::remove_all(job.remove_after);
+        ended = true;
         return "";
       }
       fs::remove(job.capture + ".tmp");
@@ -334,7 +338,8 @@ class Runner {
     const auto summary = read_json(job.dir + "/summary.json");
     const std::string st = summary ? summary->value("status", "") : "";
     completed = st == "completed";
-    if (st == "completed" || st == "diverged" || (g_stop && st == "interrupted")) return "";
+    ended = completed || st == "diverged";
+    if (ended || (g_stop && st == "interrupted")) return "";
     if (g_stop) return "";
     return fmt::format("{} failed (exit {}): {} (log: {})", job.label, code, log_problem(job.log),
                        job.log);
@@ -357,10 +362,8 @@ class Runner {
     }
     const double elapsed = seconds_since(started_);
     const double done = done_est_ + live;
-    // Before anything is done: the estimate spread over the jobs that run at once.
-    const double eta = done > 0 ? (total_est_ - done) * elapsed / done
-                                : total_est_ / static_cast<double>(std::max<size_t>(
-                                                   1, std::min<size_t>(jobs_, n_jobs)));
+    const double eta = phase_eta_seconds(total_est_, done, elapsed,
+                                         std::min<size_t>(static_cast<size_t>(jobs_), n_jobs));
     const std::string line = fmt::format(
         "[{} {}] {:.0f}% | {}/{} jobs | elapsed {} | ETA {}{}{}", title_, phase_,
         total_est_ > 0 ? 100 * done / total_est_ : 100.0, finished_, n_jobs,

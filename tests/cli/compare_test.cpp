@@ -6,13 +6,17 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <thread>
 
 #include "cemfrac/compare/plot.h"
+#include "cemfrac/compare/progress.h"
 #include "cemfrac/compare/stats.h"
 #include "cemfrac/compare/suite.h"
 #include "cemfrac/core/check.h"
@@ -205,6 +209,33 @@ TEST(CompareStats, Verdicts) {
 
 // ---- plots
 // -----------------------------------------------------------------------------------------
+
+// The progress line's time left: the plan's figure before anything is measured, the measured rate
+// once a tenth of the phase (or ten minutes per job slot) is done, and between the two a blend
+// that one coarse early report cannot blow up (a resumed gp suite once read 67h against 2h44m).
+TEST(CompareProgress, EtaBlendsThePlanIntoTheMeasuredRate) {
+  const double total = 20000;  // job-seconds, two jobs at a time: the plan says 10,000 s
+  EXPECT_DOUBLE_EQ(phase_eta_seconds(total, 0, 0, 2), 10000);
+  EXPECT_DOUBLE_EQ(phase_eta_seconds(total, 0, 60, 2), 10000);
+  // 1,200 job-seconds (ten minutes per slot, below a tenth of 20,000) done in 900 s: trusted.
+  EXPECT_DOUBLE_EQ(phase_eta_seconds(total, 1200, 900, 2), (total - 1200) * 900 / 1200);
+  EXPECT_DOUBLE_EQ(phase_eta_seconds(total, 5000, 2000, 2), (total - 5000) * 2000 / 5000);
+  // A minute in with 5 job-seconds reported, the measured rate alone would say 66h; the blend
+  // stays within 10% of the plan.
+  EXPECT_GT((total - 5) * 60 / 5, 60 * 3600.0);
+  const double early = phase_eta_seconds(total, 5, 60, 2);
+  EXPECT_GT(early, (total - 5) / 2);
+  EXPECT_LT(early, 1.1 * 10000);
+  // Halfway to trusted: the mean of the two figures.
+  const double half = phase_eta_seconds(total, 600, 600, 2);
+  EXPECT_DOUBLE_EQ(half, 0.5 * (total - 600) * 600 / 600 + 0.5 * (total - 600) / 2);
+  // A small phase: a tenth of it is the threshold.
+  EXPECT_DOUBLE_EQ(phase_eta_seconds(100, 10, 20, 1), 90.0 * 20 / 10);
+  // Done (or past the estimate): nothing left; one job at a time when 0 is passed.
+  EXPECT_DOUBLE_EQ(phase_eta_seconds(total, total, 500, 2), 0);
+  EXPECT_DOUBLE_EQ(phase_eta_seconds(total, 2 * total, 500, 2), 0);
+  EXPECT_DOUBLE_EQ(phase_eta_seconds(total, 0, 0, 0), total);
+}
 
 TEST(ComparePlot, SvgIsWellFormedWithItsSeries) {
   Plot p;
@@ -856,6 +887,34 @@ TEST(CompareCli, TinyGpSuiteEndToEndThenReused) {
       test::run_cemfrac({"--threads", "2", "compare", "--suite", write_suite(root, changed),
                          "--out", out, "--jobs", "2"}),
       "other settings");
+}
+
+// Ctrl-C while a GP job trains: the job checkpoints and stops, and the runner's last progress line
+// does not count it among the finished jobs (it resumes next time); the message says how.
+TEST(CompareCli, InterruptedJobIsNotCountedFinished) {
+  const std::string root = test::temp_dir("compare-gp-interrupt");
+  const std::string suite =
+      write_suite(root,
+                  "[suite]\nname = \"gp-int\"\nseeds = [1]\nlr = [3e-3]\n\n[gp]\nsteps = 100000\n"
+                  "batch = 2\nlayers = 1\nval_seqs = 4\ntest_seqs = 4\n\n"
+                  "[[run]]\nname = \"long\"\ntask = \"gp\"\nT = 1\n");
+  const std::string out = root + "/out";
+  const std::string log = out + "/final/long/seed-1/gp.log";
+  test::Background run({"--threads", "1", "compare", "--suite", suite, "--out", out}, root);
+  ASSERT_TRUE(run.wait_for([&] {
+    std::error_code ec;
+    return std::filesystem::exists(log, ec) &&
+           test::read_file(log).find("== binary:") != std::string::npos;
+  })) << run.err();
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // the job is training by now
+  EXPECT_NE(run.stop(SIGINT), 0);
+  const std::string err = run.err();
+  EXPECT_NE(err.find("interrupted: run the same command again to resume"), std::string::npos)
+      << err;
+  const size_t last = err.rfind("[gp-int final]");
+  ASSERT_NE(last, std::string::npos) << err;
+  const std::string line = err.substr(last, err.find('\n', last) - last);
+  EXPECT_NE(line.find("| 0/1 jobs"), std::string::npos) << line;
 }
 
 }  // namespace
