@@ -339,8 +339,7 @@ class Runner {
     const std::string st = summary ? summary->value("status", "") : "";
     completed = st == "completed";
     ended = completed || st == "diverged";
-    if (ended || (g_stop && st == "interrupted")) return "";
-    if (g_stop) return "";
+    if (ended || g_stop) return "";  // stopped by an interrupt: it resumes next time
     return fmt::format("{} failed (exit {}): {} (log: {})", job.label, code, log_problem(job.log),
                        job.log);
   }

@@ -889,8 +889,8 @@ TEST(CompareCli, TinyGpSuiteEndToEndThenReused) {
       "other settings");
 }
 
-// Ctrl-C while a GP job trains: the job checkpoints and stops, and the runner's last progress line
-// does not count it among the finished jobs (it resumes next time); the message says how.
+// Ctrl-C while a GP job trains: the runner's last progress line does not count the stopped job
+// among the finished ones (it resumes next time), and the message says how to resume.
 TEST(CompareCli, InterruptedJobIsNotCountedFinished) {
   const std::string root = test::temp_dir("compare-gp-interrupt");
   const std::string suite =
