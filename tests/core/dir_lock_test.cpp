@@ -27,7 +27,7 @@ std::string error_of(const std::function<void()>& f) {
 }
 
 TEST(DirLock, SecondWriterIsRefusedNamingTheHolder) {
-  const std::string dir = temp_dir("dir_lock_second") + "/run";  // created by acquire
+  const std::string dir = test::temp_dir("dir_lock_second") + "/run";  // created by acquire
   DirLock first = DirLock::acquire(dir, "train");
   ASSERT_TRUE(first.held());
   // flock conflicts between two open file descriptions, also within one process.
@@ -47,7 +47,7 @@ TEST(DirLock, SecondWriterIsRefusedNamingTheHolder) {
 }
 
 TEST(DirLock, MovedLockIsHeldOnce) {
-  const std::string dir = temp_dir("dir_lock_move");
+  const std::string dir = test::temp_dir("dir_lock_move");
   DirLock a = DirLock::acquire(dir, "compare");
   DirLock b = std::move(a);
   EXPECT_FALSE(a.held());
@@ -58,7 +58,7 @@ TEST(DirLock, MovedLockIsHeldOnce) {
 }
 
 TEST(DirLock, DeadHolderLeavesNoLock) {
-  const std::string dir = temp_dir("dir_lock_dead");
+  const std::string dir = test::temp_dir("dir_lock_dead");
   int ready[2];
   ASSERT_EQ(::pipe(ready), 0);
   const pid_t child = ::fork();
@@ -86,7 +86,7 @@ TEST(DirLock, DeadHolderLeavesNoLock) {
 }
 
 TEST(DirLock, ChildProcessDoesNotInheritTheLock) {
-  const std::string dir = temp_dir("dir_lock_exec");
+  const std::string dir = test::temp_dir("dir_lock_exec");
   DirLock lock = DirLock::acquire(dir, "compare");
   pid_t child = 0;
   char sleep_arg[] = "5";
@@ -103,7 +103,7 @@ TEST(DirLock, ChildProcessDoesNotInheritTheLock) {
 }
 
 TEST(DirLock, NoLockFileMeansNoHolder) {
-  EXPECT_FALSE(dir_lock_holder(temp_dir("dir_lock_none")).has_value());
+  EXPECT_FALSE(dir_lock_holder(test::temp_dir("dir_lock_none")).has_value());
 }
 
 }  // namespace
