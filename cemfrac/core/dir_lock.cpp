@@ -45,7 +45,7 @@ DirLock DirLock::acquire(const std::string& dir, const std::string& command) {
     const int err = errno;
     const DirLockHolder h = read_holder(fd);
     ::close(fd);
-    CEMFRAC_CHECK(err != EWOULDBLOCK, "cannot lock {}: {}", path, std::strerror(err));
+    CEMFRAC_CHECK(err == EWOULDBLOCK, "cannot lock {}: {}", path, std::strerror(err));
     fail("{} is being written by another cemfrac process ({}{}); wait for it to finish or stop it",
          dir, h.pid > 0 ? fmt::format("pid {}", h.pid) : std::string("pid unknown"),
          h.command.empty() ? "" : ", " + h.command);
