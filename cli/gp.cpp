@@ -27,6 +27,7 @@
 #include "cemfrac/core/blas.h"  // set_threads
 #include "cemfrac/core/check.h"
 #include "cemfrac/tasks/gp_experiment.h"
+#include "cemfrac/train/trainer.h"  // TrainingInterrupted
 #include "cli/commands.h"
 #include "cli/format_util.h"
 
@@ -242,7 +243,13 @@ Command add_gp(CLI::App& root, const GlobalOptions& global) {
       one.seed = f.seed;
       one.eval_seed = f.eval_seed;
       one.checkpoint_run_dir = f.checkpoint_dir;
-      const GpRunResult result = run_gp_single(one);
+      GpRunResult result;
+      try {
+        result = run_gp_single(one);
+      } catch (const TrainingInterrupted& e) {
+        fmt::print(stderr, "cemfrac: {}\n", e.what());
+        return kExitInterrupted;  // as `train`: a checkpoint was saved
+      }
       const nlohmann::json j = to_json(result, one);
       if (!f.out.empty()) {
         std::error_code ec;

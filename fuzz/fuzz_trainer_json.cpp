@@ -19,7 +19,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const TrainerState s = trainer_state_from_json(j, "trainer.json");
     const TrainerState t = trainer_state_from_json(trainer_state_to_json(s), "again");
     FUZZ_REQUIRE(t.step == s.step && t.tokens == s.tokens && t.data_seed == s.data_seed);
-    FUZZ_REQUIRE(t.loader.epoch == s.loader.epoch && t.loader.index == s.loader.index);
+    FUZZ_REQUIRE(t.loader == s.loader && t.recent_losses == s.recent_losses);
     FUZZ_REQUIRE(t.torch_rng == s.torch_rng);
     FUZZ_REQUIRE(t.schedule.warmup_steps == s.schedule.warmup_steps &&
                  t.schedule.total_steps == s.schedule.total_steps);

@@ -21,6 +21,15 @@ struct GpTaskOptions {
   double lengthscale_min = 0.1;  // l ~ LogUniform[lengthscale_min, lengthscale_max]
   double lengthscale_max = 1.0;
   double noise_std = 0.1;  // s
+
+  // Every field once (a GP training's settings: a resume on another task is refused).
+  template <typename Visitor>
+  void visit_fields(Visitor& v) {
+    v("n_points", n_points, "Observations N per sequence (N - 1 tokens)");
+    v("lengthscale_min", lengthscale_min, "Smallest kernel lengthscale (log-uniform)");
+    v("lengthscale_max", lengthscale_max, "Largest kernel lengthscale");
+    v("noise_std", noise_std, "Observation noise standard deviation");
+  }
 };
 
 // One batch of sequences. Row b holds one function.

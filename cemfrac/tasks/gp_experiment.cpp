@@ -18,12 +18,12 @@
 #include "cemfrac/core/check.h"
 #include "cemfrac/core/clock.h"
 #include "cemfrac/core/random.h"
-#include "cemfrac/core/stop_signals.h"
 #include "cemfrac/io/safetensors.h"
 #include "cemfrac/layers/param_tags.h"
 #include "cemfrac/train/checkpoint.h"
 #include "cemfrac/train/optimizer.h"
 #include "cemfrac/train/schedule.h"
+#include "cemfrac/train/trainer.h"
 
 namespace cemfrac {
 
@@ -41,12 +41,91 @@ std::pair<double, double> rmse_with_se(const torch::Tensor& per_seq_mse) {
   return {rmse, rmse > 0 ? se_mse / (2 * rmse) : 0.0};
 }
 
-// SIGINT/SIGTERM during a checkpointed GP training (GpTrainOptions::stop_on_signal). Lock-free
-// atomics are async-signal-safe.
-std::atomic<bool> g_gp_stop{false};
+TrainConfig gp_train_config(const GpTaskOptions& task, const GpTrainOptions& options) {
+  TrainConfig c;
+  c.steps = options.steps;
+  c.micro_batch = options.batch;
+  c.seq_len = task.n_points - 1;  // one prediction per token
+  c.tokens_per_step = 0;          // one micro-batch per step
+  c.lr_max = options.lr_max;
+  c.lr_min = options.lr_min;
+  c.warmup_steps = std::min(options.warmup_steps, options.steps);
+  c.weight_decay = options.weight_decay;
+  c.grad_clip = options.clip;
+  c.seed = options.data_seed;
+  c.log_every = std::max<int64_t>(1, options.steps / 10);
+  c.eval_every = 0;  // no validation set: the task scores the model after training
+  c.checkpoint_every = options.checkpoint_every > 0 ? options.checkpoint_every
+                                                    : std::max<int64_t>(1, options.steps / 20);
+  c.keep_checkpoints = 1;
+  c.out = options.checkpoint_run_dir;
+  c.dyadic = false;
+  return c;
+}
 
-void on_gp_stop_signal(int) {
-  g_gp_stop.store(true);
+// What identifies a GP training's data: every task field and the stream's seed.
+nlohmann::json gp_data_settings(GpTaskOptions task, uint64_t data_seed) {
+  nlohmann::json settings = {{"data gp seed", data_seed}};
+  auto add = [&settings](const char* key, const auto& value, const char*) {
+    settings[std::string("data gp ") + key] = value;
+  };
+  task.visit_fields(add);
+  return settings;
+}
+
+// The GP task as the trainer's data: a fresh batch of micro_batch sequences from the task's own
+// generator at every step (the same stream for every model of one data seed); no validation set
+// (the task scores its models after training, evaluate_gp_model). The cursor is the generator's
+// state.
+class GpData : public TrainingData {
+ public:
+  GpData(const GpTaskOptions& task, uint64_t data_seed)
+      : task_(task), data_seed_(data_seed), generator_(at::detail::createCPUGenerator(data_seed)) {}
+
+  void open(const DataLayout& layout) override {
+    CEMFRAC_CHECK(layout.seq_len == task_.n_points - 1,
+                  "GP training: {} positions per sequence, but the task's sequences have {}",
+                  layout.seq_len, task_.n_points - 1);
+    batch_ = layout.micro_batch;
+  }
+  TrainBatch next() override {
+    GpBatch b = sample_gp_batch(batch_, task_, generator_, /*with_oracle=*/false);
+    return {std::move(b.tokens), std::move(b.targets)};
+  }
+  void skip(int64_t rows) override {
+    CEMFRAC_CHECK(rows == 0, "the GP task trains in one process (no data-parallel batches)");
+  }
+  nlohmann::json state() const override { return {{"gp_generator", generator_state(generator_)}}; }
+  void restore(const nlohmann::json& state, const std::string& source) override {
+    CEMFRAC_CHECK(state.contains("gp_generator") && state.at("gp_generator").is_string(),
+                  "{}: not a checkpoint of a GP training of this cemfrac (no GP data cursor); "
+                  "remove its checkpoints/ folder to start again",
+                  source);
+    set_generator_state(generator_, state.at("gp_generator").get<std::string>(), source);
+  }
+  std::string describe(const nlohmann::json&) const override {
+    return fmt::format("GP data seed {}", data_seed_);
+  }
+  nlohmann::json settings() const override { return gp_data_settings(task_, data_seed_); }
+
+ private:
+  GpTaskOptions task_;
+  uint64_t data_seed_ = 0;
+  mutable at::Generator generator_;  // generator_state() reads it through a non-const reference
+  int64_t batch_ = 1;
+};
+
+TrainModel gp_train_model(GpModel& model) {
+  TrainModel tm;
+  tm.module = model.ptr();
+  tm.forward = [model](const torch::Tensor& tokens) mutable { return model->forward(tokens); };
+  tm.params = model->parameter_table();
+  tm.config = to_json(model->config());
+  tm.context = model->config().context;
+  tm.buffers = state_buffers(*model);
+  const auto params = model->parameters();
+  if (!params.empty()) tm.device = params.front().device();
+  return tm;
 }
 
 }  // namespace
@@ -70,153 +149,49 @@ GpTrainResult train_gp_model(GpModel& model, const GpTaskOptions& task,
                              const GpTrainOptions& options) {
   CEMFRAC_CHECK(options.steps >= 1, "GP training needs at least 1 step, got {}", options.steps);
   CEMFRAC_CHECK(options.batch >= 1, "GP batch size {} must be at least 1", options.batch);
-  const auto start = Clock::now();
-  model->train();
-  AdamWConfig adamw;
-  adamw.weight_decay = options.weight_decay;
-  Optimizer optimizer(*model, model->parameter_table(), adamw);
-  CosineSchedule schedule;
-  schedule.lr_max = options.lr_max;
-  schedule.lr_min = options.lr_min;
-  schedule.warmup_steps = std::min(options.warmup_steps, options.steps);
-  schedule.total_steps = options.steps;
-  at::Generator generator = at::detail::createCPUGenerator(options.data_seed);
-  const bool tty = options.progress && isatty(STDERR_FILENO);
-  const int64_t log_every = std::max<int64_t>(1, options.steps / 10);
-  const int64_t tail = std::min<int64_t>(50, options.steps);
-  double tail_sum = 0;
-  double recent = 0;  // exponential average of the loss, for the progress line
+  const bool checkpoints = !options.checkpoint_run_dir.empty();
+  TrainerOptions t;
+  t.train = gp_train_config(task, options);
+  t.data = std::make_shared<GpData>(task, options.data_seed);
+  t.loss = mse_loss();
+  t.write_files = checkpoints;
+  t.handle_signals = checkpoints && options.stop_on_signal;
+  t.progress = options.progress;
+  t.label = options.label;
+  t.stop_at_step = checkpoints ? options.stop_at_step : 0;
+  // A checkpointed training resumes from its newest complete checkpoint, by itself.
+  if (checkpoints && !list_checkpoints(options.checkpoint_run_dir).empty())
+    t.resume = options.checkpoint_run_dir;
 
   GpTrainResult result;
-  // Checkpoints: resume from the newest complete one, then save every `every` steps and at the end.
-  const bool checkpoints = !options.checkpoint_run_dir.empty();
-  const std::string& run_dir = options.checkpoint_run_dir;
-  const nlohmann::json config = to_json(model->config());
-  const int64_t every = options.checkpoint_every > 0 ? options.checkpoint_every
-                                                     : std::max<int64_t>(1, options.steps / 20);
-  int64_t first = 0;
-  double elapsed_before = 0;  // training wall time of the runs resumed from
-  auto named_parameters = [&] {
-    std::vector<NamedTarget> targets;
-    for (const auto& [name, tensor] : parameters_by_name(*model, model->parameter_table()))
-      targets.push_back({name, tensor});
-    return targets;
-  };
-  if (checkpoints) {
-    clean_stale_temporaries(run_dir);
-    if (!list_checkpoints(run_dir).empty()) {
-      const std::string dir = resolve_checkpoint(run_dir);
-      LoadOptions load;
-      load.expected_config = &config;
-      const Checkpoint ckpt = load_checkpoint(dir, load);
-      const std::string trainer_json =
-          (std::filesystem::path(dir) / kCheckpointTrainerFile).string();
-      const nlohmann::json& run = ckpt.trainer.run;
-      CEMFRAC_CHECK(run.value("task", "") == "gp" && run.contains("settings") &&
-                        run.contains("tail_sum") && run.contains("recent"),
-                    "{}: not a checkpoint of a GP training (cemfrac gp); remove {} to start again",
-                    trainer_json, checkpoints_dir(run_dir));
-      CEMFRAC_CHECK(run.at("settings") == options.settings,
-                    "{}: saved by a GP training with other settings ({}) than this one ({}); "
-                    "remove {} to start again",
-                    trainer_json, run.at("settings").dump(), options.settings.dump(),
-                    checkpoints_dir(run_dir));
-      CEMFRAC_CHECK(ckpt.trainer.step >= 1 && ckpt.trainer.step <= options.steps,
-                    "{}: step {} is outside this training's 1..{}", trainer_json, ckpt.trainer.step,
-                    options.steps);
-      load_into(ckpt.model.tensors, named_parameters(),
-                (std::filesystem::path(dir) / kCheckpointModelFile).string());
-      optimizer.load_state(ckpt.optimizer,
-                           (std::filesystem::path(dir) / kCheckpointOptimizerFile).string());
-      load_state_buffers(ckpt, *model);
-      set_generator_state(generator, ckpt.trainer.torch_rng, trainer_json);
-      first = ckpt.trainer.step;
-      tail_sum = run.at("tail_sum").get<double>();
-      recent = run.at("recent").get<double>();
-      elapsed_before = ckpt.trainer.elapsed_s;
-      result.resumed_from = first;
-      result.checkpoint = dir;
-      if (options.progress)
-        std::cerr << fmt::format("{}: resumed from {} (step {}/{})\n", options.label, dir, first,
-                                 options.steps);
-    }
+  model->train();
+  Trainer trainer(gp_train_model(model), t);
+  if (trainer.step() > 0) {
+    result.resumed_from = trainer.step();
+    if (options.progress)
+      std::cerr << fmt::format("{}: resumed from {} (step {}/{})\n", options.label,
+                               resolve_checkpoint(options.checkpoint_run_dir), trainer.step(),
+                               options.steps);
   }
-  auto save = [&](int64_t done, double lr) {
-    CheckpointContents c;
-    for (const NamedTarget& t : named_parameters()) c.model[t.name] = t.target;
-    for (const auto& [name, tensor] : state_buffers(*model)) c.buffers[name] = tensor;
-    c.optimizer = optimizer.state_tensors();
-    c.optimizer_metadata = optimizer.state_metadata();
-    c.trainer.step = done;
-    c.trainer.data_seed = options.data_seed;
-    c.trainer.torch_rng = generator_state(generator);
-    c.trainer.schedule = schedule;
-    c.trainer.lr = lr;
-    c.trainer.elapsed_s = elapsed_before + seconds_since(start);
-    c.trainer.run = {
-        {"task", "gp"}, {"settings", options.settings}, {"tail_sum", tail_sum}, {"recent", recent}};
-    c.config = config;
-    result.checkpoint = save_checkpoint(run_dir, c, /*keep=*/1);
-  };
-  if (checkpoints && options.stop_on_signal) g_gp_stop.store(false);
-  ScopedStopSignals signals(checkpoints && options.stop_on_signal, on_gp_stop_signal);
-
-  for (int64_t step = first; step < options.steps; ++step) {
-    const double lr = schedule.lr(step);
-    optimizer.set_lr(lr);
-    // 1. A fresh batch; 2. the MSE over every position; 3. clip and step.
-    GpBatch batch = sample_gp_batch(options.batch, task, generator, /*with_oracle=*/false);
-    torch::Tensor pred = model->forward(batch.tokens);          // (B, N - 1)
-    torch::Tensor loss = torch::mse_loss(pred, batch.targets);  // ()
-    optimizer.zero_grad();
-    loss.backward();
-    const double grad_norm = clip_grad_norm(optimizer.trainable(), options.clip);
-    const double loss_value = loss.item<double>();
-    if (!options.throw_on_nonfinite && !(std::isfinite(loss_value) && std::isfinite(grad_norm))) {
-      result.diverged = true;
-      result.diverged_at_step = step + 1;
-      break;
-    }
-    CEMFRAC_CHECK(std::isfinite(loss_value) && std::isfinite(grad_norm),
-                  "{}: training stopped at step {}/{}: non-finite {} (loss {}, grad norm {}) at lr "
-                  "{:.3g}; lower --lr",
-                  options.label, step + 1, options.steps,
-                  std::isfinite(loss_value) ? "gradient norm" : "loss", loss_value, grad_norm, lr);
-    optimizer.step();
-    if (step >= options.steps - tail) tail_sum += loss_value;
-    recent = step == 0 ? loss_value : 0.95 * recent + 0.05 * loss_value;
-
-    const int64_t done = step + 1;
-    const bool stop = checkpoints && ((options.stop_on_signal && g_gp_stop.load()) ||
-                                      (options.stop_at_step > 0 && done == options.stop_at_step));
-    if (checkpoints && (done % every == 0 || done == options.steps || stop)) save(done, lr);
-    if (stop) {
-      result.interrupted = true;
-      result.steps = done;
-      if (options.progress)
-        std::cerr << fmt::format("{}{}: interrupted at step {}/{}; checkpoint {}\n",
-                                 tty ? "\n" : "", options.label, done, options.steps,
-                                 result.checkpoint);
-      break;
-    }
-    if (options.progress && (tty || done % log_every == 0 || done == options.steps)) {
-      const double elapsed = seconds_since(start);
-      const std::string line = fmt::format(
-          "{}: step {}/{} | mse {:.4f} | lr {:.2e} | norm {:.3f} | {:.1f} steps/s | ETA {}",
-          options.label, done, options.steps, recent, lr, grad_norm, double(done - first) / elapsed,
-          format_duration(elapsed / double(done - first) * double(options.steps - done)));
-      if (tty)
-        std::cerr << "\r" << line << "\033[K" << std::flush;
-      else
-        std::cerr << line << "\n";
-    }
+  try {
+    const TrainResult r = trainer.run();
+    result.steps = r.step;
+    result.checkpoint = r.last_checkpoint;
+    result.interrupted = r.status != TrainStatus::kCompleted;
+    result.last_loss = result.interrupted ? std::nan("") : r.recent_loss;
+    result.seconds = r.elapsed_s;
+    if (result.interrupted && options.progress)
+      std::cerr << fmt::format("{}: interrupted at step {}/{}; checkpoint {}\n", options.label,
+                               r.step, options.steps, r.last_checkpoint);
+  } catch (const TrainingDiverged& e) {
+    if (options.throw_on_nonfinite) throw;
+    result.diverged = true;
+    result.diverged_at_step = e.step();
+    result.steps = e.step() - 1;
+    result.last_loss = std::nan("");
+    result.seconds = trainer.elapsed_s();
   }
-  if (tty && !result.interrupted) std::cerr << "\n";
   model->eval();
-  if (!result.interrupted)
-    result.steps = result.diverged ? result.diverged_at_step - 1 : options.steps;
-  result.last_loss = result.diverged || result.interrupted ? std::nan("") : tail_sum / double(tail);
-  result.seconds = elapsed_before + seconds_since(start);
   return result;
 }
 
@@ -422,26 +397,54 @@ GpExperimentResult run_gp_experiment(const GpExperimentOptions& options) {
   return result;
 }
 
+namespace {
+
+// Which rows of a GP result carry a field.
+enum class RowScope { kAll, kCem, kModel };  // every row; CEM rows; trained models (not the oracle)
+
+// A GP result row's JSON fields, declared once for the writer and the reader: the key, the member,
+// the rows that carry it, and whether 0 is written as null (a T of a row without one).
+template <typename Row, typename Visitor>
+void visit_gp_row(Row& row, Visitor&& v) {
+  v("rmse_targets", row.eval.rmse_targets, RowScope::kAll, false);
+  v("se_targets", row.eval.se_targets, RowScope::kAll, false);
+  v("variant", row.variant, RowScope::kCem, false);
+  v("train_T", row.train_T, RowScope::kModel, true);
+  v("eval_T", row.eval_T, RowScope::kModel, true);
+  v("rmse_posterior", row.eval.rmse_posterior, RowScope::kModel, false);
+  v("se_posterior", row.eval.se_posterior, RowScope::kModel, false);
+  v("params", row.params, RowScope::kModel, false);
+  v("train_s", row.train_s, RowScope::kModel, false);
+  v("eval_s", row.eval.seconds, RowScope::kModel, false);
+  v("last_train_mse", row.last_train_loss, RowScope::kModel, false);
+}
+
+bool row_has(const std::string& model, RowScope scope) {
+  return scope == RowScope::kAll || (scope == RowScope::kCem && model == "cem") ||
+         (scope == RowScope::kModel && model != "oracle");
+}
+
+}  // namespace
+
 nlohmann::json to_json(const GpExperimentResult& result) {
   nlohmann::json rows = nlohmann::json::array();
   for (const GpRow& r : result.rows) {
-    nlohmann::json j = {{"model", r.model},
-                        {"rmse_targets", r.eval.rmse_targets},
-                        {"se_targets", r.eval.se_targets}};
-    if (r.model == "cem") j["variant"] = r.variant;
-    if (r.model != "oracle") {
-      j["train_T"] = r.train_T > 0 ? nlohmann::json(r.train_T) : nlohmann::json(nullptr);
-      j["eval_T"] = r.eval_T > 0 ? nlohmann::json(r.eval_T) : nlohmann::json(nullptr);
-      j["rmse_posterior"] = r.eval.rmse_posterior;
-      j["se_posterior"] = r.eval.se_posterior;
-      j["params"] = r.params;
-      j["train_s"] = r.train_s;
-      j["eval_s"] = r.eval.seconds;
-      j["last_train_mse"] = r.last_train_loss;
-      if (r.val) {
-        j["val_rmse_targets"] = r.val->rmse_targets;
-        j["val_rmse_posterior"] = r.val->rmse_posterior;
+    nlohmann::json j = {{"model", r.model}};
+    visit_gp_row(r, [&](const char* key, auto& field, RowScope scope, bool zero_is_null) {
+      if (!row_has(r.model, scope)) return;
+      using F = std::decay_t<decltype(field)>;
+      if constexpr (std::is_integral_v<F>) {
+        if (zero_is_null && field == 0) {
+          j[key] = nullptr;
+          return;
+        }
       }
+      j[key] = field;
+    });
+    // Only rows scored on a validation set carry its two RMSEs.
+    if (r.val && row_has(r.model, RowScope::kModel)) {
+      j["val_rmse_targets"] = r.val->rmse_targets;
+      j["val_rmse_posterior"] = r.val->rmse_posterior;
     }
     rows.push_back(j);
   }
@@ -470,25 +473,28 @@ GpExperimentResult gp_result_from_json(const nlohmann::json& j, const std::strin
     for (const nlohmann::json& row : j.at("rows")) {
       GpRow g;
       g.model = row.at("model").get<std::string>();
-      g.eval.rmse_targets = row.at("rmse_targets").get<double>();
-      g.eval.se_targets = row.at("se_targets").get<double>();
-      // Results written before the variants existed have CEM rows without "variant": the default.
-      if (g.model == "cem") g.variant = row.value("variant", std::string("fixed"));
-      if (g.model != "oracle") {
-        g.train_T = row.at("train_T").is_null() ? 0 : row.at("train_T").get<int64_t>();
-        g.eval_T = row.at("eval_T").is_null() ? 0 : row.at("eval_T").get<int64_t>();
-        g.eval.rmse_posterior = row.at("rmse_posterior").get<double>();
-        g.eval.se_posterior = row.at("se_posterior").get<double>();
-        g.params = row.at("params").get<int64_t>();
-        g.train_s = row.at("train_s").get<double>();
-        g.eval.seconds = row.at("eval_s").get<double>();
-        g.last_train_loss = row.at("last_train_mse").get<double>();
-        if (row.contains("val_rmse_posterior")) {
-          GpEvalResult v;
-          v.rmse_targets = row.at("val_rmse_targets").get<double>();
-          v.rmse_posterior = row.at("val_rmse_posterior").get<double>();
-          g.val = v;
+      visit_gp_row(g, [&](const char* key, auto& field, RowScope scope, bool zero_is_null) {
+        if (!row_has(g.model, scope)) return;
+        using F = std::decay_t<decltype(field)>;
+        // Results written before the variants existed have CEM rows without "variant": the
+        // default.
+        if constexpr (std::is_same_v<F, std::string>) {
+          if (!row.contains(key)) {
+            field = "fixed";
+            return;
+          }
         }
+        if (zero_is_null && row.at(key).is_null()) {
+          field = F{};
+          return;
+        }
+        field = row.at(key).get<F>();
+      });
+      if (row_has(g.model, RowScope::kModel) && row.contains("val_rmse_posterior")) {
+        GpEvalResult v;
+        v.rmse_targets = row.at("val_rmse_targets").get<double>();
+        v.rmse_posterior = row.at("val_rmse_posterior").get<double>();
+        g.val = v;
       }
       r.rows.push_back(g);
     }
@@ -714,34 +720,18 @@ GpRunResult run_gp_single(const GpRunOptions& options) {
   GpModel model(options.model);
   GpTrainOptions train = options.train;
   train.data_seed = own.train;
-  if (!options.checkpoint_run_dir.empty()) {
-    // What a resumed training must share with the saved one (the model: its config.json).
-    const GpTaskOptions& t = options.task;
-    train.checkpoint_run_dir = options.checkpoint_run_dir;
-    train.stop_on_signal = true;
-    train.settings = {{"task",
-                       {{"n_points", t.n_points},
-                        {"lengthscale_min", t.lengthscale_min},
-                        {"lengthscale_max", t.lengthscale_max},
-                        {"noise_std", t.noise_std}}},
-                      {"train",
-                       {{"steps", train.steps},
-                        {"batch", train.batch},
-                        {"lr_max", train.lr_max},
-                        {"lr_min", train.lr_min},
-                        {"warmup_steps", train.warmup_steps},
-                        {"weight_decay", train.weight_decay},
-                        {"clip", train.clip}}},
-                      {"seed", options.seed},
-                      {"data_seed", train.data_seed}};
-  }
+  // Resumable: the trainer refuses to resume a checkpoint of other settings (the task, the budget,
+  // the learning rate, the seeds: train.* and the data's settings) or another model (config.json).
+  train.checkpoint_run_dir = options.checkpoint_run_dir;
+  train.stop_on_signal = !options.checkpoint_run_dir.empty();
   GpRunResult result;
   result.params = model->num_parameters();
   result.train = train_gp_model(model, options.task, train);
-  CEMFRAC_CHECK(!result.train.interrupted,
-                "{}: interrupted at step {}/{}; its checkpoint is {}: run the same command again "
-                "to resume",
-                train.label, result.train.steps, train.steps, result.train.checkpoint);
+  if (result.train.interrupted)
+    throw TrainingInterrupted(fmt::format(
+        "{}: interrupted at step {}/{}; its checkpoint is {}: run the same command again to "
+        "resume",
+        train.label, result.train.steps, train.steps, result.train.checkpoint));
   if (result.train.diverged) {
     result.status = "diverged";
     return result;

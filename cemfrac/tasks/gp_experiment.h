@@ -31,28 +31,30 @@ struct GpTrainOptions {
   // On a non-finite loss or gradient norm: throw cemfrac::Error (true), or stop and report the run
   // as diverged (false; a learning-rate grid treats a diverged value as a result, not a failure).
   bool throw_on_nonfinite = true;
-  // Resumable training (`cemfrac gp --one --checkpoints`, the GP jobs of `cemfrac compare`). With
-  // checkpoint_run_dir set, the whole training state (parameters, AdamW moments, the data stream's
-  // generator, the step, the running loss sums) is saved to <checkpoint_run_dir>/checkpoints/step-N
-  // (train/checkpoint.h's layout, atomic, the newest kept) every checkpoint_every steps and after
-  // the last step, and a training that finds a complete checkpoint there resumes from it: the
-  // result is bit for bit that of an uninterrupted run. `settings` (whatever the run's identity is:
-  // seeds, budget, learning rate) must equal the saved run's, and the model config its config.json,
-  // else one error line names the difference.
+  // Resumable training (`cemfrac gp --one --checkpoint-dir`, the GP jobs of `cemfrac compare`).
+  // GP training runs through the project's Trainer (train/trainer.h, GP data and the MSE loss).
+  // With checkpoint_run_dir set, it is a run directory of the trainer's: the whole training state
+  // (parameters, AdamW moments, the data stream's generator, the step, the recent losses) is saved
+  // to <checkpoint_run_dir>/checkpoints/step-N (the newest kept) every checkpoint_every steps and
+  // after the last step, beside metrics.jsonl and summary.json, and a training that finds a
+  // complete checkpoint there resumes from it: the result is bit for bit that of an uninterrupted
+  // run. The settings (train.* and the task's fields and data seed) must equal the saved run's and
+  // the model config its config.json, else one error line names the difference. Without it the
+  // training runs in memory and writes nothing.
   std::string checkpoint_run_dir;
   int64_t checkpoint_every = 0;  // 0: every max(1, steps / 20) steps
-  nlohmann::json settings = nlohmann::json::object();
   // With checkpoints: SIGINT/SIGTERM during training save a checkpoint after the current step and
   // stop (GpTrainResult::interrupted); a second signal gets the default action.
   bool stop_on_signal = false;
-  int64_t stop_at_step =
-      0;  // > 0 (with checkpoints): stop after this step as a signal would (tests)
+  // > 0 (with checkpoints): stop after this step as a signal would (tests).
+  int64_t stop_at_step = 0;
 };
 
 struct GpTrainResult {
   int64_t steps = 0;
-  double last_loss = 0;          // mean training MSE over the last min(50, steps) steps
-  double seconds = 0;            // wall time of the training loop
+  double last_loss = 0;          // mean training MSE over the last min(50, steps) steps (NaN
+                                 // when interrupted or diverged)
+  double seconds = 0;            // wall time of the training loop, across resumes
   bool diverged = false;         // only with throw_on_nonfinite = false
   int64_t diverged_at_step = 0;  // 1-based step whose loss or gradient norm was not finite
   int64_t resumed_from = 0;      // step of the checkpoint training resumed from (0: a fresh start)
@@ -165,8 +167,7 @@ struct GpRunOptions {
   int64_t test_seqs = 1024;         // 0: no test (a learning-rate grid run)
   uint64_t seed = 1;       // the init and the training stream: gp_seeds(seed).init / .train
   uint64_t eval_seed = 1;  // the validation and test sets: gp_seeds(eval_seed).val / .test
-  // Resumable training: see GpTrainOptions::checkpoint_run_dir (settings are derived from these
-  // options: the task, the budget, the learning rate, the seeds).
+  // Resumable training: see GpTrainOptions::checkpoint_run_dir.
   std::string checkpoint_run_dir;
 };
 
@@ -180,7 +181,8 @@ struct GpRunResult {
   double oracle_test_rmse = 0;              // the posterior mean against the noisy test targets
 };
 
-// Throws cemfrac::Error when the training was interrupted by a signal (its checkpoint saved).
+// Throws TrainingInterrupted (train/trainer.h) when the training was interrupted by a signal (its
+// checkpoint saved).
 GpRunResult run_gp_single(const GpRunOptions& options);
 nlohmann::json to_json(const GpRunResult& result, const GpRunOptions& options);
 

@@ -156,8 +156,7 @@ std::string generator_state(at::Generator& gen) {
   return base64_encode(std::string(static_cast<const char*>(state.data_ptr()), state.numel()));
 }
 
-void set_generator_state(at::Generator& gen, const std::string& base64,
-                         const std::string& source) {
+void set_generator_state(at::Generator& gen, const std::string& base64, const std::string& source) {
   const std::string bytes = base64_decode(base64, source);
   torch::Tensor state = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
   std::memcpy(state.data_ptr(), bytes.data(), bytes.size());
@@ -187,7 +186,7 @@ json trainer_state_to_json(const TrainerState& s) {
       {"step", s.step},
       {"tokens", s.tokens},
       {"data_seed", s.data_seed},
-      {"loader", {{"epoch", s.loader.epoch}, {"index", s.loader.index}}},
+      {"loader", s.loader},
       {"torch_rng", s.torch_rng},
       {"schedule",
        {{"kind", "cosine"},
@@ -202,6 +201,7 @@ json trainer_state_to_json(const TrainerState& s) {
       {"elapsed_s", s.elapsed_s},
       {"run", s.run.is_null() ? json::object() : s.run},
       {"world_size", s.world_size},
+      {"recent_losses", s.recent_losses},
   };
 }
 
@@ -221,9 +221,9 @@ TrainerState trainer_state_from_json(const json& j, const std::string& source) {
   s.step = field<int64_t>(j, "step", source);
   s.tokens = field<int64_t>(j, "tokens", source);
   s.data_seed = field<uint64_t>(j, "data_seed", source);
-  const json loader = field<json>(j, "loader", source);
-  s.loader.epoch = field<int64_t>(loader, "epoch", source);
-  s.loader.index = field<int64_t>(loader, "index", source);
+  s.loader = field<json>(j, "loader", source);
+  CEMFRAC_CHECK(s.loader.is_object(), "{}: field 'loader' has the wrong type ({})", source,
+                value_string(s.loader));
   s.torch_rng = field<std::string>(j, "torch_rng", source);
   const json schedule = field<json>(j, "schedule", source);
   CEMFRAC_CHECK(field<std::string>(schedule, "kind", source) == "cosine",
@@ -245,8 +245,13 @@ TrainerState trainer_state_from_json(const json& j, const std::string& source) {
   }
   if (j.contains("world_size")) s.world_size = field<int64_t>(j, "world_size", source);
   CEMFRAC_CHECK(s.world_size >= 1, "{}: world_size {} must be at least 1", source, s.world_size);
-  CEMFRAC_CHECK(s.step >= 0 && s.tokens >= 0 && s.loader.epoch >= 0 && s.loader.index >= 0,
-                "{}: negative step, token count or loader cursor", source);
+  if (j.contains("recent_losses")) {
+    s.recent_losses = field<std::vector<double>>(j, "recent_losses", source);
+    CEMFRAC_CHECK(static_cast<int64_t>(s.recent_losses.size()) <= kRecentLosses,
+                  "{}: {} recent losses, more than the {} kept", source, s.recent_losses.size(),
+                  kRecentLosses);
+  }
+  CEMFRAC_CHECK(s.step >= 0 && s.tokens >= 0, "{}: negative step or token count", source);
   return s;
 }
 

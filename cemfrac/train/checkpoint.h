@@ -16,7 +16,6 @@
 #include <string>
 #include <vector>
 
-#include "cemfrac/data/loader.h"
 #include "cemfrac/data/tokenizer.h"
 #include "cemfrac/io/safetensors.h"
 #include "cemfrac/train/schedule.h"
@@ -40,10 +39,12 @@ inline constexpr const char* kCheckpointBuffersFile = "buffers.safetensors";
 
 // trainer.json: everything besides tensors that resuming needs.
 struct TrainerState {
-  int64_t step = 0;         // optimizer steps completed
-  int64_t tokens = 0;       // training tokens consumed (all ranks)
-  uint64_t data_seed = 0;   // seed of the data order (the loader's permutation)
-  LoaderState loader;       // cursor of the next batch (rank 0's; every rank's index is the same)
+  int64_t step = 0;        // optimizer steps completed
+  int64_t tokens = 0;      // training tokens consumed (all ranks)
+  uint64_t data_seed = 0;  // seed of the data order (the loader's permutation)
+  // The training data's cursor of the next batch (TrainingData::state(): an object; LM data:
+  // {"epoch", "index"} of the token loader, the same on every rank).
+  nlohmann::json loader = nlohmann::json::object();
   std::string torch_rng;    // CPU generator state, base64 (dropout and other torch sampling)
   CosineSchedule schedule;  // the schedule the run follows (lr is a function of the step)
   double lr = 0;            // lr of the last step taken
@@ -56,7 +57,11 @@ struct TrainerState {
   // checkpoints.
   nlohmann::json run = nlohmann::json::object();
   int64_t world_size = 1;  // data-parallel ranks of the run (train/distributed.h); 1 when absent
+  // The training losses of the last kRecentLosses steps, oldest first ([] in older checkpoints):
+  // TrainResult::recent_loss, the mean over them, survives a resume exactly.
+  std::vector<double> recent_losses;
 };
+inline constexpr int64_t kRecentLosses = 50;
 
 nlohmann::json trainer_state_to_json(const TrainerState& state);
 // Throws cemfrac::Error naming `source` for another format, another version or missing fields.

@@ -45,9 +45,14 @@ struct TrainConfig {
   bool dyadic = true;                // CoFrGeNet ladder depth i trains from step ceil(t (1 - 2^-i))
   bool dist_overlap = true;          // data parallel: all-reduce gradients during backward
 
+  // OnCheckpoint::kMayChange marks the settings a resumed run may change (train --resume): they
+  // alter no parameter update (steps stretches the schedule from the resumed step on, which the
+  // resume warns about). Every other field is part of the run's identity: a resume that changes it
+  // is refused (Trainer::run_settings).
   template <typename Visitor>
   void visit_fields(Visitor& v) {
-    v("steps", steps, "Optimizer steps");
+    constexpr OnCheckpoint kMayChange = OnCheckpoint::kMayChange;
+    v("steps", steps, "Optimizer steps", kMayChange);
     v("micro_batch", micro_batch, "Sequences per forward/backward pass");
     v("seq_len", seq_len, "Tokens per training sequence (0 = model.context)");
     v("tokens_per_step", tokens_per_step, "Tokens per optimizer step (0 = one micro-batch)");
@@ -60,15 +65,20 @@ struct TrainConfig {
     v("adam_eps", adam_eps, "AdamW epsilon");
     v("grad_clip", grad_clip, "Clip the global gradient norm to this (0 = off)");
     v("seed", seed, "Seed of initialisation and data order");
-    v("log_every", log_every, "Write a metrics line every N steps");
-    v("eval_every", eval_every, "Evaluate on the validation split every N steps (0 = at the end)");
-    v("eval_tokens", eval_tokens, "Validation tokens per evaluation (0 = the whole split)");
-    v("checkpoint_every", checkpoint_every, "Checkpoint every N steps (0 = at the end)");
-    v("keep_checkpoints", keep_checkpoints, "Number of checkpoints kept");
-    v("out", out, "Run directory");
+    v("log_every", log_every, "Write a metrics line every N steps", kMayChange);
+    v("eval_every", eval_every, "Evaluate on the validation split every N steps (0 = at the end)",
+      kMayChange);
+    v("eval_tokens", eval_tokens, "Validation tokens per evaluation (0 = the whole split)",
+      kMayChange);
+    v("checkpoint_every", checkpoint_every, "Checkpoint every N steps (0 = at the end)",
+      kMayChange);
+    v("keep_checkpoints", keep_checkpoints, "Number of checkpoints kept", kMayChange);
+    v("out", out, "Run directory", kMayChange);
     v("dyadic", dyadic, "CoFrGeNet dyadic schedule: ladder depth i trains from step t (1 - 2^-i)");
+    // The same bits either way (tests/dist): only when communication happens changes.
     v("dist_overlap", dist_overlap,
-      "Data parallel: all-reduce gradient buckets during backward (false: after backward)");
+      "Data parallel: all-reduce gradient buckets during backward (false: after backward)",
+      kMayChange);
   }
 };
 

@@ -21,6 +21,7 @@
 #include "cemfrac/io/safetensors.h"
 #include "cemfrac/layers/cofrgenet/dyadic.h"
 #include "cemfrac/train/distributed.h"
+#include "cemfrac/train/token_data.h"
 
 namespace cemfrac {
 namespace fs = std::filesystem;
@@ -47,19 +48,6 @@ std::string format_rate(double tokens_per_s) {
   return fmt::format("{:.0f}", tokens_per_s);
 }
 
-std::shared_ptr<const ShardReader> open_split(const std::string& data_dir, const char* split,
-                                              const TrainerOptions& options, int64_t vocab_size) {
-  const std::string path = (fs::path(data_dir) / (std::string(split) + ".bin")).string();
-  CEMFRAC_CHECK(fs::is_regular_file(path),
-                "{}: no such file; data.path must be a directory written by `cemfrac prepare`",
-                path);
-  ShardCheck check;
-  check.tokenizer = options.tokenizer;
-  check.model_vocab_size = vocab_size;
-  check.verify_tokens = options.verify_data;
-  return open_token_shard(path, check);
-}
-
 // The directory of the run a checkpoint belongs to (<run>/checkpoints/step-N -> <run>); "" for a
 // checkpoint directory that is not inside a checkpoints/ folder.
 std::string run_dir_of_checkpoint(const std::string& checkpoint) {
@@ -75,16 +63,35 @@ bool same_path(const std::string& a, const std::string& b) {
   return pa == pb;
 }
 
-// Settings a resumed run may change: they do not alter the sequence of parameter updates (steps
-// stretches the learning-rate schedule from the resumed step on, which is said in the warning).
-const char* const kResumeSafeSettings[] = {
-    "train.steps",       "train.log_every",        "train.eval_every",
-    "train.eval_tokens", "train.checkpoint_every", "train.keep_checkpoints"};
+// The train.* settings of a run as {"train.key": value} (visit_fields), and the keys marked
+// OnCheckpoint::kMayChange (the ones a resume may change). train.out is where the run is, not what
+// it is: not a setting.
+struct SettingsCollector {
+  json* settings;
+  std::vector<std::string>* may_change;
+  template <typename F>
+  void operator()(const char* key, F& value, const char*, OnCheckpoint use = OnCheckpoint::kFixed) {
+    if (std::string(key) == "out") return;
+    const std::string name = std::string("train.") + key;
+    if (settings == nullptr) {
+    } else if constexpr (HasEnumNames<F>::value) {
+      (*settings)[name] = enum_name(value);
+    } else {
+      (*settings)[name] = value;
+    }
+    if (may_change != nullptr && use == OnCheckpoint::kMayChange) may_change->push_back(name);
+  }
+};
 
 bool resume_safe(const std::string& key) {
-  for (const char* k : kResumeSafeSettings)
-    if (key == k) return true;
-  return false;
+  static const std::vector<std::string> keys = [] {
+    std::vector<std::string> k;
+    SettingsCollector collector{nullptr, &k};
+    TrainConfig probe;
+    probe.visit_fields(collector);
+    return k;
+  }();
+  return std::find(keys.begin(), keys.end(), key) != keys.end();
 }
 
 bool same_setting(const json& a, const json& b) {
@@ -124,7 +131,7 @@ void seed_everything(uint64_t seed) {
 TrainModel make_train_model(LmModel model) {
   TrainModel tm;
   tm.module = model.ptr();
-  tm.logits = [model](const torch::Tensor& tokens) mutable { return model->forward(tokens); };
+  tm.forward = [model](const torch::Tensor& tokens) mutable { return model->forward(tokens); };
   tm.params = model->parameter_table();
   tm.config = to_json(model->config());
   tm.context = model->config().context;
@@ -146,11 +153,17 @@ bool Trainer::stop_requested() const {
 Trainer::Trainer(TrainModel model, TrainerOptions options)
     : model_(std::move(model)), options_(std::move(options)) {
   const TrainConfig& t = options_.train;
-  TORCH_INTERNAL_ASSERT(model_.module && model_.logits, "TrainModel needs a module and logits");
+  TORCH_INTERNAL_ASSERT(model_.module && model_.forward, "TrainModel needs a module and forward");
   set_data_parallel_layout(options_);
   // The [train] checks of a run config (one set of checks and messages, run_config.cpp), for
   // options built in code as well.
-  if (auto p = train_config_problem(t, model_.context)) fail("{}", p->message);
+  {
+    TrainConfig checked = t;
+    if (!options_.write_files) checked.out = "(in memory)";  // no run directory to name
+    if (auto p = train_config_problem(checked, model_.context)) fail("{}", p->message);
+  }
+  CEMFRAC_CHECK(options_.write_files || options_.resume.empty(),
+                "a training in memory (no run directory) cannot resume {}", options_.resume);
   seq_len_ = t.seq_len > 0 ? t.seq_len : model_.context;
   CEMFRAC_CHECK(seq_len_ >= 1,
                 "train.seq_len = {} and the model has no context length; set "
@@ -171,19 +184,22 @@ Trainer::Trainer(TrainModel model, TrainerOptions options)
   tokens_per_step_ = accum_ * micro_tokens * options_.world_size;
   schedule_ = CosineSchedule{t.lr_max, t.lr_min, t.warmup_steps, t.steps};
 
-  train_shard_ = open_split(options_.data_dir, "train", options_, model_.vocab_size);
-  val_shard_ = open_split(options_.data_dir, "val", options_, model_.vocab_size);
-  CEMFRAC_CHECK(val_shard_->size() > static_cast<uint64_t>(seq_len_),
-                "{}: {} tokens, fewer than one validation window of seq_len + 1 = {}",
-                val_shard_->path(), val_shard_->size(), seq_len_ + 1);
-  LoaderOptions lo;
-  lo.batch_size = t.micro_batch;
-  lo.seq_len = seq_len_;
-  lo.seed = t.seed;
-  // The loader reads the global stream; train_step skips the other ranks' windows.
-  lo.rank = 0;
-  lo.world_size = 1;
-  loader_ = std::make_unique<TokenLoader>(train_shard_, lo);
+  data_ = options_.data;
+  if (!data_) {
+    TokenDataOptions token;
+    token.dir = options_.data_dir;
+    token.tokenizer = options_.tokenizer;
+    token.verify = options_.verify_data;
+    token.model_vocab_size = model_.vocab_size;
+    data_ = std::make_shared<TokenData>(token);
+  }
+  loss_ = options_.loss ? options_.loss : cross_entropy_loss();
+  DataLayout layout;
+  layout.micro_batch = t.micro_batch;
+  layout.seq_len = seq_len_;
+  layout.seed = t.seed;
+  layout.eval_tokens = t.eval_tokens;
+  data_->open(layout);
 
   AdamWConfig ac;
   ac.lr = schedule_.lr(0);
@@ -205,6 +221,7 @@ Trainer::Trainer(TrainModel model, TrainerOptions options)
   state_.data_seed = t.seed;
   state_.schedule = schedule_;
   if (options_.resume.empty()) {
+    if (!options_.write_files) return;
     CEMFRAC_CHECK(list_checkpoints(t.out).empty(),
                   "{} already holds checkpoints; pass --resume {} to continue that run or choose "
                   "another train.out",
@@ -222,18 +239,7 @@ Trainer::Trainer(TrainModel model, TrainerOptions options)
   LoadOptions load;
   load.expected_config = &model_.config;
   Checkpoint ckpt = load_checkpoint(dir, load);
-  if (options_.tokenizer != nullptr && ckpt.has_tokenizer) {
-    // The shards were checked against the data's tokenizer; the run must have been trained with it.
-    const auto saved = load_tokenizer((fs::path(dir) / kCheckpointTokenizerDir).string());
-    const Tokenizer& now = *options_.tokenizer;
-    CEMFRAC_CHECK(
-        saved->id() == now.id() && saved->vocab_size() == now.vocab_size() &&
-            saved->eot_id() == now.eot_id(),
-        "--resume {}: the checkpoint's tokenizer ('{}', {} ids, end-of-text {}) is not the "
-        "data's ('{}', {} ids, end-of-text {}); resume with the data the run was trained on",
-        dir, saved->id(), saved->vocab_size(), saved->eot_id(), now.id(), now.vocab_size(),
-        now.eot_id());
-  }
+  data_->check_checkpoint(dir);
   std::vector<NamedTarget> targets;
   for (const auto& [name, tensor] : parameters_by_name(*model_.module, model_.params))
     targets.push_back({name, tensor});
@@ -255,12 +261,9 @@ Trainer::Trainer(TrainModel model, TrainerOptions options)
   const std::string trainer_json = (fs::path(dir) / kCheckpointTrainerFile).string();
   check_resume_settings(trainer_json);
   set_torch_rng_state(state_.torch_rng, trainer_json);
-  loader_ = std::make_unique<TokenLoader>(train_shard_, [&] {
-    LoaderOptions o = lo;
-    o.seed = state_.data_seed;
-    return o;
-  }());
-  loader_->restore(state_.loader);
+  // check_resume_settings refused another train.seed, so the data order is the saved one.
+  TORCH_INTERNAL_ASSERT(state_.data_seed == t.seed);
+  data_->restore(state_.loader, trainer_json);
   state_.schedule = schedule_;  // the current config's schedule (it may extend the run)
   last_checkpoint_ = dir;
 }
@@ -268,35 +271,17 @@ Trainer::Trainer(TrainModel model, TrainerOptions options)
 Trainer::~Trainer() = default;
 
 json Trainer::run_settings() const {
-  const TrainConfig& t = options_.train;
-  const ShardHeader& data = train_shard_->header();
+  json settings = json::object();
+  SettingsCollector collector{&settings, nullptr};
+  TrainConfig t = options_.train;
+  t.visit_fields(collector);
   // Resolved values (seq_len 0 -> the context; tokens_per_step 0 -> one micro-batch), so writing a
   // default out explicitly is no change.
-  return json{
-      {"train.seq_len", seq_len_},
-      {"train.micro_batch", t.micro_batch},
-      {"train.tokens_per_step", accum_ * t.micro_batch * seq_len_},
-      {"world_size", options_.world_size},
-      {"train.seed", t.seed},
-      {"train.lr_max", t.lr_max},
-      {"train.lr_min", t.lr_min},
-      {"train.warmup_steps", t.warmup_steps},
-      {"train.weight_decay", t.weight_decay},
-      {"train.beta1", t.beta1},
-      {"train.beta2", t.beta2},
-      {"train.adam_eps", t.adam_eps},
-      {"train.grad_clip", t.grad_clip},
-      {"train.dyadic", t.dyadic},
-      {"data train.bin tokens", data.token_count},
-      {"data train.bin crc32", data.tokens_crc32},
-      {"data tokenizer", data.tokenizer_id},
-      {"train.steps", t.steps},
-      {"train.log_every", t.log_every},
-      {"train.eval_every", t.eval_every},
-      {"train.eval_tokens", t.eval_tokens},
-      {"train.checkpoint_every", t.checkpoint_every},
-      {"train.keep_checkpoints", t.keep_checkpoints},
-  };
+  settings["train.seq_len"] = seq_len_;
+  settings["train.tokens_per_step"] = accum_ * t.micro_batch * seq_len_;
+  settings["world_size"] = options_.world_size;
+  settings.update(data_->settings());
+  return settings;
 }
 
 void Trainer::check_resume_settings(const std::string& source) {
@@ -330,37 +315,30 @@ void Trainer::check_resume_settings(const std::string& source) {
   state_.run = now;
 }
 
-double Trainer::evaluate() {
+std::optional<double> Trainer::evaluate() {
+  const int64_t batches = data_->validation_batches();
+  if (batches == 0) return std::nullopt;
   torch::NoGradGuard no_grad;
   model_.module->eval();
-  const int64_t S = seq_len_, B = options_.train.micro_batch;
-  const int64_t available = static_cast<int64_t>((val_shard_->size() - 1) / S);
-  const int64_t eval_tokens = options_.train.eval_tokens;
-  const int64_t windows =
-      eval_tokens > 0 ? std::min(available, (eval_tokens + S - 1) / S) : available;
-  const int64_t batches = (windows + B - 1) / B;
-  std::vector<double> sums(static_cast<size_t>(batches), 0.0);
+  // Per batch: the float64 sum of its losses and its number of targets.
+  std::vector<double> sums(static_cast<size_t>(2 * batches), 0.0);
   for (int64_t k = options_.rank; k < batches; k += options_.world_size) {
-    const int64_t first = k * B;
-    const int64_t b = std::min(B, windows - first);
-    torch::Tensor window = torch::empty({b, S + 1}, torch::kInt64);
-    for (int64_t i = 0; i < b; ++i)
-      val_shard_->copy_to(static_cast<uint64_t>((first + i) * S), static_cast<uint64_t>(S + 1),
-                          window.data_ptr<int64_t>() + i * (S + 1));
-    const torch::Tensor on_device = window.to(model_.device);
-    const torch::Tensor logits =
-        model_.logits(on_device.narrow(1, 0, S).contiguous());  // (b, S, V)
-    const torch::Tensor losses = torch::cross_entropy_loss(
-        logits.reshape({b * S, -1}), on_device.narrow(1, 1, S).reshape({b * S}), /*weight=*/{},
-        at::Reduction::None, /*ignore_index=*/-100, /*label_smoothing=*/0.0);
-    sums[static_cast<size_t>(k)] = losses.to(torch::kFloat64).sum().item<double>();
+    const TrainBatch batch = data_->validation_batch(k);
+    const torch::Tensor output = model_.forward(batch.inputs.to(model_.device));
+    const torch::Tensor losses =
+        loss_(output, batch.targets.to(model_.device), at::Reduction::None);
+    sums[static_cast<size_t>(2 * k)] = losses.to(torch::kFloat64).sum().item<double>();
+    sums[static_cast<size_t>(2 * k + 1)] = static_cast<double>(losses.numel());
   }
   // Each entry is non-zero on one rank only, so the sum over ranks is exact (x + 0 = x).
   if (distributed()) sums = options_.dist->allreduce_sum(sums, "validation loss", false);
-  double total = 0;
-  for (double s : sums) total += s;
+  double total = 0, count = 0;
+  for (int64_t k = 0; k < batches; ++k) {
+    total += sums[static_cast<size_t>(2 * k)];
+    count += sums[static_cast<size_t>(2 * k + 1)];
+  }
   model_.module->train();
-  return total / static_cast<double>(windows * S);
+  return total / count;
 }
 
 void Trainer::begin_step(int64_t step) {
@@ -377,33 +355,30 @@ void Trainer::begin_step(int64_t step) {
 double Trainer::train_step(double* grad_norm) {
   model_.module->train();
   optimizer_->zero_grad();
-  step_position_ = loader_->state();
-  const int64_t block = accum_ * options_.train.micro_batch;  // windows per rank and step
-  loader_->skip(options_.rank * block);
+  step_position_ = data_->state();
+  const int64_t block = accum_ * options_.train.micro_batch;  // rows per rank and step
+  if (options_.rank > 0) data_->skip(options_.rank * block);
   double loss_sum = 0;
   for (int64_t a = 0; a < accum_; ++a) {
-    Batch batch = loader_->next();
-    const torch::Tensor logits = model_.logits(batch.inputs.to(model_.device));  // (B, S, V)
-    const int64_t V = logits.size(-1);
-    // Every micro-batch has B x S targets, so the step's loss is the mean of the micro-batch means;
-    // dividing before backward makes the accumulated gradient that mean's gradient.
-    // The ATen op's defaults (no weight, mean, ignore_index -100, no smoothing) are
-    // torch::nn::functional::cross_entropy's.
-    const torch::Tensor loss = torch::cross_entropy_loss(
-        logits.reshape({-1, V}), batch.targets.to(model_.device).reshape({-1}));
+    const TrainBatch batch = data_->next();
+    const torch::Tensor output = model_.forward(batch.inputs.to(model_.device));
+    // Every micro-batch has as many targets, so the step's loss is the mean of the micro-batch
+    // means; dividing before backward makes the accumulated gradient that mean's gradient.
+    const torch::Tensor loss = loss_(output, batch.targets.to(model_.device), at::Reduction::Mean);
     // Overlapped all-reduce: only the last micro-batch's backward launches communication.
     if (reducer_ && a == accum_ - 1) reducer_->arm(state_.step + 1);
     (loss / static_cast<double>(accum_)).backward();
     loss_sum += loss.item<double>();
   }
-  loader_->skip((options_.world_size - 1 - options_.rank) * block);
+  const int64_t after = (options_.world_size - 1 - options_.rank) * block;
+  if (after > 0) data_->skip(after);
   if (distributed()) loss_sum = reduce_step(loss_sum, g_stop_requested.load());
   *grad_norm = clip_grad_norm(optimizer_->trainable(), options_.train.grad_clip);
   return loss_sum / static_cast<double>(accum_ * options_.world_size);
 }
 
 std::string Trainer::write_checkpoint() {
-  if (options_.rank != 0) return last_checkpoint_;
+  if (options_.rank != 0 || !options_.write_files) return last_checkpoint_;
   CheckpointContents c;
   for (const auto& [name, tensor] : parameters_by_name(*model_.module, model_.params))
     c.model[name] = tensor;
@@ -411,18 +386,18 @@ std::string Trainer::write_checkpoint() {
   c.optimizer = optimizer_->state_tensors();
   c.optimizer_metadata = optimizer_->state_metadata();
   state_.torch_rng = torch_rng_state();
-  state_.loader = loader_->state();
+  state_.loader = data_->state();
   if (state_.run.empty()) state_.run = run_settings();
   state_.world_size = options_.world_size;
   c.trainer = state_;
   c.config = model_.config;
-  c.tokenizer = options_.tokenizer;
+  c.tokenizer = data_->tokenizer();
   last_checkpoint_ = save_checkpoint(options_.train.out, c, options_.train.keep_checkpoints);
   return last_checkpoint_;
 }
 
 void Trainer::append_metrics(const StepMetrics& m) {
-  if (options_.rank != 0) return;
+  if (options_.rank != 0 || !options_.write_files) return;
   const std::string path = (fs::path(options_.train.out) / "metrics.jsonl").string();
   std::ofstream out(path, std::ios::app);
   CEMFRAC_CHECK(out.good(), "cannot append to {}", path);
@@ -432,7 +407,7 @@ void Trainer::append_metrics(const StepMetrics& m) {
 }
 
 void Trainer::write_summary(const std::string& status, const std::string& report) {
-  if (options_.rank != 0) return;
+  if (options_.rank != 0 || !options_.write_files) return;
   json j = json::object();
   j["status"] = status;
   j["step"] = state_.step;
@@ -458,10 +433,10 @@ TrainResult Trainer::run() {
   const bool fresh = state_.step == 0 && last_checkpoint_.empty();
   if (fresh) torch::manual_seed(t.seed);
   g_stop_requested.store(false);
-  ScopedStopSignals signals(options_.handle_signals, on_stop_signal);
+  ScopedStopSignals signals(options_.handle_signals && options_.write_files, on_stop_signal);
   if (distributed()) start_data_parallel();
 
-  if (options_.rank == 0) {
+  if (options_.rank == 0 && options_.write_files) {
     std::error_code ec;
     fs::create_directories(t.out, ec);
     CEMFRAC_CHECK(fs::is_directory(t.out), "cannot create the run directory {}{}", t.out,
@@ -472,7 +447,7 @@ TrainResult Trainer::run() {
   try {
     // metrics.jsonl: a fresh run starts it; a resumed one keeps the lines up to its checkpoint's
     // step (a killed run may have logged steps after it, which are about to be redone).
-    if (options_.rank == 0) {
+    if (options_.rank == 0 && options_.write_files) {
       const std::string path = (fs::path(t.out) / "metrics.jsonl").string();
       std::string kept;
       if (!fresh && fs::exists(path)) {
@@ -524,15 +499,16 @@ TrainResult Trainer::run_loop() {
     if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
       if (tty) std::cerr << "\n";
       const std::string report = fmt::format(
-          "training stopped at step {}/{}: non-finite {} (loss {}, grad norm {}) at lr {:.6g}, "
-          "batch position epoch {} window {} ({} micro-batch(es) of {}); the step was not applied "
-          "and nothing was saved; last good checkpoint: {}",
-          state_.step + 1, t.steps, std::isfinite(loss) ? "gradient norm" : "loss", loss, grad_norm,
-          lr, step_position_.epoch, step_position_.index, accum_, t.micro_batch,
+          "{}training stopped at step {}/{}: non-finite {} (loss {}, grad norm {}) at lr {:.6g}, "
+          "batch position {} ({} micro-batch(es) of {}); the step was not applied and nothing "
+          "was saved; last good checkpoint: {}",
+          options_.label.empty() ? "" : options_.label + ": ", state_.step + 1, t.steps,
+          std::isfinite(loss) ? "gradient norm" : "loss", loss, grad_norm, lr,
+          data_->describe(step_position_), accum_, t.micro_batch,
           last_checkpoint_.empty() ? "none" : last_checkpoint_);
       state_.elapsed_s = elapsed_before + seconds_since(session_start);
       write_summary("diverged", report);
-      throw TrainingDiverged(report);
+      throw TrainingDiverged(report, state_.step + 1);
     }
     optimizer_->step();
     const double step_s = seconds_since(step_start);
@@ -540,6 +516,9 @@ TrainResult Trainer::run_loop() {
     state_.tokens += tokens_per_step_;
     state_.lr = lr;
     state_.last_loss = loss;
+    state_.recent_losses.push_back(loss);
+    if (static_cast<int64_t>(state_.recent_losses.size()) > kRecentLosses)
+      state_.recent_losses.erase(state_.recent_losses.begin());
 
     StepMetrics m;
     m.step = state_.step;
@@ -551,9 +530,11 @@ TrainResult Trainer::run_loop() {
     const bool stopping = stop_requested() || state_.step == last_step;
     if ((t.eval_every > 0 && state_.step % t.eval_every == 0) || state_.step == t.steps) {
       m.val_loss = evaluate();
-      state_.last_val_loss = m.val_loss;
-      if (!state_.best_val_loss || *m.val_loss < *state_.best_val_loss)
-        state_.best_val_loss = m.val_loss;
+      if (m.val_loss) {
+        state_.last_val_loss = m.val_loss;
+        if (!state_.best_val_loss || *m.val_loss < *state_.best_val_loss)
+          state_.best_val_loss = m.val_loss;
+      }
     }
     state_.elapsed_s = elapsed_before + seconds_since(session_start);
     m.elapsed_s = state_.elapsed_s;
@@ -563,7 +544,9 @@ TrainResult Trainer::run_loop() {
         (tty || state_.step % t.log_every == 0 || stopping)) {
       const double per_step =
           seconds_since(session_start) / static_cast<double>(state_.step - first_step);
-      std::string line = fmt::format("step {}/{} | loss {:.4f}", state_.step, t.steps, loss);
+      std::string line = fmt::format("{}step {}/{} | loss {:.4f}",
+                                     options_.label.empty() ? "" : options_.label + ": ",
+                                     state_.step, t.steps, loss);
       if (m.val_loss) line += fmt::format(" | val {:.4f}", *m.val_loss);
       line += fmt::format(" | lr {:.2e} | norm {:.3f} | {} tok/s | ETA {}", lr, grad_norm,
                           format_rate(m.tokens_per_s),
@@ -597,6 +580,9 @@ TrainResult Trainer::run_loop() {
   r.last_loss = state_.last_loss.value_or(0.0);
   r.last_val_loss = state_.last_val_loss;
   r.best_val_loss = state_.best_val_loss;
+  for (double l : state_.recent_losses) r.recent_loss += l;
+  if (!state_.recent_losses.empty())
+    r.recent_loss /= static_cast<double>(state_.recent_losses.size());
   r.last_checkpoint = last_checkpoint_;
   r.elapsed_s = state_.elapsed_s;
   return r;

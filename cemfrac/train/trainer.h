@@ -1,7 +1,9 @@
 // The training loop: gradient accumulation, clipping, AdamW groups, the cosine schedule,
 // validation, metrics (<run>/metrics.jsonl), progress on stderr, checkpoints (train/checkpoint.h),
-// the NaN/Inf guard, SIGINT/SIGTERM and exact resume. Generic over the model: it sees a TrainModel,
-// so any torch::nn::Module with a logits function and a parameter table plugs in. For LmModel:
+// the NaN/Inf guard, SIGINT/SIGTERM and exact resume. Generic over the model and the data: it sees
+// a TrainModel (any torch::nn::Module with a forward function and a parameter table) and a
+// TrainingData with a loss (train/training_data.h: LM token shards with cross-entropy, the GP
+// task's batches with MSE, ...). For an LmModel on a prepared dataset:
 //
 //   seed_everything(run.train.seed);             // deterministic init
 //   TrainModel tm = make_train_model(LmModel(run.model));
@@ -9,10 +11,12 @@
 //   opt.tokenizer = tokenizer.get();  opt.resume = resume_arg;      // "" for a fresh run
 //   TrainResult r = Trainer(std::move(tm), opt).run();               // throws TrainingDiverged
 //
+// Another source: opt.data = std::make_shared<MyData>(...); opt.loss = mse_loss();
+//
 // Determinism: a fresh run seeds torch with train.seed at the start of run(); the data order comes
-// from the loader's own PRNG seeded with train.seed. Resuming restores parameters, AdamW state, the
-// torch RNG, the loader cursor and the step, so every later step's loss equals the uninterrupted
-// run's bit for bit at the same thread count.
+// from the data's own cursor (LM: the loader's PRNG seeded with train.seed). Resuming restores
+// parameters, AdamW state, the torch RNG, the data cursor and the step, so every later step's loss
+// equals the uninterrupted run's bit for bit at the same thread count.
 #pragma once
 #include <torch/nn/module.h>
 #include <torch/types.h>
@@ -27,13 +31,13 @@
 #include <vector>
 
 #include "cemfrac/core/check.h"
-#include "cemfrac/data/loader.h"
 #include "cemfrac/data/tokenizer.h"
 #include "cemfrac/model/lm_model.h"  // ParamInfo
 #include "cemfrac/train/checkpoint.h"
 #include "cemfrac/train/optimizer.h"
 #include "cemfrac/train/run_config.h"  // TrainConfig
 #include "cemfrac/train/schedule.h"
+#include "cemfrac/train/training_data.h"
 
 namespace cemfrac {
 
@@ -43,7 +47,8 @@ class GradientReducer;  // train/distributed.h
 // What the trainer needs of a model.
 struct TrainModel {
   std::shared_ptr<torch::nn::Module> module;  // named_parameters() keys are the ParamInfo names
-  std::function<torch::Tensor(const torch::Tensor&)> logits;  // (B, N) int64 -> (B, N, V) float
+  // TrainBatch::inputs -> the output the loss takes (LmModel: (B, N) int64 -> (B, N, V) logits).
+  std::function<torch::Tensor(const torch::Tensor&)> forward;
   std::vector<ParamInfo> params;  // one entry per distinct tensor; also the checkpoint keys
   nlohmann::json config;          // the architecture, saved as config.json
   int64_t context = 0;            // longest sequence the model takes (train.seq_len = 0 uses it)
@@ -56,7 +61,7 @@ struct TrainModel {
   std::vector<std::pair<std::string, torch::Tensor>> buffers;
 };
 
-// The TrainModel of an LmModel (it shares the module): logits = forward, params =
+// The TrainModel of an LmModel (it shares the module): forward = the logits, params =
 // parameter_table(), config = to_json(config()), context and vocab_size from the config, buffers =
 // state_buffers().
 //
@@ -85,6 +90,10 @@ class Trainer;
 
 struct TrainerOptions {
   TrainConfig train;
+  // What to train on. Null: token shards (TokenData, train/token_data.h) from the three fields
+  // below, with the cross-entropy loss.
+  std::shared_ptr<TrainingData> data;
+  LossFn loss;           // empty: cross_entropy_loss()
   std::string data_dir;  // prepared dataset: train.bin and val.bin (docs/formats.md)
   const Tokenizer* tokenizer = nullptr;  // saved into every checkpoint when given; the shards'
                                          // headers must name it (open_token_shard)
@@ -98,6 +107,10 @@ struct TrainerOptions {
   DistContext* dist = nullptr;
   bool handle_signals = true;  // SIGINT/SIGTERM: finish the step, checkpoint, return kInterrupted
   bool progress = true;        // progress line on stderr
+  std::string label;           // prefix of the progress line ("<label>: step k/N | ..."), or none
+  // false: train in memory, writing nothing (no run directory, checkpoints, metrics or summary;
+  // train.out is ignored, resume and signal stops are not available).
+  bool write_files = true;
   // Stop after this many completed steps (0 = train.steps), writing a checkpoint as on a signal;
   // the schedule still spans train.steps. For time-boxed runs and resume tests.
   int64_t stop_at_step = 0;
@@ -121,13 +134,27 @@ struct TrainResult {
   double last_loss = 0;
   std::optional<double> last_val_loss;
   std::optional<double> best_val_loss;
+  // Mean training loss of the last min(kRecentLosses, step) steps, in step order (0 before a step).
+  double recent_loss = 0;
   std::string last_checkpoint;  // "" when none was written
   double elapsed_s = 0;
 };
 
 // A non-finite loss or gradient norm. what() is the one-line report (step, lr, batch position, the
-// last good checkpoint); nothing was saved for the failing step.
+// last good checkpoint); nothing was saved for the failing step, which is step() (1-based).
 class TrainingDiverged : public Error {
+ public:
+  TrainingDiverged(const std::string& report, int64_t step) : Error(report), step_(step) {}
+  int64_t step() const { return step_; }
+
+ private:
+  int64_t step_ = 0;
+};
+
+// A training stopped by SIGINT/SIGTERM after saving its checkpoint, for callers that report it as
+// an exception (the GP task); the CLI prints what() as a plain line and exits kExitInterrupted (3),
+// as `train` does. Trainer::run() itself returns TrainStatus::kInterrupted.
+class TrainingInterrupted : public Error {
  public:
   using Error::Error;
 };
@@ -143,16 +170,17 @@ class Trainer {
   // under train.out. Throws TrainingDiverged on a non-finite loss or gradient norm.
   TrainResult run();
 
-  // Mean validation loss (nats per token) over the first eval_tokens of val.bin (0 = all), cut into
-  // consecutive windows of seq_len + 1 tokens at stride seq_len: the same tokens every time. Data
-  // parallel: batch k of micro_batch windows is computed by rank k mod world, and the per-batch
-  // float64 sums are summed in batch order on every rank, so the value equals the 1-rank value bit
-  // for bit (same thread count).
-  double evaluate();
+  // Mean validation loss per target over the data's validation batches (LM: nats per token over
+  // the first eval_tokens of val.bin), nullopt when the data has none. Data parallel: batch k is
+  // computed by rank k mod world, and the per-batch float64 sums are summed in batch order on
+  // every rank, so the value equals the 1-rank value bit for bit (same thread count).
+  std::optional<double> evaluate();
 
   Optimizer& optimizer() { return *optimizer_; }
   const TrainModel& model() const { return model_; }
+  TrainingData& data() { return *data_; }
   int64_t step() const { return state_.step; }
+  double elapsed_s() const { return state_.elapsed_s; }  // training wall time, across resumes
   int64_t seq_len() const { return seq_len_; }
   int64_t accumulation_steps() const { return accum_; }
   const std::string& run_dir() const { return options_.train.out; }
@@ -173,9 +201,9 @@ class Trainer {
   // Data parallel (trainer_dist.cpp): a no-op in one process.
   bool distributed() const;
   void start_data_parallel();  // config hash check, parameters from rank 0
-  double reduce_step(double loss_sum,
-                     bool stop);  // gradients and loss over ranks; sets stop_agreed_
-  bool stop_requested() const;    // the signal flag, agreed by all ranks
+  // Gradients and loss over ranks; sets stop_agreed_.
+  double reduce_step(double loss_sum, bool stop);
+  bool stop_requested() const;  // the signal flag, agreed by all ranks
   bool stop_agreed_ = false;
   std::unique_ptr<GradientReducer> reducer_;  // train.dist_overlap: armed before the last backward
 
@@ -185,14 +213,13 @@ class Trainer {
   int64_t accum_ = 1;
   int64_t tokens_per_step_ = 0;  // all ranks
   CosineSchedule schedule_;
-  std::shared_ptr<const ShardReader> train_shard_;
-  std::shared_ptr<const ShardReader> val_shard_;
-  std::unique_ptr<TokenLoader> loader_;
+  std::shared_ptr<TrainingData> data_;
+  LossFn loss_;
   std::unique_ptr<Optimizer> optimizer_;
   TrainerState state_;
   std::string last_checkpoint_;
-  LoaderState step_position_;  // loader cursor at the start of the current step (for reports)
-  struct Pending {             // a ladder-depth parameter waiting for its dyadic step
+  nlohmann::json step_position_;  // data cursor at the start of the current step (for reports)
+  struct Pending {                // a ladder-depth parameter waiting for its dyadic step
     std::string name;
     ParamGroup group;
     int64_t start;

@@ -10,18 +10,20 @@
 namespace cemfrac {
 namespace {
 
-// What every rank must agree on: the architecture, every train.* field but the run directory, the
-// data's sizes, the binary and LibTorch versions. FNV-1a of that text, as hex.
+// What every rank must agree on: the architecture, every train.* field but the run directory, what
+// identifies the data and its number of validation batches, the binary and LibTorch versions.
+// FNV-1a of that text, as hex.
 std::string run_fingerprint(const nlohmann::json& model_config, TrainConfig train,
-                            uint64_t train_tokens, uint64_t val_tokens, int64_t stop_at_step) {
+                            const TrainingData& data, int64_t stop_at_step) {
   std::string text = model_config.dump();
-  auto visit = [&text](const char* name, auto& value, const char*) {
+  auto visit = [&text](const char* name, auto& value, const char*, auto...) {
     if (std::string(name) != "out") text += fmt::format("|{}={}", name, value);
   };
   train.visit_fields(visit);
   // --stop-at-step too: ranks stopping at different steps would wait on each other forever.
-  text += fmt::format("|stop_at_step={}|data={},{}|cemfrac {}|torch {}", stop_at_step, train_tokens,
-                      val_tokens, CEMFRAC_VERSION, compat::torch_version());
+  text += fmt::format("|stop_at_step={}|data={},{}|cemfrac {}|torch {}", stop_at_step,
+                      data.settings().dump(), data.validation_batches(), CEMFRAC_VERSION,
+                      compat::torch_version());
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
   return fmt::format("{:016x}", h);
@@ -42,8 +44,7 @@ bool Trainer::distributed() const {
 void Trainer::start_data_parallel() {
   DistContext& d = *options_.dist;
   d.check_same("run config hash",
-               run_fingerprint(model_.config, options_.train, train_shard_->size(),
-                               val_shard_->size(), options_.stop_at_step));
+               run_fingerprint(model_.config, options_.train, *data_, options_.stop_at_step));
   d.check_same("checkpoint step", std::to_string(state_.step));
   std::vector<torch::Tensor> tensors;
   for (const auto& [name, tensor] : parameters_by_name(*model_.module, model_.params))

@@ -8,6 +8,7 @@
 #include <torch/utils.h>
 
 #include <cmath>
+#include <sstream>
 
 #include "cemfrac/core/check.h"
 #include "cemfrac/core/random.h"
@@ -383,8 +384,9 @@ TEST(GpSingle, ReproducesTheExperimentsRows) {
 }
 
 // A non-finite loss: the trainer throws by default; a single run (a learning-rate grid value) stops
-// and reports "diverged" with the step, evaluating nothing. A NaN learning rate makes every weight
-// NaN at the first update, so step 2's loss is the first non-finite one.
+// and reports "diverged" with the step, evaluating nothing. A learning rate of 1e30 moves every
+// weight by about 1e30 at the first update (AdamW's step is lr-sized), so step 2's attention
+// scores overflow float32 and its loss is the first non-finite one.
 TEST(GpSingle, DivergedIsAResult) {
   GpRunOptions one;
   one.task.n_points = 12;
@@ -392,8 +394,8 @@ TEST(GpSingle, DivergedIsAResult) {
   one.train.steps = 5;
   one.train.batch = 2;
   one.train.warmup_steps = 1;
-  one.train.lr_max = std::nan("");
-  one.train.lr_min = std::nan("");
+  one.train.lr_max = 1e30;
+  one.train.lr_min = 1e30;
   one.val_seqs = 4;
   one.test_seqs = 4;
   {
@@ -417,7 +419,7 @@ TEST(GpSingle, DivergedIsAResult) {
 // step 5 of 7 and started again gives the uninterrupted run's weights, losses and RMSEs bit for bit
 // (parameters, AdamW moments, the training stream's generator and the running loss sums all come
 // back); a finished one restarts from its last checkpoint without training; a checkpoint of other
-// settings or another model is refused with one line.
+// settings or another model is refused with one line naming the setting.
 TEST(GpSingle, ResumedTrainingIsBitwiseTheUninterruptedOne) {
   GpRunOptions one;
   one.task.n_points = 12;
@@ -461,6 +463,15 @@ TEST(GpSingle, ResumedTrainingIsBitwiseTheUninterruptedOne) {
   saved = list_checkpoints(dir);
   ASSERT_EQ(saved.size(), 1u);
   EXPECT_EQ(saved.front().first, 7);  // saved after the last step
+  // The project's one trainer wrote the run: its summary and metrics (steps 1..7, none twice).
+  const nlohmann::json summary = nlohmann::json::parse(test::read_file(dir + "/summary.json"));
+  EXPECT_EQ(summary["status"], "completed");
+  EXPECT_EQ(summary["step"], 7);
+  std::vector<int64_t> logged;
+  std::istringstream metrics(test::read_file(dir + "/metrics.jsonl"));
+  for (std::string line; std::getline(metrics, line);)
+    logged.push_back(nlohmann::json::parse(line)["step"].get<int64_t>());
+  EXPECT_EQ(logged, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7})) << "log_every = 7 / 10 -> 1";
 
   // Started again after the end: nothing to train, the same result.
   const GpRunResult again = run_gp_single(resumed);
@@ -478,7 +489,7 @@ TEST(GpSingle, ResumedTrainingIsBitwiseTheUninterruptedOne) {
   other_T.model.cem.steps = 1;
   other_T.eval_steps = {};
   for (const auto& [what, options] : std::vector<std::pair<std::string, GpRunOptions>>{
-           {"other settings", other_lr}, {"other settings", other_seed}, {"steps", other_T}}) {
+           {"train.lr_max", other_lr}, {"seed", other_seed}, {"cem.steps", other_T}}) {
     try {
       run_gp_single(options);
       ADD_FAILURE() << "a checkpoint of " << what << " must be refused";

@@ -81,7 +81,7 @@ inline TrainModel make_toy_model(int64_t vocab, int64_t width, uint64_t init_see
   ToyLm model(vocab, width);
   TrainModel tm;
   tm.module = model.ptr();
-  tm.logits = [model](const torch::Tensor& t) mutable { return model->forward(t); };
+  tm.forward = [model](const torch::Tensor& t) mutable { return model->forward(t); };
   tm.params = model->table(freeze_gate);
   tm.config = toy_config(vocab, width);
   tm.context = 64;

@@ -104,7 +104,7 @@ TEST(Trainer, ResumeGivesBitwiseTheSameLosses) {
   }
   for (const auto& [name, p] : parameters_by_name(*ma.module, ma.params))
     EXPECT_TRUE(torch::equal(p, parameters_by_name(*mb.module, mb.params).at(name))) << name;
-  EXPECT_GE(load_checkpoint(rb2.last_checkpoint).trainer.loader.epoch, 1)
+  EXPECT_GE(load_checkpoint(rb2.last_checkpoint).trainer.loader.at("epoch").get<int64_t>(), 1)
       << "the test should cover resuming across an epoch boundary";
 }
 
@@ -181,7 +181,7 @@ TEST(Trainer, MetricsSummaryAndLearning) {
 
 TEST(Trainer, ValidationIsDeterministic) {
   Trainer t(make_toy_model(kVocab, kWidth, 5), toy_options(test::temp_dir("trainer_val"), 1));
-  const double v1 = t.evaluate(), v2 = t.evaluate();
+  const double v1 = t.evaluate().value(), v2 = t.evaluate().value();
   EXPECT_EQ(v1, v2);
   EXPECT_TRUE(std::isfinite(v1));
 }
@@ -263,6 +263,30 @@ TEST(Trainer, FrozenParametersStayPutUntilUnfrozen) {
   const torch::Tensor gate = parameters_by_name(*m.module, m.params).at("gate");
   EXPECT_TRUE(torch::equal(gate_at_3, gate0)) << "frozen for steps 1-3";
   EXPECT_FALSE(torch::equal(gate, gate0)) << "trained after unfreezing";
+}
+
+// The data's cursor in trainer.json is checked by the data itself (TokenData::restore) on resume:
+// a damaged one is one error naming the file.
+TEST(Trainer, RefusesADamagedDataCursor) {
+  const std::string run = test::temp_dir("trainer_cursor");
+  const TrainResult r = Trainer(make_toy_model(kVocab, kWidth, 9), toy_options(run, 2)).run();
+  const std::string trainer_json = r.last_checkpoint + "/" + kCheckpointTrainerFile;
+  for (const nlohmann::json& bad :
+       {nlohmann::json{{"epoch", 0}, {"index", "x"}}, nlohmann::json{{"epoch", -1}, {"index", 0}},
+        nlohmann::json{{"gp_generator", "abc"}}}) {
+    nlohmann::json j = nlohmann::json::parse(test::read_file(trainer_json));
+    j["loader"] = bad;
+    test::write_file(trainer_json, j.dump());
+    TrainerOptions resume = toy_options(run, 4);
+    resume.resume = run;
+    try {
+      Trainer(make_toy_model(kVocab, kWidth, 9), resume);
+      ADD_FAILURE() << "resumed from the cursor " << bad.dump();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(trainer_json), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("cursor"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(Trainer, RefusesToOverwriteARunOrLoadAForeignCheckpoint) {
