@@ -30,7 +30,7 @@ endfunction()
 # The precompiled header holds the torch headers only. A file that never reaches a torch header (the
 # data, tokenizer, config and compare code, many CLI tests) compiles 2-3x faster without it: loading
 # the 400 MB header and emitting its inline functions costs more than such a file's own parsing
-# (measured in docs/results.md, "CI cost"). _cemfrac_reaches_torch follows the file's quoted includes
+# (measured in docs/history/foundation.md, "CI cost"). _cemfrac_reaches_torch follows the file's quoted includes
 # through the source tree and answers whether any of them, or the file itself, includes torch, ATen or
 # c10. It only decides speed: a file that is misjudged still compiles correctly either way.
 function(_cemfrac_reaches_torch file out)

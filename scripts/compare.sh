@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # (Superseded by `cemfrac compare --suite configs/suites/<suite>.toml`, docs/compare.md; kept for the
-# commands recorded in docs/results.md.)
+# commands recorded in docs/history/suites.md.)
 # Train a family of presets on Brown at one shape and one token budget, evaluate each on the
 # validation and test splits, and print a Markdown table (parameters, val/test perplexity and bits
 # per byte, training tokens/s, largest gradient norm).

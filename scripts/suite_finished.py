@@ -3,8 +3,8 @@
 keeping a suite in the repository without its checkpoints (docs/compare.md, "Jobs, threads,
 resuming"):
 
-    git add $(scripts/suite_finished.py configs/suites/cem.toml docs/results/cem) \
-        docs/results/cem/results.* docs/results/cem/plots
+    git add $(scripts/suite_finished.py configs/suites/cem.toml results/cem) \
+        results/cem/results.* results/cem/plots
 
 A folder is finished when a later invocation will reuse it as it is: a timing or grid run whose
 training completed or diverged (or whose GP result exists), and a final run that diverged, or that

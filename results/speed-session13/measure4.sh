@@ -1,7 +1,7 @@
 #!/bin/bash
 # Per-head D+LR fused op (issue 19): before = 9daa6a2, fused = working tree after 637d861; suite stopped.
 set -u
-O=/work/main/docs/results/speed-session13
+O=/work/main/results/speed-session13
 cd /work/main
 /tmp/suite-pause.sh STOP
 sleep 15

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 11 (issue 19): the fused RMSNorm and SiLU gate, before/after, on a quiet machine.
 #   BEFORE: a copy of build/tools/cemfrac at 664b953 (main before the change)
-#   AFTER:  a copy of build/tools/cemfrac with the change (the commit is in docs/results.md)
+#   AFTER:  a copy of build/tools/cemfrac with the change (the commit is in docs/history/speed.md)
 # 1. Each binary against the PyTorch peer once (before-*.json, after-*.json), then
 # 2. before/after interleaved without the peer, 3 rounds (ab-{before,after}-<config>-<round>.json).
 set -euo pipefail

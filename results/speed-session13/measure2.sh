@@ -1,6 +1,6 @@
 #!/bin/bash
 set -u
-O=/work/main/docs/results/speed-session13
+O=/work/main/results/speed-session13
 cd /work/main
 /tmp/suite-pause.sh STOP
 sleep 15

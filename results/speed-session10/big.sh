@@ -5,7 +5,7 @@
 # peer together for the 162M models (OOM); MB=2 NO_RSS=1 runs the peer comparisons. Run from the repository root on a quiet machine.
 set -euo pipefail
 B=${B:-build/tools/cemfrac}
-OUT=${OUT:-docs/results/speed-session10}
+OUT=${OUT:-results/speed-session10}
 MB=${MB:-4}
 SET=(--set train.micro_batch=$MB --set train.tokens_per_step=$((MB * 1024)))
 run() {  # name config [extra --set ...]

@@ -1,6 +1,6 @@
 # One-row torch.nn.functional.linear (LibTorch 1.13: sgemm) against torch.mv (gemv) at the small-llama
 # projection shapes, 2 threads. Run with the suite stopped:
-#   OPENBLAS_CORETYPE=Cooperlake /usr/bin/python3 docs/results/speed-session12/linear-vs-mv.py
+#   OPENBLAS_CORETYPE=Cooperlake /usr/bin/python3 results/speed-session12/linear-vs-mv.py
 import torch, time
 torch.set_num_threads(2)
 for (o, i) in ((4096, 512), (1536, 512), (512, 512), (2048, 512)):

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Per-head D+LR split (issue 19): before = 9daa6a2, after = working tree; suite paused (SIGSTOP).
 set -u
-O=/work/main/docs/results/speed-session13
+O=/work/main/results/speed-session13
 cd /work/main
 /tmp/suite-pause.sh STOP
 sleep 20

@@ -2,7 +2,7 @@
 # Decode before/after a change of the projections (cemfrac/ops/linear.h), interleaved rounds, same
 # window.
 #   BEFORE=path/to/old/cemfrac AFTER=build/tools/cemfrac ROUNDS=2 [BATCHES=1,8] [TAG=decode] \
-#     docs/results/speed-session12/ab-decode.sh
+#     results/speed-session12/ab-decode.sh
 # Writes $TAG-{before,after}-rN.json next to this script.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
