@@ -51,60 +51,13 @@
 #include "cemfrac/ops/continuant.h"
 #include "cli/bench_util.h"
 #include "cli/commands.h"
+#include "cli/peer_util.h"
 
 namespace cemfrac::cli {
 namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-// Runs a shell command and returns its stdout (throws on a non-zero exit).
-std::string run_capture(const std::string& command) {
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
-  CEMFRAC_CHECK(pipe != nullptr, "could not start: {}", command);
-  std::string out;
-  std::array<char, 4096> buf{};
-  size_t n = 0;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe.get())) > 0) out.append(buf.data(), n);
-  const int status = pclose(pipe.release());
-  CEMFRAC_CHECK(status == 0, "peer run failed (exit status {}): {}", status, command);
-  return out;
-}
-
-constexpr const char* kPeerPython = "/usr/bin/python3";
-
-bool python_torch_available() {
-  if (access(kPeerPython, X_OK) != 0) return false;
-  const std::string cmd = std::string(kPeerPython) + " -c 'import torch' >/dev/null 2>&1";
-  return std::system(cmd.c_str()) == 0;
-}
-
-// bench/peers/ladder_peer.py: $CEMFRAC_SOURCE_DIR, the working directory, or up from the executable
-// (build-*/tools/cemfrac -> the source tree).
-std::optional<fs::path> find_peer_script(const std::string& given) {
-  if (!given.empty()) return fs::path(given);
-  const fs::path rel = fs::path("bench") / "peers" / "ladder_peer.py";
-  std::vector<fs::path> roots;
-  if (const char* env = std::getenv("CEMFRAC_SOURCE_DIR")) roots.emplace_back(env);
-  roots.push_back(fs::current_path());
-  std::error_code ec;
-  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    for (fs::path p = exe.parent_path(); !p.empty() && p != p.root_path(); p = p.parent_path()) {
-      roots.push_back(p);
-    }
-  }
-  for (const auto& root : roots) {
-    if (fs::exists(root / rel)) return root / rel;
-  }
-  return std::nullopt;
-}
-
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += (c == '\'') ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
 
 // Max relative difference over elements (denominator floored at 1e-6 of the largest magnitude).
 double max_rel_diff(const at::Tensor& x, const at::Tensor& y) {
@@ -139,7 +92,8 @@ int run_ladder(const LadderFlags& flags) {
   CEMFRAC_CHECK(flags.width >= 1 && flags.ladders >= flags.width,
                 "--ladders ({}) must be >= --width ({}) >= 1", flags.ladders, flags.width);
   CEMFRAC_CHECK(flags.reps >= 1, "--reps must be >= 1");
-  const std::vector<int64_t> depths = parse_int_list(flags.depths, "--depths", "a ladder depth", "1,2,4,6,8");
+  const std::vector<int64_t> depths =
+      parse_int_list(flags.depths, "--depths", "a ladder depth", "1,2,4,6,8");
   kernels::set_continuant_cpu_isa(flags.isa);
   if (!flags.malloc_default) keep_heap();
   const int64_t rows = flags.ladders / flags.width;
@@ -162,23 +116,24 @@ int run_ladder(const LadderFlags& flags) {
   bool want_peer = flags.peer;
   std::string peer_note;
   if (!flags.peer && !flags.no_peer) {
-    want_peer = python_torch_available() && find_peer_script(flags.peer_script).has_value();
+    want_peer = python_with_torch() &&
+                locate_peer(flags.peer_script, "bench/peers/ladder_peer.py").has_value();
     if (!want_peer)
       peer_note = "peer skipped: no /usr/bin/python3 with torch or no bench/peers/ladder_peer.py";
   }
   if (want_peer) {
-    CEMFRAC_CHECK(python_torch_available(), "--peer needs {} with torch (Debian: python3-torch)",
+    CEMFRAC_CHECK(python_with_torch(), "--peer needs {} with torch (Debian: python3-torch)",
                   kPeerPython);
-    const auto script = find_peer_script(flags.peer_script);
+    const auto script = locate_peer(flags.peer_script, "bench/peers/ladder_peer.py");
     CEMFRAC_CHECK(script.has_value(),
                   "--peer: bench/peers/ladder_peer.py not found; run from the source tree, set "
                   "CEMFRAC_SOURCE_DIR or pass --peer-script");
     const std::string cmd = fmt::format(
         "{}{} {} --depths {} --ladders {} --width {} --reps {} --threads {}",
-        flags.malloc_default ? "" : kPeerMallocEnv, kPeerPython, shell_quote(script->string()),
+        flags.malloc_default ? "" : kPeerMallocEnv, kPeerPython, quote_for_shell(script->string()),
         flags.depths, n, flags.width, flags.reps, threads);
     if (!flags.json) fmt::print(stderr, "running the peer: {}\n", cmd);
-    peer = nlohmann::json::parse(run_capture(cmd));
+    peer = nlohmann::json::parse(capture_stdout(cmd, "the ladder peer"));
   }
 
   nlohmann::json results = nlohmann::json::array();

@@ -53,6 +53,7 @@
 
 #include "cemfrac/core/blas.h"
 #include "cemfrac/core/check.h"
+#include "cemfrac/core/clock.h"
 #include "cemfrac/io/safetensors.h"
 #include "cemfrac/layers/registry.h"
 #include "cemfrac/model/generate.h"
@@ -191,10 +192,6 @@ std::vector<std::vector<int64_t>> rows_of(const torch::Tensor& prompts, int64_t 
   return out;
 }
 
-double median_of(std::vector<double> v) {
-  return summarize_times(std::move(v)).median_ms;
-}
-
 struct Model {
   LmModel model{nullptr};
   int64_t vocab_limit = 0;
@@ -238,22 +235,14 @@ double copy_bandwidth_gbs(int64_t bytes) {
   return 2.0 * double(elems) * 4 / (t.best_ms * 1e-3) / 1e9;
 }
 
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 int run_generate_bench(const GenerateBenchFlags& flags) {
   CEMFRAC_CHECK(flags.config.empty() != flags.checkpoint.empty(),
                 "bench generate needs exactly one of --config FILE and --checkpoint DIR");
   CEMFRAC_CHECK(flags.checkpoint.empty() || flags.kinds.empty(),
                 "--kinds builds models from a config; a checkpoint is one model (use --config)");
   CEMFRAC_CHECK(!(flags.peer && flags.no_peer), "--peer and --no-peer exclude each other");
-  const std::vector<int64_t> batches = parse_int_list(flags.batches, "--batches", "a batch size", "1,8", 4096);
+  const std::vector<int64_t> batches =
+      parse_int_list(flags.batches, "--batches", "a batch size", "1,8", 4096);
   const std::vector<RowSpec> specs = parse_kinds(flags.kinds);
   const int64_t B_max = *std::max_element(batches.begin(), batches.end());
   const int64_t P = flags.prompt_len, N_new = flags.new_tokens;

@@ -133,10 +133,6 @@ double cpu_seconds() {
          1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
-double median_of(std::vector<double> v) {
-  return summarize_times(std::move(v)).median_ms;
-}
-
 // Why the peer cannot model this config ("" when it can): the layer kinds it writes. The options of
 // those kinds it does not write (cem.dlr_distance, cofrgenet.glu, ...) it refuses itself, with one
 // line.

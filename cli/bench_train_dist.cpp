@@ -28,18 +28,13 @@
 #include "cemfrac/train/run_config.h"
 #include "cli/bench_util.h"
 #include "cli/commands.h"
+#include "cli/peer_util.h"
 
 namespace cemfrac::cli {
 namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path);
@@ -102,11 +97,11 @@ int run_train_bench_nproc(const std::string& config, const std::vector<std::stri
   for (const Spec& spec : specs) {
     // Not "/proc/self/exe" itself: std::system runs the line through /bin/sh, where that names the
     // shell.
-    std::string cmd = quote(self_exe);
-    for (const auto& a : spec.prefix) cmd += " " + quote(a);
-    for (const auto& a : train_args(spec.name)) cmd += " " + quote(a);
+    std::string cmd = quote_for_shell(self_exe);
+    for (const auto& a : spec.prefix) cmd += " " + quote_for_shell(a);
+    for (const auto& a : train_args(spec.name)) cmd += " " + quote_for_shell(a);
     const std::string out = (tmp / (spec.name + ".out")).string();
-    cmd += " >" + quote(out) + " 2>&1";
+    cmd += " >" + quote_for_shell(out) + " 2>&1";
     if (!as_json) fmt::print(stderr, "running {} ...\n", spec.name);
     const int status = std::system(cmd.c_str());
     if (status != 0) {

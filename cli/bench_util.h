@@ -38,6 +38,11 @@ inline Timing summarize_times(std::vector<double> ms) {
   return {ms.front(), median};
 }
 
+// The median of a list (0 when empty).
+inline double median_of(std::vector<double> v) {
+  return summarize_times(std::move(v)).median_ms;
+}
+
 // A comma-separated list of integers in [1, max] given to `flag` ("1,8"; empty items are skipped).
 // `what` names one value in the error ("a batch size"); `example` is a valid list; the default max
 // means no upper bound. Throws one line.
@@ -58,8 +63,8 @@ inline std::vector<int64_t> parse_int_list(const std::string& text, const char* 
     } catch (const std::exception&) {
       used = 0;
     }
-    CEMFRAC_CHECK(used == item.size() && v >= 1 && v <= max,
-                  "{}: '{}' is not {} ({}; e.g. {} {})", flag, item, what, range, flag, example);
+    CEMFRAC_CHECK(used == item.size() && v >= 1 && v <= max, "{}: '{}' is not {} ({}; e.g. {} {})",
+                  flag, item, what, range, flag, example);
     out.push_back(v);
   }
   CEMFRAC_CHECK(!out.empty(), "{} needs at least one value (e.g. {} {})", flag, flag, example);

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <ctime>
 #include <string>
 
 namespace cemfrac {
@@ -22,6 +23,16 @@ inline std::string format_duration(double seconds) {
   if (s >= 3600) return fmt::format("{}h{:02d}m", s / 3600, (s / 60) % 60);
   if (s >= 60) return fmt::format("{}m{:02d}s", s / 60, s % 60);
   return fmt::format("{}s", s);
+}
+
+// The wall-clock time now, UTC, as ISO 8601 to the second: "2026-12-04T01:23:45Z".
+inline std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
 }
 
 }  // namespace cemfrac
