@@ -1,7 +1,7 @@
 // Raw fused kernels. Each entry point works on contiguous tensors of one floating dtype and writes
 // into tensors its caller allocated; argument checking, dtype promotion and autograd live one level
-// up, in cemfrac/ops/. A future CUDA file declares the same signatures with a _cuda suffix behind
-// CEMFRAC_WITH_CUDA.
+// up, in cemfrac/ops/. CUDA kernels (kernels/cuda/) have the same signatures with a _cuda suffix,
+// declared behind CEMFRAC_WITH_CUDA.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -31,6 +31,17 @@ void continuant_forward_cpu(const at::Tensor& a, double eps, const at::Tensor& f
 void continuant_backward_cpu(const at::Tensor& a, const at::Tensor& r, const at::Tensor& k_saved,
                              const at::Tensor& grad_f, double eps, bool exact,
                              const at::Tensor& grad_a);
+
+#ifdef CEMFRAC_WITH_CUDA
+// The same two kernels on a CUDA device (kernels/cuda/continuant_cuda_aten.cpp; the math is
+// kernels/cuda/continuant_cuda_math.h, bitwise the CPU kernel's on the fast path). Tensors on one
+// CUDA device; run on its current stream.
+void continuant_forward_cuda(const at::Tensor& a, double eps, const at::Tensor& f,
+                             const at::Tensor& r, const at::Tensor& k_saved);
+void continuant_backward_cuda(const at::Tensor& a, const at::Tensor& r, const at::Tensor& k_saved,
+                              const at::Tensor& grad_f, double eps, bool exact,
+                              const at::Tensor& grad_a);
+#endif
 
 // Which instruction set the ladder loops run with ("avx2" or "baseline": x86-64 SSE2, or the host's
 // default elsewhere). Chosen once from CPUID; set_continuant_cpu_isa("baseline" | "avx2" | "auto")
