@@ -1,5 +1,6 @@
 // cemfrac eval: loss, perplexity and bits per byte of a checkpoint on a prepared split or any text,
 // with sliding windows that score every token exactly once (the protocol is printed).
+// With --task: zero-shot task scores in lm-evaluation-harness's conventions (cli/eval_task.cpp).
 #include <fmt/format.h>
 #include <torch/types.h>
 
