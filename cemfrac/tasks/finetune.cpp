@@ -348,7 +348,7 @@ FinetuneResult run_finetune(const FinetuneOptions& o) {
     predict(forward, *data, evals[k], o.batch, task.regression, &classes, &scores);
     rep["evals"][task.evals[k].name] = task_metrics(task, task.evals[k], classes, scores);
   }
-  write_file_atomic(t.train.out + "/finetune.json", rep.dump(2) + "\n");
+  write_file_atomic(trainer.run_dir() + "/finetune.json", rep.dump(2) + "\n");
   return out;
 }
 
