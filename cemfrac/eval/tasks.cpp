@@ -14,11 +14,12 @@
 
 namespace cemfrac {
 
-std::vector<ScoreResult> score_requests(const LogitsFn& logits,
-                                        const std::vector<ScoreRequest>& requests,
-                                        const ScoreOptions& options) {
-  CEMFRAC_CHECK(options.context >= 1, "task: the model's context {} must be >= 1",
-                options.context);
+namespace {
+
+// score_requests for requests whose targets fit the context.
+std::vector<ScoreResult> score_pieces(const LogitsFn& logits,
+                                      const std::vector<ScoreRequest>& requests,
+                                      const ScoreOptions& options) {
   CEMFRAC_CHECK(options.batch >= 1, "task: --batch {} must be >= 1", options.batch);
   const int64_t n = static_cast<int64_t>(requests.size());
   // Each row after left truncation: at most context + 1 tokens (context inputs).
@@ -30,9 +31,7 @@ std::vector<ScoreResult> score_requests(const LogitsFn& logits,
                   "task: request {} scores tokens {}..{} of {}: needs at least one context token "
                   "and one target",
                   r, q.score_from, len - 1, len);
-    CEMFRAC_CHECK(len - q.score_from <= options.context,
-                  "task: request {} has {} target tokens, more than the model's context of {}", r,
-                  len - q.score_from, options.context);
+    TORCH_INTERNAL_ASSERT(len - q.score_from <= options.context, "a piece longer than the context");
     first[r] = std::max<int64_t>(0, len - options.context - 1);
     length[r] = len - first[r];
   }
@@ -83,6 +82,52 @@ std::vector<ScoreResult> score_requests(const LogitsFn& logits,
       }
     }
     if (options.progress) options.progress(start + b, n);
+  }
+  return results;
+}
+
+}  // namespace
+
+std::vector<ScoreResult> score_requests(const LogitsFn& logits,
+                                        const std::vector<ScoreRequest>& requests,
+                                        const ScoreOptions& options) {
+  CEMFRAC_CHECK(options.context >= 1, "task: the model's context {} must be >= 1",
+                options.context);
+  const int64_t C = options.context;
+  // A request with more targets than the context is cut into pieces that each score the next C
+  // targets (or fewer, at the end) with the C tokens before their last one as input: the rolling
+  // windows of a document, starting at the first target. Every target is scored once.
+  std::vector<ScoreRequest> pieces;
+  std::vector<size_t> owner;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    const ScoreRequest& q = requests[r];
+    const int64_t len = static_cast<int64_t>(q.tokens.size());
+    CEMFRAC_CHECK(q.score_from >= 1 && q.score_from < len,
+                  "task: request {} scores tokens {}..{} of {}: needs at least one context token "
+                  "and one target",
+                  r, q.score_from, len - 1, len);
+    if (len - q.score_from <= C) {
+      pieces.push_back(q);
+      owner.push_back(r);
+      continue;
+    }
+    for (int64_t from = q.score_from; from < len; from += C) {
+      const int64_t end = std::min(len, from + C);
+      const int64_t begin = std::max<int64_t>(0, end - C - 1);
+      ScoreRequest piece;
+      piece.tokens.assign(q.tokens.begin() + begin, q.tokens.begin() + end);
+      piece.score_from = from - begin;
+      pieces.push_back(std::move(piece));
+      owner.push_back(r);
+    }
+  }
+  const std::vector<ScoreResult> scored = score_pieces(logits, pieces, options);
+  std::vector<ScoreResult> results(requests.size());
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    ScoreResult& res = results[owner[k]];
+    res.loglik += scored[k].loglik;
+    res.tokens += scored[k].tokens;
+    res.greedy = res.greedy && scored[k].greedy;
   }
   return results;
 }

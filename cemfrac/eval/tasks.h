@@ -16,7 +16,8 @@
 // the context's own encoding (when the whole encoding does not begin with the context's, the two
 // are encoded apart). Unlike the harness (which adds it only to an empty context) every context
 // starts with the end-of-text id, because cemfrac's shards put one before every document.
-// Contexts longer than the model's are cut from the left.
+// Contexts longer than the model's are cut from the left; a continuation longer than the context is
+// scored in rolling pieces (score_requests).
 //
 // Batching: requests are sorted by length (longest first) and scored `batch` at a time, padded on
 // the right to the longest of the batch: one forward per batch. Padding after the scored positions
@@ -54,8 +55,9 @@ struct ScoreOptions {
 };
 
 // Scores every request (results in request order) under torch::NoGradGuard. A request longer than
-// context + 1 tokens keeps its last context + 1; one whose targets alone exceed the context is an
-// error.
+// context + 1 tokens keeps its last context + 1. One whose targets alone exceed the context (the
+// harness refuses it) is scored in consecutive pieces of `context` targets, each read with the
+// `context` tokens before its last target, as rolling windows read a document: every target once.
 std::vector<ScoreResult> score_requests(const LogitsFn& logits,
                                         const std::vector<ScoreRequest>& requests,
                                         const ScoreOptions& options);

@@ -85,15 +85,27 @@ TEST(Tasks, ContinuationSpanIsExactlyTheTargetTokens) {
   EXPECT_TRUE(r[2].greedy);
 }
 
+ScoreRequest q_short(const Tokenizer& tok) {
+  return loglikelihood_request(tok, "c", " d");
+}
+
 TEST(Tasks, LongContextsAreCutFromTheLeft) {
   LetterTokenizer tok;
   ScoreOptions so;
   so.context = 2;  // two inputs: "... f" predicting g is all that fits
   auto r = score_requests(successor_logits, {loglikelihood_request(tok, "a b c d e f", " g")}, so);
   EXPECT_NEAR(r[0].loglik, kHit, 1e-6);
-  so.context = 1;
-  EXPECT_THROW(score_requests(successor_logits, {loglikelihood_request(tok, "a", " b c")}, so),
-               Error);  // two targets cannot fit one input
+  // Targets beyond the context are scored in pieces, each target once with the history that fits:
+  // context 1 sees only the previous token, exactly what the successor model needs.
+  for (int64_t context : {1, 2, 3}) {
+    so.context = context;
+    auto long_cont = score_requests(
+        successor_logits, {loglikelihood_request(tok, "a", " b c e f g"), q_short(tok)}, so);
+    EXPECT_NEAR(long_cont[0].loglik, 2 * kHit + kMiss + 2 * kHit, 1e-6) << context;
+    EXPECT_EQ(long_cont[0].tokens, 5);
+    EXPECT_FALSE(long_cont[0].greedy);
+    EXPECT_NEAR(long_cont[1].loglik, kHit, 1e-6);
+  }
 }
 
 TEST(Tasks, MultipleChoiceAccNormDividesByBytesNotTokens) {
