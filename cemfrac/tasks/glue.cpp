@@ -303,6 +303,12 @@ nlohmann::json task_metrics(const ClassificationTask& task, const LabelledSet& s
   std::vector<int64_t> gold;
   for (const auto& ex : set.examples) gold.push_back(ex.label);
   m["acc"] = accuracy(predicted, gold);
+  // Not a GLUE metric: the accuracy of always predicting the set's most frequent class, the floor a
+  // classifier must clear (brown-genre's sets are far from balanced).
+  std::vector<int64_t> counts(std::max<size_t>(task.labels.size(), 2), 0);
+  for (int64_t g : gold) counts.at(static_cast<size_t>(g)) += 1;
+  m["majority"] = static_cast<double>(*std::max_element(counts.begin(), counts.end())) /
+                  static_cast<double>(gold.size());
   if (task.name == "cola") m["mcc"] = matthews_corrcoef(confusion(predicted, gold));
   if (task.name == "mrpc" || task.name == "qqp") m["f1"] = f1_score(confusion(predicted, gold));
   return m;

@@ -67,7 +67,8 @@ LabelledSet read_glue_file(const std::string& task, const std::string& path);
 
 // The metrics GLUE defines for the task, on predicted class indices (classification) or scores
 // (regression) against the set's gold labels: cola mcc; sst2 qnli rte wnli mnli acc; mrpc qqp f1
-// and acc; stsb pearson and spearman; tsv and brown-genre acc. Also "examples".
+// and acc; stsb pearson and spearman; tsv and brown-genre acc. Also "examples" and, for
+// classification, "majority": the accuracy of always answering the set's most frequent class.
 nlohmann::json task_metrics(const ClassificationTask& task, const LabelledSet& set,
                             const std::vector<int64_t>& predicted,
                             const std::vector<double>& predicted_scores);

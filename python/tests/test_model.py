@@ -136,7 +136,7 @@ def test_load_a_fine_tuned_checkpoint(run, tmp_path):
     out = tmp_path / "ft"
     report = json.loads(cli("finetune", "--checkpoint", str(run["run"]), "--task", "tsv", "--data", str(data),
                             "--out", str(out), "--epochs", "1", "--batch", "3", "--lr", "1e-3", "--quiet", "--json"))
-    assert report["steps"] == 2 and set(report["evals"]["dev"]) == {"acc", "examples"}
+    assert report["steps"] == 2 and set(report["evals"]["dev"]) == {"acc", "examples", "majority"}
     tuned, pre = cemfrac.load(out), cemfrac.load(run["run"])
     names = [k for k, _ in tuned.named_parameters()]
     assert names == [k for k, _ in pre.named_parameters()] and not any(n.startswith("cls.") for n in names)

@@ -167,6 +167,7 @@ TEST(Glue, MetricsAreTheTasksOwn) {
   auto m = task_metrics(mrpc, set, {1, 0, 1, 0}, {});
   EXPECT_DOUBLE_EQ(m["acc"].get<double>(), 0.5);
   EXPECT_DOUBLE_EQ(m["f1"].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(m["majority"].get<double>(), 0.5);
   ClassificationTask cola = mrpc;
   cola.name = "cola";
   EXPECT_DOUBLE_EQ(task_metrics(cola, set, {1, 1, 0, 0}, {})["mcc"].get<double>(), 1.0);
