@@ -47,5 +47,7 @@ Command add_generate(CLI::App& root, const GlobalOptions& global);
 Command add_gp(CLI::App& root, const GlobalOptions& global);
 // `cemfrac compare` (cli/compare.cpp): train, evaluate and test the claims of a suite of runs.
 Command add_compare(CLI::App& root, const GlobalOptions& global);
+// `cemfrac finetune` (cli/finetune.cpp): a classification head on a checkpoint, GLUE's metrics.
+Command add_finetune(CLI::App& root, const GlobalOptions& global);
 
 }  // namespace cemfrac::cli

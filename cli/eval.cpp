@@ -1,5 +1,6 @@
 // cemfrac eval: loss, perplexity and bits per byte of a checkpoint on a prepared split or any text,
 // with sliding windows that score every token exactly once (the protocol is printed).
+// With --task: zero-shot task scores in lm-evaluation-harness's conventions (cli/eval_task.cpp).
 #include <fmt/format.h>
 #include <torch/types.h>
 
@@ -17,6 +18,7 @@
 #include "cemfrac/model/lm_model.h"
 #include "cemfrac/train/model_loader.h"
 #include "cli/commands.h"
+#include "cli/eval_task.h"
 
 namespace cemfrac::cli {
 namespace {
@@ -79,17 +81,28 @@ Command add_eval(CLI::App& root, const GlobalOptions& global) {
     std::vector<std::string> sets;  // --set model.cem.steps=4
     bool cem_energy = false;
     bool no_verify_data = false;
+    std::string task;               // --task FILE|NAME (cli/eval_task.cpp)
+    std::string request = "auto";  // --request
   };
   auto f = std::make_shared<Flags>();
-  CLI::App* app = root.add_subcommand("eval", "Loss, perplexity and bits per byte of a checkpoint");
+  CLI::App* app = root.add_subcommand("eval", "Loss, perplexity and bits per byte of a checkpoint, or zero-shot task scores");
   app->add_option("--checkpoint", f->checkpoint,
                   "Checkpoint directory, or a run directory (newest)")
       ->required();
   auto* data = app->add_option("--data", f->data, "PREPARED_DIR:SPLIT, e.g. data/brown:test");
   auto* text = app->add_option("--text", f->text, "A UTF-8 text file");
   data->excludes(text);
+  auto* task = app->add_option(
+      "--task", f->task,
+      "Zero-shot task: a JSONL task file (docs/formats.md) or a built-in task: brown-cloze, "
+      "brown-mc, brown-rolling (docs/evaluation.md)");
+  task->excludes(data)->excludes(text);
+  app->add_option("--request", f->request,
+                  "With --task FILE: multiple_choice (mc), cloze or rolling (default auto: from "
+                  "the first line's keys; a LAMBADA {\"text\"} file needs cloze)");
   app->add_option("--stride", f->stride,
-                  "Window stride in tokens, 1..context (0 or unset: context / 2)");
+                  "Window stride in tokens, 1..context (0 or unset: context / 2; with a rolling "
+                  "--task: the context, the harness's non-overlapping windows)");
   app->add_option("--batch", f->batch, "Windows per forward pass")->check(CLI::Range(1, 4096));
   app->add_flag("--json", f->json, "Print one JSON object");
   app->add_flag("--no-verify-data", f->no_verify_data,
@@ -102,8 +115,20 @@ Command add_eval(CLI::App& root, const GlobalOptions& global) {
       "--set", f->sets,
       "Change a field no parameter shape depends on, e.g. model.cem.steps=4 (repeatable)");
   auto run = [f]() {
+    if (!f->task.empty()) {
+      CEMFRAC_CHECK(!f->cem_energy, "--cem-energy applies to --data and --text, not --task");
+      EvalTaskArgs a;
+      a.checkpoint = f->checkpoint;
+      a.sets = f->sets;
+      a.task = f->task;
+      a.request = f->request;
+      a.batch = f->batch;
+      a.stride = f->stride;
+      a.json = f->json;
+      return run_eval_task(a);
+    }
     CEMFRAC_CHECK(!f->data.empty() || !f->text.empty(),
-                  "eval needs --data DIR:SPLIT or --text FILE");
+                  "eval needs --data DIR:SPLIT, --text FILE or --task FILE|NAME");
     CEMFRAC_CHECK(f->stride >= 0, "--stride {}: must be 1..context (or 0: context / 2)", f->stride);
     LoadedModel loaded = load_model(f->checkpoint, f->sets);
     CEMFRAC_CHECK(loaded.tokenizer != nullptr,

@@ -127,6 +127,7 @@ int main(int argc, char** argv) {
       cli::add_bench(app, global),  cli::add_params(app, global),   cli::add_train(app, global),
       cli::add_launch(app, global), cli::add_eval(app, global),     cli::add_generate(app, global),
       cli::add_gp(app, global),     cli::add_compare(app, global),
+      cli::add_finetune(app, global),
   };
 
   try {

@@ -89,7 +89,11 @@ LoadedModel load_model(const std::string& path, const std::vector<std::string>& 
   std::vector<NamedTarget> targets;
   for (const auto& [name, tensor] : parameters_by_name(*out.model, out.model->parameter_table()))
     targets.push_back({name, tensor});
-  load_into(ckpt.model.tensors, targets, out.checkpoint + "/model.safetensors");
+  TensorMap backbone;
+  for (auto& [name, tensor] : ckpt.model.tensors) {
+    (name.rfind("cls.", 0) == 0 ? out.head[name] : backbone[name]) = tensor;
+  }
+  load_into(backbone, targets, out.checkpoint + "/model.safetensors");
   load_state_buffers(ckpt, *out.model);  // e.g. the ladders' recorded ranges for eval clipping
   out.model->eval();
   if (ckpt.has_tokenizer) out.tokenizer = load_tokenizer(out.checkpoint + "/tokenizer");

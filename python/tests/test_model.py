@@ -123,3 +123,28 @@ def test_errors(run, tmp_path):
         model(torch.zeros(1, CONTEXT + 1, dtype=torch.int64))
     with pytest.raises(cemfrac.Error):
         cemfrac.Tokenizer.load(tmp_path)
+
+
+def test_load_a_fine_tuned_checkpoint(run, tmp_path):
+    """`cemfrac finetune` leaves an ordinary checkpoint: cemfrac.load gives its backbone (the head's
+    cls.* tensors are set aside), which fine-tuning changed, and `cemfrac eval` agrees with it."""
+    data = tmp_path / "tsv"
+    data.mkdir()
+    rows = "".join(f"the jury said {w}\t{i % 2}\n" for i, w in enumerate("it did find that an election".split()))
+    (data / "train.tsv").write_text(rows)
+    (data / "dev.tsv").write_text(rows)
+    out = tmp_path / "ft"
+    report = json.loads(cli("finetune", "--checkpoint", str(run["run"]), "--task", "tsv", "--data", str(data),
+                            "--out", str(out), "--epochs", "1", "--batch", "3", "--lr", "1e-3", "--quiet", "--json"))
+    assert report["steps"] == 2 and set(report["evals"]["dev"]) == {"acc", "examples", "majority"}
+    tuned, pre = cemfrac.load(out), cemfrac.load(run["run"])
+    names = [k for k, _ in tuned.named_parameters()]
+    assert names == [k for k, _ in pre.named_parameters()] and not any(n.startswith("cls.") for n in names)
+    assert tuned.step == 2
+    assert not torch.equal(tuned.state_dict()["wte.weight"], pre.state_dict()["wte.weight"])
+    text = tmp_path / "t.txt"
+    text.write_text("the jury said it did find")
+    ours = tuned(torch.tensor([[tuned.tokenizer.eot_id] + tuned.tokenizer.encode("the jury said it did find")]))
+    assert ours.shape[-1] == tuned.config["vocab_size"]
+    ev = json.loads(cli("eval", "--checkpoint", str(out), "--text", str(text), "--json"))
+    assert math.isfinite(ev["mean_loss"])
