@@ -222,6 +222,7 @@ Trainer::Trainer(TrainModel model, TrainerOptions options)
   state_.schedule = schedule_;
   if (options_.resume.empty()) {
     if (!options_.write_files) return;
+    lock_run_dir();
     CEMFRAC_CHECK(list_checkpoints(t.out).empty(),
                   "{} already holds checkpoints; pass --resume {} to continue that run or choose "
                   "another train.out",
@@ -236,6 +237,8 @@ Trainer::Trainer(TrainModel model, TrainerOptions options)
          own_dir);
     options_.train.out = own_dir;
   }
+  // Before anything is read from the run: a live writer may be rotating its checkpoints.
+  lock_run_dir();
   LoadOptions load;
   load.expected_config = &model_.config;
   Checkpoint ckpt = load_checkpoint(dir, load);
@@ -269,6 +272,13 @@ Trainer::Trainer(TrainModel model, TrainerOptions options)
 }
 
 Trainer::~Trainer() = default;
+
+void Trainer::lock_run_dir() {
+  // One writer per run directory (core/dir_lock.h): rank 0 writes, so rank 0 locks. Taken after
+  // the checks of the settings and the data, so that a refused run leaves no directory behind.
+  if (options_.rank != 0 || !options_.write_files) return;
+  lock_ = DirLock::acquire(options_.train.out, options_.lock_command);
+}
 
 json Trainer::run_settings() const {
   json settings = json::object();
@@ -393,6 +403,8 @@ std::string Trainer::write_checkpoint() {
   c.config = model_.config;
   c.tokenizer = data_->tokenizer();
   last_checkpoint_ = save_checkpoint(options_.train.out, c, options_.train.keep_checkpoints);
+  // summary.json is true at all times: while running it names the step and checkpoint reached.
+  write_summary("running", "");
   return last_checkpoint_;
 }
 
