@@ -56,6 +56,18 @@ std::string run_dir_of_checkpoint(const std::string& checkpoint) {
   return parent.parent_path().empty() ? std::string(".") : parent.parent_path().string();
 }
 
+// The run directory a --resume path continues (resolve_checkpoint's three forms): a checkpoint ->
+// run_dir_of_checkpoint, <run>/checkpoints -> <run>, a run directory -> itself.
+std::string run_dir_of_resume_path(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_regular_file(fs::path(path) / kCheckpointTrainerFile, ec))
+    return run_dir_of_checkpoint(path);
+  const fs::path p = fs::path(path).lexically_normal();
+  if (p.filename() == "checkpoints" && list_checkpoints(path).empty())
+    return p.parent_path().empty() ? std::string(".") : p.parent_path().string();
+  return path;
+}
+
 bool same_path(const std::string& a, const std::string& b) {
   std::error_code ec1, ec2;
   const fs::path pa = fs::weakly_canonical(a, ec1), pb = fs::weakly_canonical(b, ec2);
@@ -229,16 +241,17 @@ Trainer::Trainer(TrainModel model, TrainerOptions options)
                   t.out, t.out);
     return;
   }
-  const std::string dir = resolve_checkpoint(options_.resume);
-  // A resumed run continues in its own directory, whatever train.out says.
-  const std::string own_dir = run_dir_of_checkpoint(dir);
+  // A resumed run continues in its own directory, whatever train.out says. Its directory is known
+  // from the path alone, so it is locked before any checkpoint is looked at: a live writer may be
+  // rotating them (and is then named, rather than a checkpoint it just removed).
+  const std::string own_dir = run_dir_of_resume_path(options_.resume);
   if (!own_dir.empty() && !same_path(own_dir, options_.train.out)) {
     warn("train.out = {} is ignored: --resume continues the run in {}", options_.train.out,
          own_dir);
     options_.train.out = own_dir;
   }
-  // Before anything is read from the run: a live writer may be rotating its checkpoints.
   lock_run_dir();
+  const std::string dir = resolve_checkpoint(options_.resume);
   LoadOptions load;
   load.expected_config = &model_.config;
   Checkpoint ckpt = load_checkpoint(dir, load);

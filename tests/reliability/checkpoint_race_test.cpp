@@ -2,6 +2,7 @@
 // bound together (save id, directory step), rotation converges after a removal cut short,
 // summary.json is true while a run goes, and a reader racing a writer that rotates its
 // checkpoints away reads the newest complete one or says the one it was given was rotated away.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 

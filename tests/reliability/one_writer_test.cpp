@@ -66,8 +66,9 @@ TEST(OneWriter, ASecondTrainAndAResumeOfALiveRunAreRefused) {
 
 TEST(OneWriter, PrepareIntoALockedDirectoryIsRefused) {
   const std::string dir = test::temp_dir("rel-prepare-lock");
-  test::write_file(dir + "/src/a.txt", "some text of a document\n");
-  test::write_file(dir + "/src/b.txt", "another document of text\n");
+  rel::put(dir + "/src/a.txt", "some text of a document\n");
+  rel::put(dir + "/src/b.txt", "another document of text\n");
+  rel::put(dir + "/src/c.txt", "a third document of text\n");
   const std::string out = dir + "/data";
   const std::string holder = "(pid " + std::to_string(::getpid()) + ", test)";
   const std::vector<std::string> args = {"prepare", "--text", dir + "/src", "--tokenizer", "byte",
@@ -81,18 +82,18 @@ TEST(OneWriter, PrepareIntoALockedDirectoryIsRefused) {
   ASSERT_EQ(ok.exit_code, 0) << ok.err;
   EXPECT_TRUE(fs::exists(out + "/meta.json"));
   // A prepared dataset being replaced (--force) is locked as well.
-  const std::string before = listing(out);
   std::vector<std::string> force = args;
   force.push_back("--force");
   {
     const DirLock lock = DirLock::acquire(out, "test");
+    const std::string before = listing(out);
     expect_one_line_error(run_cemfrac(force), holder);
+    EXPECT_EQ(listing(out), before);
   }
-  EXPECT_EQ(listing(out), before);
   // A prepare that fails does not leave the directory its lock created.
   const std::string never = dir + "/never";
-  test::write_file(dir + "/notext/readme.md", "not a .txt file\n");
-  expect_one_line_error(
+  rel::put(dir + "/notext/readme.md", "not a .txt file\n");
+  rel::expect_last_line_error(
       run_cemfrac({"prepare", "--text", dir + "/notext", "--tokenizer", "byte", "--out", never}),
       "holds no .txt files");
   EXPECT_FALSE(fs::exists(never));

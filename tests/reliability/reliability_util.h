@@ -2,6 +2,8 @@
 // and a run config of a model that trains in milliseconds per step, as tests/cli/train_cli_test.cpp
 // uses them.
 #pragma once
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
@@ -44,6 +46,25 @@ inline std::string write_config(const std::string& dir, const std::string& out, 
                        "eval_tokens = 64\ncheckpoint_every = 1\nkeep_checkpoints = 3\nout = \"" +
                        out + "\"\n" + extra_train);
   return path;
+}
+
+// test::write_file, creating the parent directories first.
+inline void put(const std::string& path, const std::string& content) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  test::write_file(path, content);
+}
+
+// A failed run whose last stderr line is the error, "cemfrac: error: ..." containing `needle`
+// (commands with progress lines on stderr, such as prepare, print those first).
+inline void expect_last_line_error(const test::RunResult& r, const std::string& needle) {
+  EXPECT_NE(r.exit_code, 0) << r.err;
+  EXPECT_LT(r.exit_code, 128) << r.err;
+  std::string err = r.err;
+  while (!err.empty() && err.back() == '\n') err.pop_back();
+  const std::string last =
+      err.substr(err.rfind('\n') == std::string::npos ? 0 : err.rfind('\n') + 1);
+  EXPECT_EQ(last.rfind("cemfrac: error: ", 0), 0u) << r.err;
+  EXPECT_NE(last.find(needle), std::string::npos) << "wanted: " << needle << "\n" << r.err;
 }
 
 inline std::vector<std::string> train_args(const std::string& config,

@@ -23,8 +23,8 @@ TEST(TrainOut, OnlyANewOrEmptyDirectoryOrAResumedRun) {
   const std::string config = rel::write_config(dir, run, 2);
 
   // The user's files, no checkpoints/: refused, both files kept byte for byte.
-  test::write_file(run + "/config.toml", "# my notes\n");
-  test::write_file(run + "/metrics.jsonl", "{\"mine\": 1}\n");
+  rel::put(run + "/config.toml", "# my notes\n");
+  rel::put(run + "/metrics.jsonl", "{\"mine\": 1}\n");
   expect_one_line_error(
       run_cemfrac(rel::train_args(config)),
       "train.out = " + run + " is not empty (it holds config.toml, metrics.jsonl)");
@@ -43,7 +43,7 @@ TEST(TrainOut, OnlyANewOrEmptyDirectoryOrAResumedRun) {
   // The dataset directory, a file, a dangling link.
   expect_one_line_error(run_cemfrac(rel::train_args(config, {"--out", rel::data_dir()})),
                         "is the dataset directory (data.path)");
-  test::write_file(dir + "/file", "x");
+  rel::put(dir + "/file", "x");
   expect_one_line_error(run_cemfrac(rel::train_args(config, {"--out", dir + "/file"})),
                         "exists and is not a directory");
   fs::create_symlink(dir + "/nowhere", dir + "/dangling");
@@ -56,9 +56,9 @@ TEST(TrainOut, OnlyANewOrEmptyDirectoryOrAResumedRun) {
   fs::create_directories(empty);
   EXPECT_EQ(run_cemfrac(rel::train_args(config, {"--out", empty})).exit_code, 0);
   const std::string suite_run = dir + "/suite-run";
-  test::write_file(suite_run + "/compare-run.json", "{}\n");
-  test::write_file(suite_run + "/train.log", "cemfrac train ...\n");
-  test::write_file(suite_run + "/" + kDirLockFile, "1 train\n");
+  rel::put(suite_run + "/compare-run.json", "{}\n");
+  rel::put(suite_run + "/train.log", "cemfrac train ...\n");
+  rel::put(suite_run + "/" + kDirLockFile, "1 train\n");
   const test::RunResult r = run_cemfrac(rel::train_args(config, {"--out", suite_run}));
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(test::read_file(suite_run + "/compare-run.json"), "{}\n");
