@@ -11,6 +11,7 @@
 
 #include "cemfrac/core/atomic_file.h"
 #include "cemfrac/core/check.h"
+#include "cemfrac/core/input_file.h"
 #include "cemfrac/data/shard.h"
 #include "cemfrac/eval/perplexity.h"
 #include "cemfrac/layers/cem/cem_common.h"
@@ -130,6 +131,7 @@ Command add_eval(CLI::App& root, const GlobalOptions& global) {
     CEMFRAC_CHECK(!f->data.empty() || !f->text.empty(),
                   "eval needs --data DIR:SPLIT, --text FILE or --task FILE|NAME");
     CEMFRAC_CHECK(f->stride >= 0, "--stride {}: must be 1..context (or 0: context / 2)", f->stride);
+    if (!f->text.empty()) check_input_file(f->text, "--text", "pass a UTF-8 text file");
     LoadedModel loaded = load_model(f->checkpoint, f->sets);
     CEMFRAC_CHECK(loaded.tokenizer != nullptr,
                   "{} has no tokenizer/ directory: cannot read data for it", loaded.checkpoint);

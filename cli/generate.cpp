@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "cemfrac/core/check.h"
+#include "cemfrac/core/input_file.h"
 #include "cemfrac/model/generate.h"
 #include "cemfrac/train/model_loader.h"
 #include "cli/commands.h"
@@ -22,8 +24,9 @@ namespace {
 // newline does not start another prompt. An empty line is an error rather than an empty prompt, so
 // a stray blank line cannot silently add a row.
 std::vector<std::string> read_prompt_lines(const std::string& path) {
+  check_input_file(path, "--prompts", "write one prompt per line into a regular file");
   std::ifstream in(path, std::ios::binary);
-  CEMFRAC_CHECK(in.good(), "--prompts {}: cannot open the file (does it exist?)", path);
+  CEMFRAC_CHECK(in.good(), "--prompts {}: cannot open the file", path);
   std::vector<std::string> lines;
   std::string line;
   while (std::getline(in, line)) {
@@ -85,7 +88,10 @@ Command add_generate(CLI::App& root, const GlobalOptions& global) {
       "--set", f->sets,
       "Change a field no parameter shape depends on, e.g. model.cem.steps=4 (repeatable)");
   auto run = [f]() {
-    // Every sampling setting is checked before anything is loaded or printed.
+    // Every sampling setting is checked before anything is loaded or printed (CLI11's range check
+    // lets NaN through).
+    CEMFRAC_CHECK(std::isfinite(f->temperature) && f->temperature >= 0 && f->temperature <= 100,
+                  "--temperature {}: must be a number in [0, 100] (0 = greedy)", f->temperature);
     CEMFRAC_CHECK(f->top_k >= 0, "--top-k {}: must be >= 0 (0 = all tokens)", f->top_k);
     CEMFRAC_CHECK(f->top_p > 0 && f->top_p <= 1, "--top-p {}: must be in (0, 1] (1 = off)",
                   f->top_p);

@@ -26,6 +26,7 @@
 #include "cemfrac/core/atomic_file.h"
 #include "cemfrac/core/blas.h"  // set_threads
 #include "cemfrac/core/check.h"
+#include "cemfrac/core/dir_lock.h"
 #include "cemfrac/tasks/gp_experiment.h"
 #include "cemfrac/train/trainer.h"  // TrainingInterrupted
 #include "cli/commands.h"
@@ -243,6 +244,14 @@ Command add_gp(CLI::App& root, const GlobalOptions& global) {
       one.seed = f.seed;
       one.eval_seed = f.eval_seed;
       one.checkpoint_run_dir = f.checkpoint_dir;
+      // One writer per directory (core/dir_lock.h): the trainer locks --checkpoint-dir; --out is
+      // locked here unless it is that same directory (a second lock on it would refuse us).
+      DirLock out_lock;
+      std::error_code ec1, ec2;
+      if (!f.out.empty() && (f.checkpoint_dir.empty() ||
+                             std::filesystem::weakly_canonical(f.out, ec1) !=
+                                 std::filesystem::weakly_canonical(f.checkpoint_dir, ec2)))
+        out_lock = DirLock::acquire(f.out, "gp");
       GpRunResult result;
       try {
         result = run_gp_single(one);
@@ -267,6 +276,9 @@ Command add_gp(CLI::App& root, const GlobalOptions& global) {
     o.run_baseline = !f.no_baseline;
     o.seed = f.seed;
     const std::string out = !f.out.empty() ? f.out : (f.quick ? "runs/gp-quick" : "runs/gp");
+    // Held for the whole experiment, so a second `gp` into the same --out is refused at once
+    // rather than after its minutes of training.
+    const DirLock out_lock = DirLock::acquire(out, "gp");
 
     const GpExperimentResult result = run_gp_experiment(o);
     std::error_code ec;

@@ -4,11 +4,12 @@
 // the ranks:
 // - a rank that fails (non-zero exit or a signal) makes the launcher wait --grace seconds for the
 //   others to notice on their own (they exit naming the lost rank), then kill what is left, and
-//   exit non-zero naming the first failed rank;
+//   exit 1 naming the first failed rank;
 // - SIGINT/SIGTERM to the launcher is forwarded once to every rank (each is in its own process
 // group,
 //   so a terminal's Ctrl-C reaches them only through the launcher): the ranks agree on the step to
-//   stop at and rank 0 saves one checkpoint.
+//   stop at and rank 0 saves one checkpoint; ranks that exit 3 (interrupted, as `train`), with
+//   none failed, make the launcher exit 3 too.
 #include <fmt/format.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -41,8 +42,13 @@ std::string describe_status(int status) {
   return "stopped";
 }
 
+// A rank stopped by SIGINT/SIGTERM after its checkpoint (`train` exits kExitInterrupted).
+bool interrupted(int status) {
+  return WIFEXITED(status) && WEXITSTATUS(status) == kExitInterrupted;
+}
+
 bool failed(int status) {
-  return !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  return !(WIFEXITED(status) && WEXITSTATUS(status) == 0) && !interrupted(status);
 }
 
 }  // namespace
@@ -62,6 +68,10 @@ Command add_launch(CLI::App& root, const GlobalOptions& global) {
       "launch",
       "Run a cemfrac command as N data-parallel ranks on this machine (torchrun's environment; "
       "e.g. cemfrac launch --nproc 2 -- train --config configs/small-llama.toml)");
+  app->footer(
+      "Exit codes: 0 every rank exited 0; 1 a rank failed (named; the others are stopped, then "
+      "killed after --grace); 2 usage error; 3 ranks interrupted by SIGINT/SIGTERM (exit 3, "
+      "checkpoint saved) and none failed.");
   app->add_option("--nproc", f->nproc, "Number of ranks")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
@@ -179,6 +189,14 @@ Command add_launch(CLI::App& root, const GlobalOptions& global) {
       fail("launch: rank {} of {} {}; the other ranks were {}", first_failed, n,
            describe_status(statuses[first_failed]),
            killed ? "killed after the grace period" : "stopped");
+    }
+    // Interrupted ranks and none failed: the launcher exits as `train` does, 3.
+    int stopped = 0;
+    for (int r = 0; r < n; ++r) stopped += interrupted(statuses[r]) ? 1 : 0;
+    if (stopped > 0) {
+      fmt::print(stderr, "cemfrac: launch: {} of {} rank(s) interrupted (exit code 3)\n", stopped,
+                 n);
+      return kExitInterrupted;
     }
     return 0;
   };

@@ -17,6 +17,7 @@
 
 #include "cemfrac/core/atomic_file.h"
 #include "cemfrac/core/check.h"
+#include "cemfrac/core/input_file.h"
 #include "cemfrac/data/tokenizer.h"
 #include "cli/commands.h"
 
@@ -25,7 +26,7 @@ namespace {
 
 std::string read_input(const std::string& path) {
   if (!path.empty() && path != "-") {
-    CEMFRAC_CHECK(std::filesystem::is_regular_file(path), "--text {} is not a readable file", path);
+    check_input_file(path, "--text", "pass a UTF-8 text file, or - for stdin");
     return read_file(path);
   }
   std::ostringstream s;

@@ -130,22 +130,26 @@ int main(int argc, char** argv) {
       cli::add_finetune(app, global),
   };
 
+  // An unknown command is a usage error also with --help or --version after it ("cemfrac finetune
+  // --help"): a script must be able to tell that the command does not exist.
+  auto refuse_unknown = [&]() -> bool {
+    const std::string unknown = unknown_command(argc, argv, app);
+    if (unknown.empty()) return false;
+    std::fprintf(stderr, "cemfrac: error: unknown command '%s' (see cemfrac --help)\n",
+                 unknown.c_str());
+    return true;
+  };
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
+    return refuse_unknown() ? 2 : app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
+    return refuse_unknown() ? 2 : app.exit(e);
   } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
+    return refuse_unknown() ? 2 : app.exit(e);
   } catch (const CLI::ParseError& e) {
-    const std::string unknown = unknown_command(argc, argv, app);
-    if (!unknown.empty()) {
-      std::fprintf(stderr, "cemfrac: error: unknown command '%s' (see cemfrac --help)\n",
-                   unknown.c_str());
-    } else {
+    if (!refuse_unknown())
       std::fprintf(stderr, "cemfrac: error: %s (see cemfrac --help)\n", e.what());
-    }
     return 2;
   }
 

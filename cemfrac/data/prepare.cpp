@@ -7,6 +7,7 @@
 #include "cemfrac/core/atomic_file.h"
 #include "cemfrac/core/clock.h"
 #include "cemfrac/core/check.h"
+#include "cemfrac/core/dir_lock.h"
 #include "cemfrac/data/brown.h"
 #include "cemfrac/data/shard.h"
 
@@ -16,12 +17,22 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Whether `dir` is a directory holding nothing but the lock file (core/dir_lock.h).
+bool only_lock_file(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(fs::symlink_status(dir, ec))) return false;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().filename() != kDirLockFile) return false;
+  return !ec;
+}
+
 // Refuses to overwrite anything but an empty directory or an earlier prepared dataset.
 void check_out_dir(const PrepareOptions& options) {
   const std::string& out = options.out_dir;
   CEMFRAC_CHECK(!out.empty(), "no output directory: pass --out DIR");
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(out, ec))) return;
+  if (only_lock_file(out)) return;  // made by our own lock just now, or by a killed prepare
   CEMFRAC_CHECK(options.force,
                 "{} already exists: pass --force to replace it, or choose another --out", out);
   const bool empty_dir = fs::is_directory(out, ec) && fs::is_empty(out, ec);
@@ -49,10 +60,7 @@ void check_source(const PrepareOptions& options) {
                 "unknown corpus '{}': the built-in corpus is 'brown'; use --text PATH for your own "
                 "files",
                 options.corpus);
-  std::error_code ec;
-  CEMFRAC_CHECK(options.text_path.empty() || fs::exists(options.text_path, ec),
-                "--text {} does not exist: pass a UTF-8 file or a directory of *.txt files",
-                options.text_path);
+  if (!options.text_path.empty()) check_text_source(options.text_path);
 }
 
 uint64_t total_bytes(const std::vector<Document>& documents, const std::vector<size_t>& indices) {
@@ -83,15 +91,38 @@ std::vector<Document> read_prepare_source(const PrepareOptions& options) {
   return read_brown_corpus();
 }
 
+namespace {
+PrepareResult prepare_locked(const PrepareOptions& options, Clock::time_point start);
+}  // namespace
+
 PrepareResult prepare_dataset(const PrepareOptions& options) {
   const Clock::time_point start = Clock::now();
+  // Cheap checks first, before minutes of work.
+  check_source(options);
+  if (!options.make_tokenizer) parse_tokenizer_spec(options.tokenizer);
+  check_out_dir(options);  // again once locked: the directory may change until then
+  // One writer per dataset directory (core/dir_lock.h), held until the new dataset has replaced
+  // the old one: a second prepare into the same --out is refused naming this process. A directory
+  // the lock had to create is removed again when preparing fails.
+  std::error_code ec;
+  const bool existed = fs::exists(fs::symlink_status(options.out_dir, ec));
+  DirLock lock = DirLock::acquire(options.out_dir, "prepare");
+  try {
+    return prepare_locked(options, start);
+  } catch (...) {
+    lock.release();
+    if (!existed && only_lock_file(options.out_dir)) fs::remove_all(options.out_dir, ec);
+    throw;
+  }
+}
+
+namespace {
+
+PrepareResult prepare_locked(const PrepareOptions& options, Clock::time_point start) {
   auto progress = [&](const std::string& line) {
     if (options.progress) options.progress(line);
   };
-  // Cheap checks first, before minutes of work.
-  check_source(options);
   check_out_dir(options);
-  if (!options.make_tokenizer) parse_tokenizer_spec(options.tokenizer);
 
   PrepareResult result;
   result.out_dir = options.out_dir;
@@ -209,5 +240,7 @@ PrepareResult prepare_dataset(const PrepareOptions& options) {
   progress(fmt::format("wrote {} in {:.1f} s", options.out_dir, result.seconds_total));
   return result;
 }
+
+}  // namespace
 
 }  // namespace cemfrac

@@ -15,6 +15,7 @@
 
 #include "cemfrac/core/atomic_file.h"
 #include "cemfrac/core/check.h"
+#include "cemfrac/core/input_file.h"
 
 // The format is little-endian; the reader hands out the mapped bytes as native integers.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -255,6 +256,10 @@ ShardHeader write_shard(const std::string& path, const ShardInfo& info,
 }
 
 ShardReader::ShardReader(const std::string& path, const ShardExpectation& expect) : path_(path) {
+  // Checked before open(): opening a FIFO for reading blocks until a writer comes.
+  const std::string problem = input_file_problem(path);
+  CEMFRAC_CHECK(problem.empty(), "{}: {}; expected a token shard written by cemfrac prepare", path,
+                problem);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   CEMFRAC_CHECK(fd >= 0, "cannot open token shard {}: {}", path, std::strerror(errno));
   struct stat st {};

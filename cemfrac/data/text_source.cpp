@@ -6,6 +6,7 @@
 
 #include "cemfrac/core/atomic_file.h"
 #include "cemfrac/core/check.h"
+#include "cemfrac/core/input_file.h"
 
 namespace cemfrac {
 namespace fs = std::filesystem;
@@ -62,26 +63,44 @@ std::optional<size_t> find_invalid_utf8(std::string_view text) {
   return std::nullopt;
 }
 
-std::vector<Document> read_text_source(const std::string& path) {
+void check_text_source(const std::string& path) {
   std::error_code ec;
-  const fs::file_status status = fs::status(path, ec);
-  CEMFRAC_CHECK(fs::exists(status),
+  if (fs::is_directory(fs::status(path, ec))) return;
+  CEMFRAC_CHECK(fs::exists(fs::symlink_status(path, ec)),
                 "--text {} does not exist: pass a UTF-8 file or a directory of "
                 "*.txt files",
                 path);
-  if (!fs::is_directory(status)) {
+  const std::string problem = input_file_problem(path);
+  CEMFRAC_CHECK(problem.empty(), "--text {}: {}; pass a UTF-8 file or a directory of *.txt files",
+                path, problem);
+}
+
+std::vector<Document> read_text_source(const std::string& path) {
+  check_text_source(path);
+  std::error_code ec;
+  if (!fs::is_directory(fs::status(path, ec))) {
     return {read_one(fs::path(path), fs::path(path).filename().string())};
   }
   std::vector<std::pair<std::string, fs::path>> files;  // (relative name, path)
-  fs::recursive_directory_iterator it(path, fs::directory_options::skip_permission_denied, ec);
+  // Nothing is skipped silently: an unreadable subdirectory fails the listing, and a *.txt entry
+  // that is not a readable regular file (a dangling link, a FIFO, a link loop) is named.
+  fs::recursive_directory_iterator it(path, ec);
   CEMFRAC_CHECK(!ec, "cannot list directory {}: {}", path, ec.message());
+  std::string last = path;  // the entry the listing stood at, for an error in the next step
   for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    CEMFRAC_CHECK(!ec, "cannot list directory {}: {}", path, ec.message());
+    CEMFRAC_CHECK(!ec, "cannot list directory {} (after {}): {}", path, last, ec.message());
     const fs::directory_entry& entry = *it;
-    if (entry.path().extension() != ".txt" || !entry.is_regular_file(ec)) continue;
+    last = entry.path().string();
+    if (entry.path().extension() != ".txt") continue;
+    if (fs::is_directory(entry.path(), ec)) continue;  // a directory named *.txt: listed in turn
+    const std::string problem = input_file_problem(entry.path().string());
+    CEMFRAC_CHECK(problem.empty(),
+                  "--text {}: {} {}; make it a readable UTF-8 file or remove it from the "
+                  "directory",
+                  path, entry.path().string(), problem);
     files.emplace_back(fs::relative(entry.path(), path).generic_string(), entry.path());
   }
-  CEMFRAC_CHECK(!ec, "cannot list directory {}: {}", path, ec.message());
+  CEMFRAC_CHECK(!ec, "cannot list directory {} (after {}): {}", path, last, ec.message());
   CEMFRAC_CHECK(!files.empty(),
                 "directory {} holds no .txt files: put one UTF-8 .txt file per "
                 "document in it",

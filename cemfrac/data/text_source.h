@@ -23,6 +23,12 @@ std::optional<size_t> find_invalid_utf8(std::string_view text);
 // leading UTF-8 byte-order mark is dropped; nothing else in the text is changed. Throws
 // cemfrac::Error, naming the file, when the path does not exist, a file cannot be read, a file is
 // empty, a file is not valid UTF-8 (with the byte offset), or a directory holds no .txt file.
+// Nothing is skipped silently: a *.txt entry that is not a readable regular file (a dangling link,
+// a FIFO, a link loop) and an unreadable subdirectory are errors too.
 std::vector<Document> read_text_source(const std::string& path);
+
+// The cheap part of read_text_source's checks, before any file is opened: `path` is a directory
+// or a regular file (a FIFO would block a read; core/input_file.h).
+void check_text_source(const std::string& path);
 
 }  // namespace cemfrac

@@ -155,6 +155,7 @@ GpTrainResult train_gp_model(GpModel& model, const GpTaskOptions& task,
   t.data = std::make_shared<GpData>(task, options.data_seed);
   t.loss = mse_loss();
   t.write_files = checkpoints;
+  t.lock_command = "gp";
   t.handle_signals = checkpoints && options.stop_on_signal;
   t.progress = options.progress;
   t.label = options.label;

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <random>
 #include <regex>
 #include <type_traits>
 
@@ -94,6 +95,35 @@ std::string first_difference(const json& expected, const json& found, const std:
 
 bool is_checkpoint_dir(const fs::path& p) {
   return fs::is_regular_file(p / kCheckpointTrainerFile);
+}
+
+constexpr const char* kSaveIdKey = "save_id";
+
+// The save id of a checkpoint: FNV-1a (64 bits) of its trainer state without the wall time, so
+// that it differs between any two runs or steps whose training differs (seed, data cursor, RNG
+// state, settings, step) and equals between an interrupted-and-resumed run and an uninterrupted one
+// (their checkpoint files stay equal bit for bit).
+std::string save_id_of(const TrainerState& state) {
+  json j = trainer_state_to_json(state);
+  j.erase("elapsed_s");
+  j.erase("save_id");
+  const std::string text = j.dump();
+  uint64_t h = 1469598103934665603ull;
+  for (const unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return fmt::format("{:016x}", h);
+}
+
+// Renames `dir` to a temporary name (one clean_stale_temporaries recognises) and removes it, so
+// that a kill during the removal never leaves a half-deleted step-N.
+void remove_checkpoint_dir(const std::string& dir) {
+  std::error_code ec;
+  const std::string aside = fmt::format("{}.tmp-{}-{:x}.old", dir, static_cast<long>(::getpid()),
+                                        std::random_device{}() & 0xffffffu);
+  fs::rename(dir, aside, ec);
+  fs::remove_all(ec ? fs::path(dir) : fs::path(aside), ec);
 }
 
 }  // namespace
@@ -202,6 +232,7 @@ json trainer_state_to_json(const TrainerState& s) {
       {"run", s.run.is_null() ? json::object() : s.run},
       {"world_size", s.world_size},
       {"recent_losses", s.recent_losses},
+      {"save_id", s.save_id},
   };
 }
 
@@ -251,6 +282,7 @@ TrainerState trainer_state_from_json(const json& j, const std::string& source) {
                   "{}: {} recent losses, more than the {} kept", source, s.recent_losses.size(),
                   kRecentLosses);
   }
+  if (j.contains("save_id")) s.save_id = field<std::string>(j, "save_id", source);
   CEMFRAC_CHECK(s.step >= 0 && s.tokens >= 0, "{}: negative step or token count", source);
   return s;
 }
@@ -282,31 +314,40 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
 std::string save_checkpoint(const std::string& run_dir, const CheckpointContents& c, int64_t keep) {
   const std::string dir =
       (fs::path(checkpoints_dir(run_dir)) / checkpoint_name(c.trainer.step)).string();
+  TrainerState trainer = c.trainer;
+  trainer.save_id = save_id_of(trainer);
+  const std::map<std::string, std::string> tensor_meta = {
+      {"format", "pt"}, {"producer", "cemfrac"}, {kSaveIdKey, trainer.save_id}};
+  std::map<std::string, std::string> optimizer_meta = c.optimizer_metadata;
+  optimizer_meta[kSaveIdKey] = trainer.save_id;
   write_dir_atomic(dir, [&](const std::string& tmp) {
     const fs::path t(tmp);
-    save_safetensors((t / kCheckpointModelFile).string(), c.model,
-                     {{"format", "pt"}, {"producer", "cemfrac"}});
-    save_safetensors((t / kCheckpointOptimizerFile).string(), c.optimizer, c.optimizer_metadata);
-    if (!c.buffers.empty()) {
-      save_safetensors((t / kCheckpointBuffersFile).string(), c.buffers,
-                       {{"format", "pt"}, {"producer", "cemfrac"}});
-    }
+    save_safetensors((t / kCheckpointModelFile).string(), c.model, tensor_meta);
+    save_safetensors((t / kCheckpointOptimizerFile).string(), c.optimizer, optimizer_meta);
+    if (!c.buffers.empty())
+      save_safetensors((t / kCheckpointBuffersFile).string(), c.buffers, tensor_meta);
     write_file_atomic((t / kCheckpointConfigFile).string(), c.config.dump(2) + "\n");
     if (c.tokenizer) c.tokenizer->save((t / kCheckpointTokenizerDir).string());
     write_file_atomic((t / kCheckpointTrainerFile).string(),
-                      trainer_state_to_json(c.trainer).dump(2) + "\n");
+                      trainer_state_to_json(trainer).dump(2) + "\n");
   });
   if (keep > 0) {
-    // Only complete checkpoints count (and only they are deleted); anything else is left alone.
-    auto all = list_checkpoints(run_dir);
-    all.erase(std::remove_if(all.begin(), all.end(),
-                             [](const auto& c) { return !checkpoint_problem(c.second).empty(); }),
-              all.end());
-    for (size_t i = 0; i + keep < all.size(); ++i) {
-      if (all[i].second == dir) continue;
-      std::error_code ec;
-      fs::remove_all(all[i].second, ec);
+    // Complete checkpoints count; all but the newest `keep` go. An incomplete step-N older than
+    // the oldest one kept goes too: cemfrac's saves appear complete or not at all, so it is what a
+    // removal cut short left (newer incomplete ones are left alone: resolve_checkpoint names them).
+    const auto all = list_checkpoints(run_dir);
+    std::vector<std::pair<int64_t, std::string>> complete;
+    for (const auto& e : all)
+      if (checkpoint_problem(e.second).empty()) complete.push_back(e);
+    const size_t drop = complete.size() > static_cast<size_t>(keep)
+                            ? complete.size() - static_cast<size_t>(keep)
+                            : 0;
+    const int64_t oldest_kept = complete.empty() ? -1 : complete[drop].first;
+    for (const auto& [step, path] : all) {
+      if (path == dir || step >= oldest_kept) continue;
+      remove_checkpoint_dir(path);
     }
+    clean_stale_temporaries(run_dir);  // what an earlier removal cut short by a kill left
   }
   return dir;
 }
@@ -408,7 +449,27 @@ Checkpoint load_checkpoint(const std::string& dir, const LoadOptions& options) {
     json j = json::parse(read_file(path), nullptr, false);
     CEMFRAC_CHECK(!j.is_discarded(), "{}: not valid JSON", path);
     c.trainer = trainer_state_from_json(j, path);
+    // The directory's name is its step: a trainer.json of another step is another checkpoint's.
+    static const std::regex kName("step-([0-9]+)");
+    std::smatch m;
+    const std::string name = fs::path(dir).lexically_normal().filename().string();
+    if (std::regex_match(name, m, kName))
+      CEMFRAC_CHECK(std::stoll(m[1].str()) == c.trainer.step,
+                    "checkpoint {}: trainer.json says step {} but the directory is {}; the parts "
+                    "of a checkpoint must come from one save",
+                    dir, c.trainer.step, name);
   }
+  // Every tensor file carries the save id trainer.json records (checkpoints without one predate
+  // the check).
+  auto check_part = [&](const SafetensorsFile& file, const std::string& path) {
+    if (c.trainer.save_id.empty()) return;
+    const auto it = file.metadata.find(kSaveIdKey);
+    const std::string found = it == file.metadata.end() ? "none" : it->second;
+    CEMFRAC_CHECK(found == c.trainer.save_id,
+                  "{} belongs to another checkpoint (save id {}, but trainer.json says {}); the "
+                  "parts of a checkpoint must come from one save",
+                  path, found, c.trainer.save_id);
+  };
   {
     const std::string path = require(kCheckpointConfigFile);
     c.config = json::parse(read_file(path), nullptr, false);
@@ -418,14 +479,17 @@ Checkpoint load_checkpoint(const std::string& dir, const LoadOptions& options) {
   // Weights and optimizer moments must be finite; buffers must not be NaN (the ladders' recorded
   // ranges legitimately start at +-Inf).
   c.model = load_safetensors(require(kCheckpointModelFile));
+  check_part(c.model, require(kCheckpointModelFile));
   check_finite(c.model.tensors, require(kCheckpointModelFile));
   if (options.optimizer) {
     c.optimizer = load_safetensors(require(kCheckpointOptimizerFile));
+    check_part(c.optimizer, require(kCheckpointOptimizerFile));
     check_finite(c.optimizer.tensors, require(kCheckpointOptimizerFile));
   }
   c.has_buffers = fs::is_regular_file(d / kCheckpointBuffersFile);
   if (c.has_buffers) {
     c.buffers = load_safetensors((d / kCheckpointBuffersFile).string());
+    check_part(c.buffers, (d / kCheckpointBuffersFile).string());
     check_finite(c.buffers.tensors, (d / kCheckpointBuffersFile).string(), /*allow_inf=*/true);
   }
   c.has_tokenizer = fs::is_directory(d / kCheckpointTokenizerDir);

@@ -60,6 +60,12 @@ struct TrainerState {
   // The training losses of the last kRecentLosses steps, oldest first ([] in older checkpoints):
   // TrainResult::recent_loss, the mean over them, survives a resume exactly.
   std::vector<double> recent_losses;
+  // Binds the parts of one checkpoint (issue 38 item 8): save_checkpoint derives it from the rest
+  // of the state (a hash without the wall time: another run or step gets another id, a resumed
+  // run the uninterrupted one's) and writes it here and into the metadata ("save_id") of every
+  // safetensors file of the checkpoint; load_checkpoint refuses a part whose id differs. "" in
+  // older checkpoints (then nothing is checked).
+  std::string save_id;
 };
 inline constexpr int64_t kRecentLosses = 50;
 
@@ -95,8 +101,12 @@ std::string checkpoint_name(int64_t step);
 // <run_dir>/checkpoints
 std::string checkpoints_dir(const std::string& run_dir);
 
-// Writes <run_dir>/checkpoints/step-NNNNNN atomically, then deletes all but the newest `keep`
-// checkpoints (keep <= 0 keeps all). Returns the checkpoint directory.
+// Writes <run_dir>/checkpoints/step-NNNNNN atomically (with its save id, TrainerState::save_id,
+// whatever contents.trainer.save_id says), then deletes all but the newest `keep` complete
+// checkpoints (keep <= 0 keeps all) and every incomplete step-N older than the oldest one kept
+// (what a deletion cut short by a kill leaves). Each is renamed to a temporary name before it is
+// removed, so a kill during the removal leaves a temporary that clean_stale_temporaries removes,
+// never a half-deleted step-N. Returns the checkpoint directory.
 std::string save_checkpoint(const std::string& run_dir, const CheckpointContents& contents,
                             int64_t keep);
 

@@ -73,13 +73,12 @@ ModelConfig apply_model_overrides(const nlohmann::json& config_json,
   return config;
 }
 
-LoadedModel load_model(const std::string& path, const std::vector<std::string>& overrides) {
+namespace {
+
+LoadedModel load_resolved(const std::string& checkpoint,
+                          const std::vector<std::string>& overrides) {
   LoadedModel out;
-  // eval and generate take the checkpoint as --checkpoint (resolve_checkpoint names --resume).
-  std::error_code ec;
-  CEMFRAC_CHECK(std::filesystem::is_directory(path, ec), "--checkpoint {}: no such directory",
-                path);
-  out.checkpoint = resolve_checkpoint(path);
+  out.checkpoint = checkpoint;
   LoadOptions options;
   options.optimizer = false;
   Checkpoint ckpt = load_checkpoint(out.checkpoint, options);
@@ -99,6 +98,54 @@ LoadedModel load_model(const std::string& path, const std::vector<std::string>& 
   if (ckpt.has_tokenizer) out.tokenizer = load_tokenizer(out.checkpoint + "/tokenizer");
   out.step = ckpt.trainer.step;
   return out;
+}
+
+// "<run>/checkpoints/step-N" -> "<run>", else "".
+std::string run_of(const std::string& checkpoint) {
+  const std::filesystem::path p = std::filesystem::path(checkpoint).lexically_normal();
+  if (p.parent_path().filename() != "checkpoints") return "";
+  return p.parent_path().parent_path().empty() ? "." : p.parent_path().parent_path().string();
+}
+
+}  // namespace
+
+LoadedModel load_model(const std::string& path, const std::vector<std::string>& overrides) {
+  // eval and generate take the checkpoint as --checkpoint (resolve_checkpoint names --resume).
+  std::error_code ec;
+  const std::string run = run_of(path);
+  auto rotated_away = [&](const std::string& what) {
+    fail(
+        "{}: the checkpoint {} (rotated away by its run, which keeps only its newest "
+        "train.keep_checkpoints); pass the run directory {} to read its newest one",
+        path, what, run);
+  };
+  if (!std::filesystem::is_directory(path, ec)) {
+    if (!run.empty() && !list_checkpoints(run).empty()) rotated_away("no longer exists");
+    fail("--checkpoint {}: no such directory", path);
+  }
+  // Readers take no lock (core/dir_lock.h): the run writing `path` may rotate a checkpoint away
+  // while it is read. A checkpoint that vanished is read again from the run's newest complete one;
+  // one named directly is reported as rotated away. An error in a checkpoint that is still there is
+  // that checkpoint's problem, reported as it is.
+  const bool named_directly =
+      !run.empty() &&
+      std::filesystem::is_regular_file(std::filesystem::path(path) / kCheckpointTrainerFile, ec);
+  constexpr int kAttempts = 20;
+  for (int attempt = 1;; ++attempt) {
+    const std::string checkpoint = resolve_checkpoint(path);
+    try {
+      LoadedModel out = load_resolved(checkpoint, overrides);
+      if (std::filesystem::is_directory(checkpoint, ec)) return out;  // read whole, still there
+    } catch (const std::exception&) {
+      if (std::filesystem::is_directory(checkpoint, ec)) throw;
+    }
+    if (named_directly) rotated_away("was removed while it was read");
+    CEMFRAC_CHECK(attempt < kAttempts,
+                  "{}: {} checkpoints in a row were rotated away while being read; the run "
+                  "writing them saves faster than they can be read (raise its "
+                  "train.keep_checkpoints, or read after it ends)",
+                  path, kAttempts);
+  }
 }
 
 }  // namespace cemfrac

@@ -1,5 +1,7 @@
 #include "cemfrac/train/token_data.h"
 
+#include "cemfrac/core/input_file.h"
+
 #include <filesystem>
 
 #include "cemfrac/core/check.h"
@@ -14,9 +16,12 @@ namespace {
 
 std::shared_ptr<const ShardReader> open_split(const TokenDataOptions& options, const char* split) {
   const std::string path = (fs::path(options.dir) / (std::string(split) + ".bin")).string();
-  CEMFRAC_CHECK(fs::is_regular_file(path),
-                "{}: no such file; data.path must be a directory written by `cemfrac prepare`",
-                path);
+  // A directory, FIFO or dangling link named train.bin is named as what it is (and a FIFO is never
+  // opened, which would block).
+  const std::string problem = input_file_problem(path);
+  CEMFRAC_CHECK(problem.empty(),
+                "{}: {}; data.path must be a directory written by `cemfrac prepare`", path,
+                problem);
   ShardCheck check;
   check.tokenizer = options.tokenizer;
   check.model_vocab_size = options.model_vocab_size;

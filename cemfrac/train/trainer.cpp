@@ -56,6 +56,18 @@ std::string run_dir_of_checkpoint(const std::string& checkpoint) {
   return parent.parent_path().empty() ? std::string(".") : parent.parent_path().string();
 }
 
+// The run directory a --resume path continues (resolve_checkpoint's three forms): a checkpoint ->
+// run_dir_of_checkpoint, <run>/checkpoints -> <run>, a run directory -> itself.
+std::string run_dir_of_resume_path(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_regular_file(fs::path(path) / kCheckpointTrainerFile, ec))
+    return run_dir_of_checkpoint(path);
+  const fs::path p = fs::path(path).lexically_normal();
+  if (p.filename() == "checkpoints" && list_checkpoints(path).empty())
+    return p.parent_path().empty() ? std::string(".") : p.parent_path().string();
+  return path;
+}
+
 bool same_path(const std::string& a, const std::string& b) {
   std::error_code ec1, ec2;
   const fs::path pa = fs::weakly_canonical(a, ec1), pb = fs::weakly_canonical(b, ec2);
@@ -222,20 +234,24 @@ Trainer::Trainer(TrainModel model, TrainerOptions options)
   state_.schedule = schedule_;
   if (options_.resume.empty()) {
     if (!options_.write_files) return;
+    lock_run_dir();
     CEMFRAC_CHECK(list_checkpoints(t.out).empty(),
                   "{} already holds checkpoints; pass --resume {} to continue that run or choose "
                   "another train.out",
                   t.out, t.out);
     return;
   }
-  const std::string dir = resolve_checkpoint(options_.resume);
-  // A resumed run continues in its own directory, whatever train.out says.
-  const std::string own_dir = run_dir_of_checkpoint(dir);
+  // A resumed run continues in its own directory, whatever train.out says. Its directory is known
+  // from the path alone, so it is locked before any checkpoint is looked at: a live writer may be
+  // rotating them (and is then named, rather than a checkpoint it just removed).
+  const std::string own_dir = run_dir_of_resume_path(options_.resume);
   if (!own_dir.empty() && !same_path(own_dir, options_.train.out)) {
     warn("train.out = {} is ignored: --resume continues the run in {}", options_.train.out,
          own_dir);
     options_.train.out = own_dir;
   }
+  lock_run_dir();
+  const std::string dir = resolve_checkpoint(options_.resume);
   LoadOptions load;
   load.expected_config = &model_.config;
   Checkpoint ckpt = load_checkpoint(dir, load);
@@ -269,6 +285,13 @@ Trainer::Trainer(TrainModel model, TrainerOptions options)
 }
 
 Trainer::~Trainer() = default;
+
+void Trainer::lock_run_dir() {
+  // One writer per run directory (core/dir_lock.h): rank 0 writes, so rank 0 locks. Taken after
+  // the checks of the settings and the data, so that a refused run leaves no directory behind.
+  if (options_.rank != 0 || !options_.write_files) return;
+  lock_ = DirLock::acquire(options_.train.out, options_.lock_command);
+}
 
 json Trainer::run_settings() const {
   json settings = json::object();
@@ -393,6 +416,8 @@ std::string Trainer::write_checkpoint() {
   c.config = model_.config;
   c.tokenizer = data_->tokenizer();
   last_checkpoint_ = save_checkpoint(options_.train.out, c, options_.train.keep_checkpoints);
+  // summary.json is true at all times: while running it names the step and checkpoint reached.
+  write_summary("running", "");
   return last_checkpoint_;
 }
 

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "cemfrac/core/check.h"
+#include "cemfrac/core/dir_lock.h"
 #include "cemfrac/data/tokenizer.h"
 #include "cemfrac/model/lm_model.h"  // ParamInfo
 #include "cemfrac/train/checkpoint.h"
@@ -111,6 +112,11 @@ struct TrainerOptions {
   // false: train in memory, writing nothing (no run directory, checkpoints, metrics or summary;
   // train.out is ignored, resume and signal stops are not available).
   bool write_files = true;
+  // With write_files, rank 0 holds the run directory's lock (core/dir_lock.h) from the
+  // constructor on, until the Trainer is destroyed: a second writer (a fresh run into the same
+  // train.out, or --resume of a live run) is refused with one line naming this process. The
+  // command the lock file names as the holder:
+  std::string lock_command = "train";
   // Stop after this many completed steps (0 = train.steps), writing a checkpoint as on a signal;
   // the schedule still spans train.steps. For time-boxed runs and resume tests.
   int64_t stop_at_step = 0;
@@ -161,8 +167,9 @@ class TrainingInterrupted : public Error {
 
 class Trainer {
  public:
-  // Opens the data, builds the optimizer and, with options.resume, loads the checkpoint (its
-  // config.json must equal model.config). Throws cemfrac::Error for bad settings or files.
+  // Opens the data, takes the run directory's lock (write_files), builds the optimizer and, with
+  // options.resume, loads the checkpoint (its config.json must equal model.config). Throws
+  // cemfrac::Error for bad settings or files, or when another process writes the run.
   Trainer(TrainModel model, TrainerOptions options);
   ~Trainer();
 
@@ -195,6 +202,7 @@ class Trainer {
   nlohmann::json run_settings() const;   // TrainerState::run of this run's settings
   // Resume: refuses a changed setting that exact resume depends on, warns about a safe change.
   void check_resume_settings(const std::string& source);
+  void lock_run_dir();  // takes lock_ (rank 0 with write_files) on train.out
   std::string write_checkpoint();
   void write_summary(const std::string& status, const std::string& report);
   void append_metrics(const StepMetrics& m);
@@ -209,6 +217,7 @@ class Trainer {
 
   TrainModel model_;
   TrainerOptions options_;
+  DirLock lock_;  // the run directory's, while this Trainer may write into it
   int64_t seq_len_ = 0;
   int64_t accum_ = 1;
   int64_t tokens_per_step_ = 0;  // all ranks

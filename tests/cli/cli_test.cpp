@@ -19,6 +19,15 @@ TEST(Cli, NoCommand) {
 
 TEST(Cli, UnknownCommand) {
   expect_one_line_error(run_cemfrac({"trian"}), "unknown command 'trian'");
+  // Also with --help or --version after it: exit 2, never the top-level help (issue 38 item 16).
+  for (const char* flag : {"--help", "-h", "--version"}) {
+    const test::RunResult r = run_cemfrac({"--threads", "1", "finetune", flag});
+    expect_one_line_error(r, "unknown command 'finetune'");
+    EXPECT_EQ(r.exit_code, 2) << flag;
+    EXPECT_EQ(r.out, "") << flag;
+  }
+  EXPECT_EQ(run_cemfrac({"train", "--help"}).exit_code, 0);
+  EXPECT_EQ(run_cemfrac({"--help"}).exit_code, 0);
 }
 
 TEST(Cli, UnknownFlag) {

@@ -104,7 +104,7 @@ TEST(GeneratePrompts, BadFilesAreOneLineErrors) {
   const std::string dir = test::temp_dir("gp_bad_in");
   expect_one_line_error(
       run_cemfrac({"generate", "--checkpoint", ckpt, "--prompts", dir + "/none.txt"}),
-      "--prompts " + dir + "/none.txt: cannot open the file");
+      "--prompts " + dir + "/none.txt: no such file");
   test::write_file(dir + "/empty.txt", "");
   expect_one_line_error(
       run_cemfrac({"generate", "--checkpoint", ckpt, "--prompts", dir + "/empty.txt"}),

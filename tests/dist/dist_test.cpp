@@ -526,6 +526,11 @@ TEST(Distributed, SigintToTheLauncherStopsAllRanksWithOneCheckpoint) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   kill(launcher.pid, SIGINT);
   ASSERT_TRUE(launcher.wait(60)) << launcher.stderr_text();
+  // Every rank was interrupted (exit 3, checkpoint saved): the launcher exits 3 as `train` does
+  // (issue 38 item 15), not 1 naming rank 1 as failed.
+  EXPECT_EQ(launcher.exit_code(), 3) << launcher.stderr_text();
+  EXPECT_EQ(launcher.stderr_text().find("exited with code 3"), std::string::npos)
+      << launcher.stderr_text();
   const auto all = list_checkpoints(run);
   ASSERT_EQ(all.size(), 1u) << launcher.stderr_text();
   const json summary = json::parse(test::read_file(run + "/summary.json"));
