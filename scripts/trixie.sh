@@ -64,19 +64,28 @@ in_root() {
   gitdir=$(git -C "$repo" rev-parse --path-format=absolute --git-common-dir 2>/dev/null || true)
   [[ -n "$gitdir" && "$gitdir" != "$repo"/* ]] || gitdir=""
   mkdir -p "$cache"
+  # The host's ccache (its directory and base_dir): one cache for every checkout and both roots (the
+  # compiler is part of ccache's key, so gcc 12 and gcc 14 objects never mix).
+  local ccdir="" ccbase="" ccmax=""
+  if command -v ccache >/dev/null; then
+    ccdir=$(ccache -k cache_dir 2>/dev/null || true) ccbase=$(ccache -k base_dir 2>/dev/null || true)
+    ccmax=$(ccache -k max_size 2>/dev/null || true)
+    [[ -n "$ccdir" ]] && mkdir -p "$ccdir"
+  fi
   cp -L /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
   unshare --mount --propagation private -- bash -euc '
-    r=$1 repo=$2 cache=$3 gitdir=$4; shift 4
+    r=$1 repo=$2 cache=$3 gitdir=$4 ccdir=$5 ccbase=$6 ccmax=$7; shift 7
     mount -t proc proc "$r/proc"
     mount --rbind /sys "$r/sys"
     mount --rbind /dev "$r/dev"
     mountpoint -q "$r/dev/shm" || mount -t tmpfs -o mode=1777 shm "$r/dev/shm"
-    for d in "$repo" "$cache" $gitdir; do mkdir -p "$r$d"; mount --bind "$d" "$r$d"; done
+    for d in "$repo" "$cache" $gitdir $ccdir; do mkdir -p "$r$d"; mount --bind "$d" "$r$d"; done
     exec chroot "$r" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM="${TERM:-dumb}" \
       PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-      CEMFRAC_CACHE="$cache" CCACHE_DIR=/var/cache/ccache CEMFRAC_IN_TRIXIE=1 \
+      CEMFRAC_CACHE="$cache" CCACHE_DIR="${ccdir:-/var/cache/ccache}" CCACHE_BASEDIR="$ccbase" \
+      ${ccmax:+CCACHE_MAXSIZE="$ccmax"} \
       bash -c "cd \"\$0\" && exec \"\$@\"" "$repo" "$@"
-  ' in_root "$root" "$repo" "$cache" "$gitdir" "$@"
+  ' in_root "$root" "$repo" "$cache" "$gitdir" "$ccdir" "$ccbase" "$ccmax" "$@"
 }
 
 cmd="${1:-test}"
