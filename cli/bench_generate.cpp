@@ -54,6 +54,7 @@
 #include "cemfrac/core/blas.h"
 #include "cemfrac/core/check.h"
 #include "cemfrac/core/clock.h"
+#include "cemfrac/core/compat.h"
 #include "cemfrac/io/safetensors.h"
 #include "cemfrac/layers/registry.h"
 #include "cemfrac/model/generate.h"
@@ -105,8 +106,9 @@ struct GenerateBenchFlags {
 // memory profiler to report to; only allocations made while it is installed are counted.
 class TensorMemoryPeak : public c10::MemoryReportingInfoBase {
  public:
-  void reportMemoryUsage(void* /*ptr*/, int64_t alloc_size, int64_t /*total_allocated*/,
-                         int64_t /*total_reserved*/, c10::Device device) override {
+  void reportMemoryUsage(void* /*ptr*/, int64_t alloc_size,
+                         compat::MemoryReportTotal /*total_allocated*/,
+                         compat::MemoryReportTotal /*total_reserved*/, c10::Device device) override {
     if (device.type() != c10::DeviceType::CPU) return;
     const int64_t now = live_.fetch_add(alloc_size) + alloc_size;
     int64_t peak = peak_.load();

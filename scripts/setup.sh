@@ -8,15 +8,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 say() { printf 'setup: %s\n' "$*"; }
 
 # ---- Debian packages ----------------------------------------------------------------------------
-DEB_PACKAGES=(
-  build-essential cmake ninja-build ccache pkg-config git ca-certificates openssl
-  libtorch-dev libgloo-dev libopenblas-dev libopenblas0-openmp
-  libgtest-dev libgmock-dev googletest libbenchmark-dev
-  libcli11-dev nlohmann-json3-dev libtomlplusplus-dev libfmt-dev libspdlog-dev
-  libsentencepiece-dev libpcre2-dev
-  nodejs npm python3-torch
-  pybind11-dev python3-dev python3-pytest
-)
+# The list is shared with scripts/trixie.sh (the Debian 13 root for the LibTorch 2.6 leg).
+read -r -a DEB_PACKAGES <<<"$(sed 's/#.*//' "$here/debian-packages.txt" | tr -s ' \t\n' ' ')"
 if [[ "${1:-}" != "--no-apt" ]]; then
   missing=()
   for p in "${DEB_PACKAGES[@]}"; do

@@ -1,6 +1,16 @@
-// The few API differences between LibTorch 1.13 (Debian's libtorch-dev) and LibTorch 2.x (the CUDA
-// builds on GPU machines) live here and nowhere else. Code calls the cemfrac::compat names.
+// The few API differences between LibTorch 1.13 (Debian 12's libtorch-dev) and LibTorch 2.x (Debian
+// 13's 2.6, scripts/trixie.sh; the CUDA builds on GPU machines) live here and nowhere else. Code calls
+// the cemfrac::compat names. The top-level CMakeLists.txt checks the version it finds (1.13 or 2.x) and
+// says which one it builds against. Measured differences (1.13.1 vs 2.6.0, issue 35):
+// - <torch/linalg.h> is not shipped by Debian's 2.6: code calls the ATen functions
+//   (at::linalg_cholesky, at::linalg_solve, at::linalg_solve_triangular), the same in both versions.
+// - c10::MemoryReportingInfoBase::reportMemoryUsage takes the two totals as int64_t (1.13) or size_t
+//   (2.x): MemoryReportTotal below.
+// - c10d: Backend vs ProcessGroup, TCPStoreOptions::useLibUV, glog (the c10d section below).
+// - The legacy autograd profiler (cli/step_profile.cpp) is deprecated in 2.x but still built and
+//   unchanged in 2.6 (torch/csrc/autograd/profiler_legacy.h), so it needs no branch here.
 #pragma once
+#include <c10/core/Allocator.h>
 #include <torch/version.h>
 
 #define CEMFRAC_TORCH_VERSION_AT_LEAST(major, minor) \
@@ -14,6 +24,16 @@ inline const char* torch_version() {
   return TORCH_VERSION;
 }
 
+namespace detail {
+template <class C, class R, class P, class A, class T, class U, class D>
+T third_parameter(R (C::*)(P, A, T, U, D));
+}  // namespace detail
+
+// The type of the totals in c10::MemoryReportingInfoBase::reportMemoryUsage (int64_t in 1.13, size_t
+// in 2.x), read from the declaration itself, so an override compiles against either.
+using MemoryReportTotal =
+    decltype(detail::third_parameter(&c10::MemoryReportingInfoBase::reportMemoryUsage));
+
 }  // namespace cemfrac::compat
 
 // c10d (distributed): only cemfrac/train/distributed.cpp defines CEMFRAC_COMPAT_C10D before
@@ -22,11 +42,21 @@ inline const char* torch_version() {
 //   collectives we call, allreduce / broadcast / barrier returning intrusive_ptr<c10d::Work>, are
 //   on both).
 // - 2.x builds with CUDA define USE_C10D_NCCL: CUDA tensors go through ProcessGroupNCCL, CPU
-// tensors
-//   through Gloo. Debian's 1.13 has no CUDA, so that branch is compiled only there.
+//   tensors through Gloo. Debian's LibTorch has no CUDA, so that branch is compiled only on GPU builds.
+// - TCPStoreOptions::useLibUV (2.2+) defaults to true from 2.4, but Debian's 2.6 is built without
+//   libuv, so every rendezvous would fail ("use_libuv was requested but PyTorch was build without
+//   libuv support"): tcp_store_options() turns it off wherever the field exists.
+// - Debian 12's LibTorch logs through glog, Debian 13's through c10's own logger (no glog):
+//   QuietTorchLogs silences whichever one is built in.
 #ifdef CEMFRAC_COMPAT_C10D
+#include <c10/util/Logging.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#if defined(C10_USE_GLOG) && __has_include(<glog/logging.h>)
+#include <glog/logging.h>
+#define CEMFRAC_COMPAT_GLOG 1
+#endif
 #if defined(USE_C10D_NCCL)
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
@@ -46,6 +76,48 @@ inline constexpr bool kHaveNccl =
 #else
     false;
 #endif
+
+namespace detail {
+template <class O>
+auto no_libuv(O& o, int) -> decltype(o.useLibUV = false, void()) {
+  o.useLibUV = false;
+}
+template <class O>
+void no_libuv(O&, long) {}  // 1.13 - 2.1: no libuv option, the classic TCPStore server
+}  // namespace detail
+
+// Default TCPStore options, with the libuv server off where LibTorch has the option.
+inline c10d::TCPStoreOptions tcp_store_options() {
+  c10d::TCPStoreOptions o;
+  detail::no_libuv(o, 0);
+  return o;
+}
+
+// LibTorch's own log messages below fatal are dropped while it lives (c10d logs each failed store
+// connection attempt to stderr; the failure becomes our one error line instead).
+class QuietTorchLogs {
+ public:
+#ifdef CEMFRAC_COMPAT_GLOG
+  QuietTorchLogs() : old_(FLAGS_minloglevel) {
+    FLAGS_minloglevel = google::GLOG_FATAL;
+  }
+  ~QuietTorchLogs() {
+    FLAGS_minloglevel = old_;
+  }
+#else
+  QuietTorchLogs() : old_(FLAGS_caffe2_log_level) {
+    FLAGS_caffe2_log_level = c10::GLOG_FATAL;
+  }
+  ~QuietTorchLogs() {
+    FLAGS_caffe2_log_level = old_;
+  }
+#endif
+  QuietTorchLogs(const QuietTorchLogs&) = delete;
+  QuietTorchLogs& operator=(const QuietTorchLogs&) = delete;
+
+ private:
+  int old_;
+};
 
 // The process group for tensors on `device`: NCCL for CUDA (where built), Gloo otherwise.
 inline C10dBackendPtr make_c10d_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,

@@ -1,6 +1,5 @@
 #include "cemfrac/tasks/gp_data.h"
 
-#include <torch/linalg.h>
 #include <torch/types.h>
 
 #include <cmath>
@@ -31,7 +30,7 @@ void check_observations(const torch::Tensor& t, const torch::Tensor& y,
 // Posterior means from the factor C (B, N, N) of K + s^2 I and y (B, N); see the header.
 torch::Tensor posterior_means_from_factor(const torch::Tensor& chol, const torch::Tensor& y) {
   // z = C^-1 y (B, N, 1)
-  torch::Tensor z = torch::linalg_solve_triangular(chol, y.unsqueeze(-1), /*upper=*/false);
+  torch::Tensor z = at::linalg_solve_triangular(chol, y.unsqueeze(-1), /*upper=*/false);
   // mean[m] = sum_{j<m} C[m, j] z[j]: the strictly lower triangle of C times z, rows 1..N-1.
   torch::Tensor mean = torch::matmul(torch::tril(chol, -1), z).squeeze(-1);  // (B, N)
   return mean.narrow(1, 1, y.size(1) - 1).contiguous();                      // (B, N - 1)
@@ -85,14 +84,14 @@ torch::Tensor sample_gp_observations(const torch::Tensor& t, const torch::Tensor
   TORCH_INTERNAL_ASSERT(t.dim() == 2 && t.scalar_type() == torch::kFloat64);
   TORCH_INTERNAL_ASSERT(lengthscale.dim() == 1 && lengthscale.size(0) == t.size(0));
   torch::Tensor xi = torch::randn({t.size(0), t.size(1), 1}, generator, t.options());  // (B, N, 1)
-  torch::Tensor chol = torch::linalg::cholesky(noisy_covariance(t, lengthscale, noise_std));
+  torch::Tensor chol = at::linalg_cholesky(noisy_covariance(t, lengthscale, noise_std));
   return torch::matmul(chol, xi).squeeze(-1);  // (B, N)
 }
 
 torch::Tensor gp_posterior_means(const torch::Tensor& t, const torch::Tensor& y,
                                  const torch::Tensor& lengthscale, double noise_std) {
   check_observations(t, y, lengthscale);
-  torch::Tensor chol = torch::linalg::cholesky(noisy_covariance(t, lengthscale, noise_std));
+  torch::Tensor chol = at::linalg_cholesky(noisy_covariance(t, lengthscale, noise_std));
   return posterior_means_from_factor(chol, y);
 }
 
@@ -110,7 +109,7 @@ torch::Tensor gp_posterior_means_reference(const torch::Tensor& t, const torch::
           rbf_kernel(seen, seen, lb)[0] + noise_std * noise_std * torch::eye(m, t.options());
       torch::Tensor k_m = rbf_kernel(seen, query, lb)[0];  // (m, 1)
       torch::Tensor alpha =
-          torch::linalg::solve(k_mm, yb.narrow(0, 0, m).unsqueeze(1), /*left=*/true);  // (m, 1)
+          at::linalg_solve(k_mm, yb.narrow(0, 0, m).unsqueeze(1), /*left=*/true);  // (m, 1)
       out[b][m - 1] = (k_m * alpha).sum();
     }
   }

@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
@@ -26,13 +25,6 @@
 
 #include "cemfrac/core/check.h"
 #include "cemfrac/core/compat.h"
-
-// LibTorch built with glog (Debian's is) logs each failed store connection attempt to stderr on its
-// own; the failure becomes our one error line instead.
-#if __has_include(<glog/logging.h>) && defined(C10_USE_GLOG)
-#include <glog/logging.h>
-#define CEMFRAC_HAVE_GLOG 1
-#endif
 
 namespace cemfrac {
 namespace {
@@ -84,7 +76,7 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const DistEnv& env) {
 }
 
 c10::intrusive_ptr<c10d::Store> connect_store(const DistEnv& env, double timeout_s, bool server) {
-  c10d::TCPStoreOptions o;
+  c10d::TCPStoreOptions o = compat::tcp_store_options();
   o.port = static_cast<std::uint16_t>(env.port);
   o.isServer = server;
   o.numWorkers = static_cast<std::size_t>(env.world_size);
@@ -173,22 +165,6 @@ class BlockStopSignals {
 
  private:
   sigset_t old_;
-};
-
-// glog quiet (fatal only) while it lives.
-class QuietGlog {
- public:
-#ifdef CEMFRAC_HAVE_GLOG
-  QuietGlog() : old_(FLAGS_minloglevel) {
-    FLAGS_minloglevel = google::GLOG_FATAL;
-  }
-  ~QuietGlog() {
-    FLAGS_minloglevel = old_;
-  }
-
- private:
-  int old_;
-#endif
 };
 
 }  // namespace
@@ -338,7 +314,7 @@ DistContext::DistContext(const DistEnv& env, const DistOptions& options)
   impl_->fault = fault_from_environment();
   const bool server = env.rank == 0 && !env.agent_store;
   try {
-    QuietGlog quiet;
+    compat::QuietTorchLogs quiet;
     impl_->store = connect_store(env, options.connect_timeout_s, server);
   } catch (const std::exception& e) {
     fail(
@@ -739,7 +715,7 @@ struct StoreServer::Impl {
 
 StoreServer::StoreServer(const std::string& addr, int port, double timeout_s)
     : impl_(std::make_unique<Impl>()) {
-  c10d::TCPStoreOptions o;
+  c10d::TCPStoreOptions o = compat::tcp_store_options();
   o.port = static_cast<std::uint16_t>(port);
   o.isServer = true;
   o.waitWorkers = false;
