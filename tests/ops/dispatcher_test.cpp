@@ -1,0 +1,210 @@
+// The fused ops as dispatcher operators (ops/library.h): every schema is registered with a CPU,
+// Meta, CompositeExplicitAutograd (ATen twin) and Autograd kernel; calling an operator through the
+// dispatcher gives the raw kernel's bits; Meta gives shapes and dtypes; the Autograd kernel's
+// gradient is the closed form, and its second derivative is exact (float64 central differences of
+// the first derivative: issue 38 item 4).
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/autograd.h>
+
+#include <string>
+#include <vector>
+
+#include "cemfrac/kernels/kernels.h"
+#include "cemfrac/ops/continuant.h"
+#include "cemfrac/ops/library.h"
+#include "tests/ops/grad_check_util.h"
+#include "tests/ops/ladder_test_util.h"
+
+namespace cemfrac {
+namespace {
+
+using test::uniform;
+
+bool same_bits(const at::Tensor& x, const at::Tensor& y) {
+  return x.sizes() == y.sizes() && x.scalar_type() == y.scalar_type() &&
+         at::equal(x.contiguous().view(at::kByte), y.contiguous().view(at::kByte));
+}
+
+// Every schema of library.cpp resolves, and each operator has the kernels library.h promises.
+TEST(DispatcherRegistration, EverySchemaHasItsKernels) {
+  int count = 0;
+  for (const char* const* schema = ops::op_schemas(); *schema != nullptr; ++schema, ++count) {
+    const std::string s(*schema);
+    const std::string name = s.substr(0, s.find('('));
+    SCOPED_TRACE(name);
+    const c10::OperatorHandle handle = ops::find_op(name.c_str());
+    EXPECT_EQ(handle.schema().name(), "cemfrac::" + name);
+    for (auto key : {c10::DispatchKey::CPU, c10::DispatchKey::Meta,
+                     c10::DispatchKey::CompositeExplicitAutograd}) {
+      EXPECT_TRUE(handle.hasKernelForDispatchKey(key)) << c10::toString(key);
+    }
+  }
+  EXPECT_GE(count, 3);
+  // The differentiable ones have an autograd kernel of their own.
+  for (const char* name :
+       {"continuant", "continuant_backward"}) {
+    EXPECT_TRUE(ops::find_op(name).hasKernelForDispatchKey(c10::DispatchKey::Autograd)) << name;
+  }
+  EXPECT_THROW(ops::find_op("no_such_op"), c10::Error);
+}
+
+// ---- Ladders ------------------------------------------------------------------------------------
+
+// The operator's forward and backward are the raw kernels' bits (the code the engine ran before
+// the ops became operators: kernels::continuant_{forward,backward}_cpu on the (R, d, L) rows).
+TEST(DispatcherContinuant, CpuOperatorIsTheKernel) {
+  for (auto dtype : {at::kFloat, at::kDouble}) {
+    for (bool exact : {false, true}) {
+      const at::Tensor a = uniform({3, 2, 5, 67}, -3, 3, dtype, 41);  // rows (3, 2), d 5, L 67
+      const at::Tensor g = uniform({3, 2, 67}, -1, 1, dtype, 42);
+      const at::Tensor rows = a.reshape({6, 5, 67});
+      at::Tensor f = at::empty({6, 67}, a.options()), r = at::empty({6, 67}, a.options());
+      kernels::continuant_forward_cpu(rows, 0.01, f, r, at::Tensor());
+      at::Tensor grad = at::empty_like(rows);
+      kernels::continuant_backward_cpu(rows, r, at::Tensor(), g.reshape({6, 67}), 0.01, exact,
+                                       grad);
+      const auto options = ContinuantOptions().backward(exact ? ContinuantBackward::kExact
+                                                              : ContinuantBackward::kSurrogate);
+      auto [f_op, grad_op] = test::value_and_grad(
+          [&](const at::Tensor& x) { return continuant(x, options); }, a, g);
+      EXPECT_TRUE(same_bits(f_op, f.reshape({3, 2, 67})));
+      EXPECT_TRUE(same_bits(grad_op, grad.reshape(a.sizes())));
+      // Inference (no autograd) and the Python name reach the same kernel.
+      EXPECT_TRUE(same_bits(continuant(a, options), f_op));
+    }
+  }
+}
+
+// Meta: the shapes and dtypes of the three operators, and forward + backward of the ladder on the
+// meta device (reduced precision: f in a's dtype, r and the gradient's internals in float32).
+TEST(DispatcherContinuant, MetaShapes) {
+  for (auto dtype : {at::kFloat, at::kDouble, at::kBFloat16}) {
+    const at::Tensor a =
+        at::empty({4, 3, 6, 9}, at::TensorOptions().device(at::kMeta).dtype(dtype));
+    const at::Tensor f = continuant(a);
+    EXPECT_TRUE(f.is_meta());
+    EXPECT_EQ(f.sizes(), (std::vector<int64_t>{4, 3, 9}));
+    EXPECT_EQ(f.scalar_type(), dtype);
+    static const auto forward_op = ops::op<std::tuple<at::Tensor, at::Tensor, at::Tensor>(
+        const at::Tensor&, double, bool)>("continuant_forward");
+    {
+      // The _forward operators have no autograd kernel (only the ladder's Function calls them,
+      // below autograd); LibTorch 1.13 has no AutogradMeta fallthrough, so call them as it does.
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
+      auto [f2, r, k] = forward_op.call(a, 0.01, true);
+      const at::ScalarType wide = dtype == at::kBFloat16 ? at::kFloat : dtype;
+      EXPECT_EQ(f2.sizes(), f.sizes());
+      EXPECT_EQ(r.sizes(), f.sizes());
+      EXPECT_EQ(r.scalar_type(), wide);
+      EXPECT_EQ(k.sizes(), a.sizes());
+      EXPECT_EQ(std::get<2>(forward_op.call(a, 0.01, false)).numel(), 0);
+    }
+    const at::Tensor x = a.clone().requires_grad_(true);
+    const at::Tensor grad = torch::autograd::grad({continuant(x).sum()}, {x})[0];
+    EXPECT_TRUE(grad.is_meta());
+    EXPECT_EQ(grad.sizes(), a.sizes());
+    EXPECT_EQ(grad.scalar_type(), dtype);
+  }
+  // Meta checks its arguments like the kernels do.
+  EXPECT_THROW(continuant(at::empty({2, 0, 5}, at::kMeta)), c10::Error);
+}
+
+// The twin (the kernel on every other device) gives the CPU kernel's function: ContinuantImpl::
+// kReference runs exactly the twin's forward and closed-form backward.
+TEST(DispatcherContinuant, TwinMatchesCpu) {
+  const at::Tensor a = uniform({5, 4, 33}, -3, 3, at::kDouble, 43);
+  const at::Tensor g = uniform({5, 33}, -1, 1, at::kDouble, 44);
+  for (auto mode : {ContinuantBackward::kSurrogate, ContinuantBackward::kExact}) {
+    const auto options = ContinuantOptions().backward(mode);
+    auto [f1, g1] = test::value_and_grad(
+        [&](const at::Tensor& x) { return continuant(x, options); }, a, g);
+    auto [f2, g2] = test::value_and_grad(
+        [&](const at::Tensor& x) { return continuant_reference(x, options); }, a, g);
+    test::expect_close(f1, f2, 1e-12, 0, "f " + to_string(mode));
+    // Exact mode inside the clamp: the kernel's long double path against the closed form in
+    // double, whose head continuants may cancel a few digits.
+    test::expect_close(g1, g2, 1e-10, 1e-12 * g2.abs().max().item<double>(), "grad " + to_string(mode));
+  }
+}
+
+// Ladders well away from poles (every a_k in [0.5, 2]: all continuants positive and >= 1), so the
+// guard is inactive, the function smooth, and the derivatives moderate (|d^3 f| = O(10)).
+at::Tensor smooth_ladders(std::vector<int64_t> shape, uint64_t seed) {
+  return uniform(std::move(shape), 0.5, 2, at::kDouble, seed);
+}
+
+// gradcheck: the first derivative of every implementation against central differences. h = 1e-6;
+// truncation error h^2/6 |f'''| ~ 1e-11, rounding ~ eps_machine |loss| / h ~ 1e-9 (|loss| <= 10):
+// tolerance 1e-8.
+TEST(DispatcherContinuant, GradcheckFloat64) {
+  const at::Tensor a = smooth_ladders({2, 3, 4}, 45);
+  const at::Tensor w = uniform({2, 4}, -1, 1, at::kDouble, 46);
+  for (auto impl : {ContinuantImpl::kFused, ContinuantImpl::kReference}) {
+    for (auto mode : {ContinuantBackward::kSurrogate, ContinuantBackward::kExact}) {
+      SCOPED_TRACE(to_string(impl) + " " + to_string(mode));
+      const auto options = ContinuantOptions().impl(impl).backward(mode);
+      test::expect_central_differences(
+          [&](const std::vector<at::Tensor>& x) { return (continuant(x[0], options) * w).sum(); },
+          {a});
+    }
+  }
+}
+
+// gradgradcheck: the derivative of the gradient (create_graph) against central differences of the
+// gradient, in both the ladder's input and the incoming gradient. Same step and bound as above
+// (the gradient is as smooth as f here).
+TEST(DispatcherContinuant, GradgradcheckFloat64) {
+  const at::Tensor a = smooth_ladders({2, 3, 4}, 47);
+  const at::Tensor w = uniform({2, 4}, -1, 1, at::kDouble, 48);
+  const at::Tensor u = uniform({2, 3, 4}, -1, 1, at::kDouble, 49);
+  for (auto impl : {ContinuantImpl::kFused, ContinuantImpl::kReference, ContinuantImpl::kLiteral}) {
+    for (auto mode : {ContinuantBackward::kSurrogate, ContinuantBackward::kExact}) {
+      SCOPED_TRACE(to_string(impl) + " " + to_string(mode));
+      const auto options = ContinuantOptions().impl(impl).backward(mode);
+      // loss2(a, w) = <d(f . w)/da, u>: its gradient in a is the Hessian times u.
+      auto loss2 = [&](const std::vector<at::Tensor>& x) {
+        at::Tensor a_var = x[0];
+        at::Tensor w_var = x[1];
+        if (!a_var.requires_grad()) a_var = a_var.detach().requires_grad_(true);
+        at::AutoGradMode grad_on(true);
+        const at::Tensor grad = torch::autograd::grad({(continuant(a_var, options) * w_var).sum()},
+                                                      {a_var}, {}, true, /*create_graph=*/true)[0];
+        return (grad * u).sum();
+      };
+      // Under create_graph the gradient depends on a and w (not silently a constant).
+      {
+        const at::Tensor x = a.clone().requires_grad_(true);
+        const at::Tensor grad =
+            torch::autograd::grad({(continuant(x, options) * w).sum()}, {x}, {}, true, true)[0];
+        EXPECT_TRUE(grad.requires_grad());
+      }
+      test::expect_central_differences(loss2, {a, w});
+    }
+  }
+}
+
+// The Hessian of one ladder of every implementation equals the plain-autograd nested fraction's
+// (kLiteral: no guard active here, so the same function), entry by entry.
+TEST(DispatcherContinuant, HessianMatchesPlainLadder) {
+  const at::Tensor a0 = smooth_ladders({1, 5, 1}, 50);
+  auto hessian = [&](ContinuantImpl impl) {
+    const auto options = ContinuantOptions().impl(impl);
+    const at::Tensor a = a0.clone().requires_grad_(true);
+    const at::Tensor grad =
+        torch::autograd::grad({continuant(a, options).sum()}, {a}, {}, true, true)[0];
+    std::vector<at::Tensor> rows;
+    for (int64_t k = 0; k < 5; ++k) {
+      rows.push_back(torch::autograd::grad({grad.view(-1)[k]}, {a}, {}, true)[0].view(-1));
+    }
+    return at::stack(rows);
+  };
+  const at::Tensor want = hessian(ContinuantImpl::kLiteral);
+  ASSERT_GT(want.abs().max().item<double>(), 1e-2);
+  for (auto impl : {ContinuantImpl::kFused, ContinuantImpl::kReference}) {
+    test::expect_close(hessian(impl), want, 1e-12, 1e-14, "hessian " + to_string(impl));
+  }
+}
+
+}  // namespace
+}  // namespace cemfrac
