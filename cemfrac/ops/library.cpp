@@ -10,6 +10,11 @@ namespace cemfrac {
 // their static registrations) in every binary that calls any operator, although libcemfrac is a
 // static archive whose unreferenced objects would otherwise be dropped.
 extern const bool kContinuantKernels;
+extern const bool kRmsNormKernels;
+extern const bool kSiluMulKernels;
+extern const bool kRopeKernels;
+extern const bool kSymmetricGramKernels;
+extern const bool kLinearKernels;
 
 }  // namespace cemfrac
 
@@ -25,6 +30,20 @@ constexpr const char* kSchemas[] = {
     "Tensor)",
     "continuant_backward(Tensor grad_f, Tensor a, Tensor r, Tensor k, float eps, bool exact) -> "
     "Tensor",
+    // RMSNorm (ops/rms_norm.h); rms_norm_forward also returns r = 1/rms per row.
+    "rms_norm(Tensor x, Tensor weight, float eps) -> Tensor",
+    "rms_norm_forward(Tensor x, Tensor weight, float eps) -> (Tensor, Tensor)",
+    "rms_norm_backward(Tensor grad_y, Tensor x, Tensor weight, Tensor r, float eps) -> (Tensor, "
+    "Tensor)",
+    // The SiLU gate silu(a) * b (ops/silu_mul.h).
+    "silu_mul(Tensor a, Tensor b) -> Tensor",
+    "silu_mul_backward(Tensor grad, Tensor a, Tensor b) -> (Tensor, Tensor)",
+    // Rotary embedding (ops/rope.h); its backward is itself with inverse flipped.
+    "rope(Tensor x, Tensor cos, Tensor sin, bool inverse=False) -> Tensor",
+    // W W^T (ops/symmetric_gram.h); its backward is one matmul in tensor ops.
+    "symmetric_gram(Tensor w) -> Tensor",
+    // x W^T + b with gemv / the skinny kernel for a few rows (ops/linear.h).
+    "linear(Tensor x, Tensor weight, Tensor? bias=None) -> Tensor",
     nullptr,
 };
 
@@ -32,7 +51,8 @@ constexpr const char* kSchemas[] = {
 
 c10::OperatorHandle find_op(const char* name) {
   // Reading the anchors (values unknown to this file's compiler) is what references their objects.
-  static const bool all_linked = kContinuantKernels;
+  static const bool all_linked = kContinuantKernels && kRmsNormKernels && kSiluMulKernels &&
+                                 kRopeKernels && kSymmetricGramKernels && kLinearKernels;
   TORCH_INTERNAL_ASSERT(all_linked);
   return c10::Dispatcher::singleton().findSchemaOrThrow((std::string("cemfrac::") + name).c_str(),
                                                         "");

@@ -7,12 +7,18 @@
 #include <gtest/gtest.h>
 #include <torch/autograd.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "cemfrac/kernels/kernels.h"
 #include "cemfrac/ops/continuant.h"
 #include "cemfrac/ops/library.h"
+#include "cemfrac/ops/linear.h"
+#include "cemfrac/ops/rms_norm.h"
+#include "cemfrac/ops/rope.h"
+#include "cemfrac/ops/silu_mul.h"
+#include "cemfrac/ops/symmetric_gram.h"
 #include "tests/ops/grad_check_util.h"
 #include "tests/ops/ladder_test_util.h"
 
@@ -40,10 +46,11 @@ TEST(DispatcherRegistration, EverySchemaHasItsKernels) {
       EXPECT_TRUE(handle.hasKernelForDispatchKey(key)) << c10::toString(key);
     }
   }
-  EXPECT_GE(count, 3);
+  EXPECT_GE(count, 11);
   // The differentiable ones have an autograd kernel of their own.
   for (const char* name :
-       {"continuant", "continuant_backward"}) {
+       {"continuant", "continuant_backward", "rms_norm", "rms_norm_backward", "silu_mul",
+        "silu_mul_backward", "rope", "symmetric_gram", "linear"}) {
     EXPECT_TRUE(ops::find_op(name).hasKernelForDispatchKey(c10::DispatchKey::Autograd)) << name;
   }
   EXPECT_THROW(ops::find_op("no_such_op"), c10::Error);
@@ -204,6 +211,214 @@ TEST(DispatcherContinuant, HessianMatchesPlainLadder) {
   for (auto impl : {ContinuantImpl::kFused, ContinuantImpl::kReference}) {
     test::expect_close(hessian(impl), want, 1e-12, 1e-14, "hessian " + to_string(impl));
   }
+}
+
+// ---- Every other operator: one harness -------------------------------------------------------
+
+using Inputs = std::vector<at::Tensor>;
+using OpFn = std::function<Inputs(const Inputs&)>;
+
+// Central differences of loss over every element of the inputs marked differentiable, against
+// autograd (inputs unused by the loss have derivative 0). The same step and bound as above:
+// h = 1e-6; truncation h^2/6 |d^3 l| and rounding eps_machine |l| / h both well below 1e-8 for
+// the O(1) inputs and |l| <= 10 used here.
+void expect_central_differences_all(const std::function<at::Tensor(const Inputs&)>& loss,
+                                    const Inputs& base, const std::vector<bool>& diff) {
+  Inputs vars;
+  Inputs wrt;
+  for (size_t i = 0; i < base.size(); ++i) {
+    vars.push_back(diff[i] ? base[i].detach().clone().requires_grad_(true) : base[i]);
+    if (diff[i]) wrt.push_back(vars.back());
+  }
+  const auto analytic = torch::autograd::grad({loss(vars)}, wrt, {}, false, false,
+                                              /*allow_unused=*/true);
+  size_t slot = 0;
+  for (size_t which = 0; which < base.size(); ++which) {
+    if (!diff[which]) continue;
+    const at::Tensor got =
+        analytic[slot].defined() ? analytic[slot] : at::zeros_like(base[which]);
+    ++slot;
+    for (int64_t i = 0; i < base[which].numel(); ++i) {
+      Inputs plus = base, minus = base;
+      plus[which] = base[which].detach().clone();
+      minus[which] = base[which].detach().clone();
+      plus[which].view({-1})[i] += 1e-6;
+      minus[which].view({-1})[i] -= 1e-6;
+      const double numeric = (loss(plus) - loss(minus)).item<double>() / 2e-6;
+      EXPECT_NEAR(got.reshape({-1})[i].item<double>(), numeric, 1e-8)
+          << "input " << which << ", element " << i;
+    }
+  }
+}
+
+// For an operator `fn` and its plain-ATen `reference` (autograd through tensor ops), on float64
+// `inputs` of which those marked in `diff` are differentiated:
+//   1. CPU operator == reference in values, first and second derivatives (the CPU kernel, and the
+//      closed-form backward differentiated again, against autograd through the reference);
+//   2. gradcheck and gradgradcheck of the operator by central differences;
+//   3. Meta: the outputs' shapes and dtypes, and a backward giving the inputs' shapes.
+void check_operator(const std::string& what, const OpFn& fn, const OpFn& reference,
+                    const Inputs& inputs, const std::vector<bool>& diff) {
+  SCOPED_TRACE(what);
+  const size_t n = inputs.size();
+  const Inputs outs = fn(inputs);
+  Inputs weights, directions;
+  for (size_t j = 0; j < outs.size(); ++j) {
+    weights.push_back(uniform(outs[j].sizes().vec(), -1, 1, at::kDouble, 60 + j));
+  }
+  for (size_t i = 0; i < n; ++i) {
+    directions.push_back(uniform(inputs[i].sizes().vec(), -1, 1, at::kDouble, 70 + i));
+  }
+  // loss(inputs..., weights...) = sum_j <out_j, w_j>
+  auto loss_of = [n](const OpFn& f) {
+    return [n, f](const Inputs& x) {
+      const Inputs o = f(Inputs(x.begin(), x.begin() + n));
+      at::Tensor l = at::zeros({}, at::kDouble);
+      for (size_t j = 0; j < o.size(); ++j) l = l + (o[j] * x[n + j]).sum();
+      return l;
+    };
+  };
+  // loss2 = sum_i <d loss / d input_i, u_i> over the differentiable inputs (create_graph).
+  auto loss2_of = [&](const OpFn& f) {
+    return [&, f](const Inputs& x) {
+      at::AutoGradMode grad_on(true);
+      Inputs vars = x;
+      Inputs wrt;
+      for (size_t i = 0; i < n; ++i) {
+        if (!diff[i]) continue;
+        if (!vars[i].requires_grad()) vars[i] = vars[i].detach().requires_grad_(true);
+        wrt.push_back(vars[i]);
+      }
+      const auto grads = torch::autograd::grad({loss_of(f)(vars)}, wrt, {}, true,
+                                               /*create_graph=*/true, /*allow_unused=*/true);
+      at::Tensor l = at::zeros({}, at::kDouble);
+      size_t slot = 0;
+      for (size_t i = 0; i < n; ++i) {
+        if (!diff[i]) continue;
+        if (grads[slot].defined()) l = l + (grads[slot] * directions[i]).sum();
+        ++slot;
+      }
+      return l;
+    };
+  };
+  Inputs all = inputs;
+  all.insert(all.end(), weights.begin(), weights.end());
+  std::vector<bool> all_diff = diff;
+  all_diff.resize(all.size(), true);
+
+  // 1. Against the reference: values, gradients, second derivatives (relative 1e-10: both are
+  // float64 evaluations of one function in different orders).
+  const Inputs ref_outs = reference(inputs);
+  ASSERT_EQ(outs.size(), ref_outs.size());
+  for (size_t j = 0; j < outs.size(); ++j) {
+    test::expect_close(outs[j], ref_outs[j], 1e-10, 1e-12, "output " + std::to_string(j));
+  }
+  for (int order = 1; order <= 2; ++order) {
+    auto derivatives = [&](const OpFn& f) {
+      Inputs vars;
+      Inputs wrt;
+      for (size_t i = 0; i < all.size(); ++i) {
+        vars.push_back(all_diff[i] ? all[i].detach().clone().requires_grad_(true) : all[i]);
+        if (all_diff[i]) wrt.push_back(vars.back());
+      }
+      const at::Tensor l = order == 1 ? loss_of(f)(vars) : loss2_of(f)(vars);
+      auto g = torch::autograd::grad({l}, wrt, {}, false, false, /*allow_unused=*/true);
+      for (size_t i = 0; i < g.size(); ++i) {
+        if (!g[i].defined()) g[i] = at::zeros_like(wrt[i]);
+      }
+      return g;
+    };
+    const auto got = derivatives(fn), want = derivatives(reference);
+    for (size_t i = 0; i < got.size(); ++i) {
+      test::expect_close(got[i], want[i], 1e-10, 1e-12,
+                         "derivative order " + std::to_string(order) + " input " +
+                             std::to_string(i));
+    }
+  }
+
+  // 2. gradcheck, gradgradcheck.
+  expect_central_differences_all(loss_of(fn), all, all_diff);
+  expect_central_differences_all(loss2_of(fn), all, all_diff);
+
+  // 3. Meta.
+  Inputs meta;
+  for (size_t i = 0; i < n; ++i) {
+    meta.push_back(at::empty(inputs[i].sizes(), inputs[i].options().device(at::kMeta)));
+    if (diff[i]) meta.back().requires_grad_(true);
+  }
+  const Inputs meta_outs = fn(meta);
+  ASSERT_EQ(meta_outs.size(), outs.size());
+  at::Tensor l = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(at::kMeta));
+  for (size_t j = 0; j < outs.size(); ++j) {
+    EXPECT_TRUE(meta_outs[j].is_meta());
+    EXPECT_EQ(meta_outs[j].sizes(), outs[j].sizes()) << "output " << j;
+    EXPECT_EQ(meta_outs[j].scalar_type(), outs[j].scalar_type());
+    l = l + meta_outs[j].sum();
+  }
+  Inputs wrt;
+  for (size_t i = 0; i < n; ++i) {
+    if (diff[i]) wrt.push_back(meta[i]);
+  }
+  const auto grads = torch::autograd::grad({l}, wrt, {}, false, false, /*allow_unused=*/true);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (grads[i].defined()) {
+      EXPECT_TRUE(grads[i].is_meta());
+      EXPECT_EQ(grads[i].sizes(), wrt[i].sizes());
+    }
+  }
+}
+
+at::Tensor normal(std::vector<int64_t> shape, uint64_t seed) {
+  return uniform(std::move(shape), -1.5, 1.5, at::kDouble, seed);
+}
+
+TEST(DispatcherOps, RmsNorm) {
+  check_operator(
+      "rms_norm", [](const Inputs& x) { return Inputs{rms_norm(x[0], x[1], 1e-5)}; },
+      [](const Inputs& x) { return Inputs{rms_norm_reference(x[0], x[1], 1e-5)}; },
+      {normal({2, 3, 4}, 1), normal({4}, 2)}, {true, true});
+}
+
+TEST(DispatcherOps, SiluMul) {
+  check_operator(
+      "silu_mul", [](const Inputs& x) { return Inputs{silu_mul(x[0], x[1])}; },
+      [](const Inputs& x) { return Inputs{silu_mul_reference(x[0], x[1])}; },
+      {normal({3, 5}, 3), normal({3, 5}, 4)}, {true, true});
+}
+
+TEST(DispatcherOps, Rope) {
+  const at::Tensor angles = normal({3, 2}, 5) * 2;
+  for (bool inverse : {false, true}) {
+    check_operator(
+        inverse ? "rope inverse" : "rope",
+        [inverse](const Inputs& x) { return Inputs{apply_rope(x[0], x[1], x[2], inverse)}; },
+        [inverse](const Inputs& x) {
+          return Inputs{apply_rope_reference(x[0], x[1], x[2], inverse)};
+        },
+        {normal({2, 2, 3, 4}, 6), angles.cos(), angles.sin()}, {true, false, false});
+  }
+}
+
+TEST(DispatcherOps, SymmetricGram) {
+  check_operator(
+      "symmetric_gram", [](const Inputs& x) { return Inputs{symmetric_gram(x[0])}; },
+      [](const Inputs& x) { return Inputs{symmetric_gram_reference(x[0])}; }, {normal({3, 4}, 7)},
+      {true});
+}
+
+TEST(DispatcherOps, Linear) {
+  for (int64_t rows : {1, 3, 11}) {  // gemv, the skinny kernel (inference), sgemm
+    check_operator(
+        "linear rows=" + std::to_string(rows),
+        [](const Inputs& x) { return Inputs{linear(x[0], x[1], x[2])}; },
+        [](const Inputs& x) { return Inputs{at::linear(x[0], x[1], x[2])}; },
+        {normal({rows, 4}, 8), normal({3, 4}, 9), normal({3}, 10)}, {true, true, true});
+  }
+  // Inference on a few rows is the skinny kernel, bit for bit (kernels.h).
+  const at::Tensor x = normal({3, 4}, 11), w = normal({5, 4}, 12), b = normal({5}, 13);
+  at::Tensor y = at::empty({3, 5}, x.options());
+  kernels::skinny_linear_cpu(x, w, b, y);
+  EXPECT_TRUE(same_bits(linear(x, w, b), y));
 }
 
 }  // namespace
