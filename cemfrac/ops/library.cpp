@@ -15,6 +15,7 @@ extern const bool kSiluMulKernels;
 extern const bool kRopeKernels;
 extern const bool kSymmetricGramKernels;
 extern const bool kLinearKernels;
+extern const bool kCausalAttentionKernels;
 
 }  // namespace cemfrac
 
@@ -44,6 +45,28 @@ constexpr const char* kSchemas[] = {
     "symmetric_gram(Tensor w) -> Tensor",
     // x W^T + b with gemv / the skinny kernel for a few rows (ops/linear.h).
     "linear(Tensor x, Tensor weight, Tensor? bias=None) -> Tensor",
+    // Causal attention over full sequences (ops/causal_attention.h), out in the merged-heads layout
+    // (B, N, H, d_h). The _forward ops also return what the backward reads (the probabilities
+    // P (B, H, N, N); the heads' sum (B, N, N) or the per-head read-outs (B, H, N, D)). tied: v is
+    // k, and the backward's dk holds both gradients (its dv has no elements).
+    "causal_attention(Tensor q, Tensor k, Tensor v) -> Tensor",
+    "causal_attention_forward(Tensor q, Tensor k, Tensor v) -> (Tensor, Tensor)",
+    "causal_attention_backward(Tensor d_out, Tensor q, Tensor k, Tensor v, Tensor p, bool tied) "
+    "-> (Tensor, Tensor, Tensor)",
+    "causal_attention_shared_bias(Tensor q, Tensor k, Tensor v, Tensor a, Tensor b, Tensor r) -> "
+    "(Tensor, Tensor)",
+    "causal_attention_shared_bias_forward(Tensor q, Tensor k, Tensor v, Tensor a, Tensor b, "
+    "Tensor r) -> (Tensor, Tensor, Tensor, Tensor)",
+    "causal_attention_shared_bias_backward(Tensor d_out, Tensor d_read, Tensor q, Tensor k, "
+    "Tensor v, Tensor a, Tensor b, Tensor r, Tensor p, Tensor psum, bool tied) -> (Tensor, "
+    "Tensor, Tensor, Tensor, Tensor, Tensor)",
+    "causal_attention_head_diag(Tensor q, Tensor k, Tensor v, Tensor x, Tensor h, Tensor delta) "
+    "-> (Tensor, Tensor)",
+    "causal_attention_head_diag_forward(Tensor q, Tensor k, Tensor v, Tensor x, Tensor h, "
+    "Tensor delta) -> (Tensor, Tensor, Tensor, Tensor)",
+    "causal_attention_head_diag_backward(Tensor d_out, Tensor d_diag, Tensor q, Tensor k, "
+    "Tensor v, Tensor x, Tensor h, Tensor delta, Tensor p, Tensor read, bool tied) -> (Tensor, "
+    "Tensor, Tensor, Tensor, Tensor, Tensor)",
     nullptr,
 };
 
@@ -52,7 +75,8 @@ constexpr const char* kSchemas[] = {
 c10::OperatorHandle find_op(const char* name) {
   // Reading the anchors (values unknown to this file's compiler) is what references their objects.
   static const bool all_linked = kContinuantKernels && kRmsNormKernels && kSiluMulKernels &&
-                                 kRopeKernels && kSymmetricGramKernels && kLinearKernels;
+                                 kRopeKernels && kSymmetricGramKernels && kLinearKernels &&
+                                 kCausalAttentionKernels;
   TORCH_INTERNAL_ASSERT(all_linked);
   return c10::Dispatcher::singleton().findSchemaOrThrow((std::string("cemfrac::") + name).c_str(),
                                                         "");

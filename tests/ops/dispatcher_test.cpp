@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cemfrac/kernels/kernels.h"
+#include "cemfrac/ops/causal_attention.h"
 #include "cemfrac/ops/continuant.h"
 #include "cemfrac/ops/library.h"
 #include "cemfrac/ops/linear.h"
@@ -46,11 +47,14 @@ TEST(DispatcherRegistration, EverySchemaHasItsKernels) {
       EXPECT_TRUE(handle.hasKernelForDispatchKey(key)) << c10::toString(key);
     }
   }
-  EXPECT_GE(count, 11);
+  EXPECT_GE(count, 20);
   // The differentiable ones have an autograd kernel of their own.
   for (const char* name :
        {"continuant", "continuant_backward", "rms_norm", "rms_norm_backward", "silu_mul",
-        "silu_mul_backward", "rope", "symmetric_gram", "linear"}) {
+        "silu_mul_backward", "rope", "symmetric_gram", "linear", "causal_attention",
+        "causal_attention_backward", "causal_attention_shared_bias",
+        "causal_attention_shared_bias_backward", "causal_attention_head_diag",
+        "causal_attention_head_diag_backward"}) {
     EXPECT_TRUE(ops::find_op(name).hasKernelForDispatchKey(c10::DispatchKey::Autograd)) << name;
   }
   EXPECT_THROW(ops::find_op("no_such_op"), c10::Error);
@@ -419,6 +423,66 @@ TEST(DispatcherOps, Linear) {
   at::Tensor y = at::empty({3, 5}, x.options());
   kernels::skinny_linear_cpu(x, w, b, y);
   EXPECT_TRUE(same_bits(linear(x, w, b), y));
+}
+
+// Attention: B 1, H 2 query heads over H_kv 1 key/value head (grouped), N 3, d_h 2; tied values
+// (v is k, CEM) and separate ones.
+Inputs attention_inputs(uint64_t seed, std::vector<std::vector<int64_t>> extra) {
+  Inputs in{normal({1, 2, 3, 2}, seed), normal({1, 1, 3, 2}, seed + 1),
+            normal({1, 1, 3, 2}, seed + 2)};
+  for (size_t i = 0; i < extra.size(); ++i) in.push_back(normal(extra[i], seed + 3 + i));
+  return in;
+}
+
+TEST(DispatcherOps, CausalAttention) {
+  for (bool tied : {false, true}) {
+    auto values = [tied](const Inputs& x) { return tied ? x[1] : x[2]; };
+    check_operator(
+        tied ? "causal_attention tied" : "causal_attention",
+        [values](const Inputs& x) { return Inputs{causal_attention(x[0], x[1], values(x), 0)}; },
+        [values](const Inputs& x) {
+          return Inputs{causal_attention_reference(x[0], x[1], values(x), 0)};
+        },
+        attention_inputs(14, {}), {true, true, !tied});
+  }
+}
+
+TEST(DispatcherOps, CausalAttentionSharedBias) {
+  for (bool tied : {false, true}) {
+    auto values = [tied](const Inputs& x) { return tied ? x[1] : x[2]; };
+    check_operator(
+        tied ? "shared_bias tied" : "shared_bias",
+        [values](const Inputs& x) {
+          const auto o = causal_attention_shared_bias(x[0], x[1], values(x), x[3], x[4], x[5], 0);
+          return Inputs{o.out, o.read};
+        },
+        [values](const Inputs& x) {
+          const auto o =
+              causal_attention_shared_bias_reference(x[0], x[1], values(x), x[3], x[4], x[5], 0);
+          return Inputs{o.out, o.read};
+        },
+        attention_inputs(20, {{1, 3, 2}, {1, 3, 2}, {1, 3, 3}}),
+        {true, true, !tied, true, true, true});
+  }
+}
+
+TEST(DispatcherOps, CausalAttentionHeadDiag) {
+  for (bool tied : {false, true}) {
+    auto values = [tied](const Inputs& x) { return tied ? x[1] : x[2]; };
+    check_operator(
+        tied ? "head_diag tied" : "head_diag",
+        [values](const Inputs& x) {
+          const auto o = causal_attention_head_diag(x[0], x[1], values(x), x[3], x[4], x[5], 0);
+          return Inputs{o.out, o.read};
+        },
+        [values](const Inputs& x) {
+          const auto o =
+              causal_attention_head_diag_reference(x[0], x[1], values(x), x[3], x[4], x[5], 0);
+          return Inputs{o.out, o.read};
+        },
+        attention_inputs(30, {{1, 3, 2}, {1, 3, 2}, {2, 2}}),
+        {true, true, !tied, true, true, true});
+  }
 }
 
 }  // namespace
