@@ -5,9 +5,10 @@
 //   CPU                        the fused loops of kernels/cpu/ (allocation and reshaping here)
 //   Meta                       shapes and dtypes only (the meta device, torch.compile's fake tensors)
 //   CompositeExplicitAutograd  the ATen twin: every other backend (CUDA until kernels/cuda/ has a
-//                              kernel, MPS, ...). Explicit, not Implicit: autograd must see the op
-//                              as one node whose derivative is the closed form below, never the
-//                              twin's ATen graph, on every device alike
+//                              kernel, MPS, ...). Explicit, not Implicit: an Implicit kernel is a
+//                              decomposition that autograd and torch.compile's tracing run in place
+//                              of the op; the op must stay one node whose derivative is the closed
+//                              form below, on every device alike
 //   Autograd                   a torch::autograd::Function whose backward is the closed form,
 //                              itself an operator (so a CUDA backward is one more registration too)
 //
