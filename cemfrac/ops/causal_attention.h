@@ -6,11 +6,11 @@
 // q (B, H, N, d_h) at absolute positions offset..offset+N-1; k, v (B, H_kv, T, d_h) at positions
 // 0..T-1 (T = offset + N); H a multiple of H_kv (grouped-query attention: query head h reads
 // key/value head h / (H / H_kv)). Query n sees keys 0..offset+n. Returns (B, H, N, d_h).
-//   - Full sequences (offset 0, T = N) in float32/64 on the CPU: a custom autograd Function over
-//   the
-//     fused kernel (kernels/cpu/attention_cpu.cpp), which skips most of the hidden upper triangle
-//     and keeps masked probabilities exact zeros; values that are the keys (v.is_same(k), CEM) take
-//     one gradient for both.
+//   - Full sequences (offset 0, T = N): the operator cemfrac::causal_attention (ops/library.h); on
+//     the CPU in float32/64 the fused kernel (kernels/cpu/attention_cpu.cpp), which skips most of
+//     the hidden upper triangle and keeps masked probabilities exact zeros; values that are the
+//     keys (v.is_same(k), CEM) take one gradient for both. Elsewhere the twin; the backward is an
+//     operator too, whose create_graph path is the closed form in tensor ops (second derivatives).
 //   - Anything else (a continuation against a decode cache, other devices): explicit matmuls, the
 //   mask
 //     and a softmax, differentiated by autograd.
@@ -38,7 +38,8 @@ at::Tensor causal_attention_reference(const at::Tensor& q, const at::Tensor& k, 
 // (B, T, F) at the keys'. Returns out (B, H, N, d_h) and read (B, N, F). Full sequences in
 // float32/64 on the CPU take the fused kernel (kernels/cpu/attention_cpu.cpp: the (N, T) bias is
 // made once per query block and never stored, the summed probabilities are read out block by
-// block); anything else runs the reference.
+// block), elsewhere the twin (operator cemfrac::causal_attention_shared_bias); continuations
+// against a cache run the reference.
 struct AttentionWithRead {
   at::Tensor out, read;
 };
@@ -60,8 +61,8 @@ AttentionWithRead causal_attention_shared_bias_reference(const at::Tensor& q, co
 // q, k, v as for causal_attention; x (B, N, D) at the queries' positions, h (B, T, D) at the keys',
 // delta (H, D). Returns out (B, H, N, d_h) and read (B, N, D). Full sequences in float32/64 on the
 // CPU take the fused kernel (kernels/cpu/attention_cpu.cpp: no (B, H, N, d_h + D) augmented heads,
-// no (B, H, N, D) products of delta and x, the heads' read-outs summed inside); anything else runs
-// the reference.
+// no (B, H, N, D) products of delta and x, the heads' read-outs summed inside), elsewhere the twin
+// (operator cemfrac::causal_attention_head_diag); continuations against a cache run the reference.
 AttentionWithRead causal_attention_head_diag(const at::Tensor& q, const at::Tensor& k,
                                              const at::Tensor& v, const at::Tensor& x,
                                              const at::Tensor& h, const at::Tensor& delta,

@@ -9,13 +9,14 @@
 // sign-preserving clamp sgn(K_d) max(|K_d|, eps), sgn(0) = +1.
 //
 // Three implementations of the same function, chosen by ContinuantOptions::impl:
-//   kFused      custom autograd Function over the fused CPU kernel
-//   (kernels/cpu/continuant_cpu.cpp):
-//               one reciprocal per ladder, Proposition 1 backward with continuants recomputed from
-//               a. Devices and dtypes without a kernel fall back to kReference.
-//   kReference  continuant_reference(): the same math in ATen ops, gradient by autograd. Test
-//   oracle
-//               and fallback.
+//   kFused      the dispatcher operator cemfrac::continuant (ops/library.h): on the CPU the fused
+//               kernel (kernels/cpu/continuant_cpu.cpp), one reciprocal per ladder; on the meta
+//               device shapes only; on any other device the ATen twin. Its Autograd kernel's
+//               backward is the operator cemfrac::continuant_backward (Proposition 1, continuants
+//               recomputed from a), itself differentiable: under create_graph it is the closed form
+//               in ATen ops, so second derivatives are exact.
+//   kReference  continuant_reference(): the twin's forward and the same closed-form backward in
+//               ATen ops, as one autograd node on any device. Test oracle; twice differentiable.
 //   kLiteral    continuant_literal(): the nested fraction evaluated innermost-out with d guarded
 //               reciprocals, differentiated by autograd (the paper's "CoFrGeNet-B" baseline). A
 //               different function near poles: it clamps every inner tail instead of K_d only.
@@ -48,15 +49,15 @@ struct ContinuantOptions {
 
 /// The ladder function, differentiable in `a`. a: (..., d, L) floating, d >= 1; returns (..., L) in
 /// a's dtype. float32 and float64 run in their own precision; bfloat16 and float16 are computed in
-/// float32. First-order gradients only for kFused (its backward is not itself differentiable).
+/// float32. Differentiable twice (and more) in every implementation.
 at::Tensor continuant(const at::Tensor& a, const ContinuantOptions& options = {});
 
-/// kReference: continuants by the recurrence in ATen ops (bitwise the kernel's forward), gradient
-/// by autograd. Plain autograd through K_{d-1}/K̂_d would take the quotient rule, whose two terms
-/// cancel catastrophically (relative error ~ eps_machine K_d^2); the reference instead lets
-/// autograd differentiate  sum_k w_k (a_k - a_k.detach())  with w_k = (-1)^k (K_{d-k} r)^2 computed
-/// without gradient (value 0, gradient Proposition 1). In exact mode, ladders inside the clamp are
-/// differentiated by autograd through K_{d-1} * r with r held constant. Any device.
+/// kReference: continuants by the recurrence in ATen ops (bitwise the kernel's forward). Gradient:
+/// the closed form of Proposition 1, df/da_k = (-1)^k (K_{d-k} r)^2 with r = 1/K̂_d, in ATen ops of
+/// a (not autograd through K_{d-1}/K̂_d: the quotient rule's two terms cancel catastrophically,
+/// relative error ~ eps_machine K_d^2). In exact mode, ladders inside the clamp take
+/// df/da_k = r K(a_2..a_{k-1}) K_{d-k}. Autograd differentiates that closed form, so second
+/// derivatives are those of the ladder. Any device.
 at::Tensor continuant_reference(const at::Tensor& a, const ContinuantOptions& options = {});
 
 /// kLiteral: t_d = rho(a_d), t_k = rho(a_k + t_{k+1}), f = t_1 with rho(z) = 1 / (sgn(z) max(|z|,

@@ -1,4 +1,5 @@
-// y = x Wᵀ + b (torch::linear), with inputs of one to eight rows (decoding) read W only once.
+// y = x Wᵀ + b (torch::linear), with inputs of one to eight rows (decoding) read W only once: the
+// operator cemfrac::linear (ops/library.h; the CPU kernel below, torch::linear on other devices).
 //
 // x (..., in) of R rows in all (R = x.numel() / in), on the CPU:
 //   R = 1: at::mv / at::addmv, i.e. BLAS gemv, which streams W once (differentiable). LibTorch 1.13

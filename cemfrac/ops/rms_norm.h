@@ -2,10 +2,12 @@
 // its plain-ATen twin (the pattern of ops/rope.h):
 //     y = x / sqrt(mean(x^2, -1) + eps) * weight.
 //
-//   rms_norm(x, weight, eps)            float32/64 on the CPU: a custom autograd Function over the
-//                                       one-pass kernels (kernels/cpu/rms_norm_cpu.cpp); under
-//                                       create_graph its backward is the reference's, so it is
-//                                       differentiable again; anything else runs the reference.
+//   rms_norm(x, weight, eps)            the operator cemfrac::rms_norm (ops/library.h): on the CPU
+//                                       in float32/64 the one-pass kernels
+//                                       (kernels/cpu/rms_norm_cpu.cpp), elsewhere the twin; its
+//                                       backward is cemfrac::rms_norm_backward, whose create_graph
+//                                       path is the closed form in tensor ops (differentiable
+//                                       again). Shapes the operator does not take run the reference.
 //   rms_norm_reference(x, weight, eps)  the same function in tensor ops, differentiated by
 //                                       autograd: the test oracle.
 #pragma once

@@ -4,11 +4,12 @@
 //     [x1 * cos(p w) - x2 * sin(p w),  x2 * cos(p w) + x1 * sin(p w)].
 // The tables cos(p w), sin(p w) come from the layer (layers/base/rope.h, RotaryEmbedding).
 //
-//   apply_rope(x, cos, sin, inverse)  float32/64 on the CPU: a custom autograd Function over the
-//                                     fused one-pass kernel (kernels/cpu/rope_cpu.cpp) whose output
-//                                     keeps x's memory layout and whose backward is the inverse
-//                                     rotation (itself the same Function: differentiable again);
-//                                     anything else runs the reference.
+//   apply_rope(x, cos, sin, inverse)  the operator cemfrac::rope (ops/library.h): on the CPU in
+//                                     float32/64 the fused one-pass kernel (kernels/cpu/rope_cpu.cpp)
+//                                     whose output keeps x's memory layout, elsewhere the twin; its
+//                                     backward is the inverse rotation, the same operator
+//                                     (differentiable again). Tables requiring grad, or shapes the
+//                                     operator does not take, run the reference.
 //   apply_rope_reference(...)         the same function in tensor ops, differentiated by autograd:
 //                                     the test oracle (bitwise equal to the fused path).
 #pragma once

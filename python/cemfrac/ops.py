@@ -1,4 +1,7 @@
-"""Differentiable functions computed by cemfrac's fused CPU kernels."""
+"""Differentiable functions computed by cemfrac's fused CPU kernels.
+
+Each is a dispatcher operator, torch.ops.cemfrac.<name>, registered when cemfrac is imported (the
+same operators the C++ engine calls; docs/python.md, "Operators")."""
 import torch
 
 from . import _C
@@ -22,9 +25,11 @@ def continued_fraction(a: torch.Tensor, eps: float = 0.01, dim: int = -1, backwa
     backward: gradient where the clamp is active (identical elsewhere). "surrogate" (default, the
       paper's): Proposition 1, df/da_k = (-1)^k (K_{d-k} / K̂_d)^2. "exact": the derivative of the
       clamped map, in which K̂_d is a constant.
-    impl: "fused" (the kernel; first-order gradients), "reference" (the same math in ATen ops,
-      gradient by autograd, twice differentiable) or "literal" (the nested fraction with a guarded
-      reciprocal at every level: a different function near poles, the paper's CoFrGeNet-B).
+    impl: "fused" (the operator torch.ops.cemfrac.continuant: the fused kernel on the CPU, its ATen
+      twin elsewhere), "reference" (the same math in ATen ops, the closed-form gradient) or
+      "literal" (the nested fraction with a guarded reciprocal at every level: a different function
+      near poles, the paper's CoFrGeNet-B). All three are differentiable twice and more: the
+      closed-form backward is itself differentiated exactly under create_graph.
     dim: -2 on an (..., d, L) tensor is the kernel's own layout (no copy); any other dim costs one
       transposing copy of `a` in the forward.
 
