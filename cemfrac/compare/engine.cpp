@@ -26,6 +26,7 @@
 #include "cemfrac/core/blas.h"
 #include "cemfrac/core/check.h"
 #include "cemfrac/core/clock.h"
+#include "cemfrac/core/dir_lock.h"
 #include "cemfrac/core/format_util.h"
 #include "cemfrac/model/lm_model.h"
 #include "cemfrac/train/run_config.h"
@@ -89,7 +90,9 @@ int run_compare(const CompareOptions& o) {
   const int total_threads =
       o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency());
   const int threads = std::max(1, total_threads / o.jobs);
-  fs::create_directories(out);
+  // One writer per suite folder, before anything is written there (the kernel drops the lock when
+  // this process dies, however it dies); a second compare on it is refused naming this one.
+  const DirLock lock = DirLock::acquire(out, "compare");
   install_stop_signals();
   // Numerics flags of this invocation go to every job (a child process starts with the CPU's
   // default floating-point mode).

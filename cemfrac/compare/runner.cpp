@@ -3,7 +3,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -35,35 +35,70 @@ void on_signal(int) {
   g_stop = 1;
 }
 
+// A descriptor that closes itself (and never leaks into another child: all are close-on-exec).
+struct Fd {
+  int fd = -1;
+  explicit Fd(int f) : fd(f) {}
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+};
+
 // Starts `argv[0]` with stdin from /dev/null, stderr appended to `log` and stdout into `out_path`
-// (truncated) or the log, in its own process group: a terminal's Ctrl-C reaches the jobs only
-// through the runner, which forwards it once (a second SIGINT would kill a job before its
-// checkpoint). Throws when the binary cannot be started.
+// (truncated) or the log. The child has its own process group (a terminal's Ctrl-C reaches it
+// only through the runner) and dies with the runner: PR_SET_PDEATHSIG, then a check that the
+// parent is still the one that forked it (it may have died before the call). Between fork and
+// exec the child only makes system calls. Throws when the binary cannot be started.
 pid_t spawn_child(const std::vector<std::string>& argv_s, const std::string& log,
                   const std::string& out_path) {
   std::vector<char*> argv;
   for (const std::string& s : argv_s) argv.push_back(const_cast<char*>(s.c_str()));
   argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log.c_str(),
-                                   O_WRONLY | O_CREAT | O_APPEND, 0644);
-  if (out_path.empty()) {
-    posix_spawn_file_actions_adddup2(&actions, STDERR_FILENO, STDOUT_FILENO);
-  } else {
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out_path.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const Fd in(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  const Fd err(::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  CEMFRAC_CHECK(err.fd >= 0, "cannot open {}: {}", log, std::strerror(errno));
+  const Fd out(out_path.empty()
+                   ? -1
+                   : ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  CEMFRAC_CHECK(out_path.empty() || out.fd >= 0, "cannot open {}: {}", out_path,
+                std::strerror(errno));
+  int report[2];  // the child's exec errno, if exec fails (closed by a successful exec)
+  CEMFRAC_CHECK(::pipe2(report, O_CLOEXEC) == 0, "cannot create a pipe: {}", std::strerror(errno));
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // the runner dying takes its jobs with it
+    if (::getppid() != parent) ::_exit(125);
+    ::close(report[0]);
+    if (in.fd >= 0) ::dup2(in.fd, STDIN_FILENO);
+    ::dup2(err.fd, STDERR_FILENO);
+    ::dup2(out.fd >= 0 ? out.fd : err.fd, STDOUT_FILENO);
+    ::execve(argv[0], argv.data(), environ);
+    const int e = errno;
+    [[maybe_unused]] const ssize_t w = ::write(report[1], &e, sizeof e);
+    ::_exit(127);
   }
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
-  posix_spawnattr_setpgroup(&attr, 0);
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), environ);
-  posix_spawnattr_destroy(&attr);
-  posix_spawn_file_actions_destroy(&actions);
-  CEMFRAC_CHECK(rc == 0, "cannot start {}: {}", argv_s[0], std::strerror(rc));
+  const int fork_errno = errno;
+  ::close(report[1]);
+  if (pid < 0) {
+    ::close(report[0]);
+    fail("cannot start {}: {}", argv_s[0], std::strerror(fork_errno));
+  }
+  ::setpgid(pid, pid);  // also here, so the group exists whichever side runs first
+  int child_errno = 0;
+  ssize_t got = 0;
+  do {
+    got = ::read(report[0], &child_errno, sizeof child_errno);
+  } while (got < 0 && errno == EINTR);
+  ::close(report[0]);
+  if (got == static_cast<ssize_t>(sizeof child_errno)) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    fail("cannot start {}: {}", argv_s[0], std::strerror(child_errno));
+  }
   return pid;
 }
 
@@ -170,7 +205,7 @@ Runner::Running Runner::launch(const Job& job) {
   }
   Running r;
   r.job = job;
-  if (!job.capture.empty()) r.capture_tmp = job.capture + ".tmp";
+  if (!job.capture.empty()) r.capture_tmp = unique_temp_path(job.capture);
   r.pid = spawn_child(argv_s, job.log, r.capture_tmp);
   std::error_code ec;
   r.log_from = fs::file_size(job.log, ec);
@@ -214,7 +249,7 @@ std::string Runner::finish(const Running& r, int status, bool& completed, bool& 
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   if (!job.capture.empty()) {
     if (code == 0) {
-      fs::rename(r.capture_tmp, job.capture);
+      commit_temp_file(r.capture_tmp, job.capture);
       if (!job.remove_after.empty()) fs::remove_all(job.remove_after);
       ended = true;
       return "";

@@ -1,7 +1,8 @@
 // The suite's process scheduler: every training and evaluation of `cemfrac compare` is a child
 // process of the same binary (`cemfrac train`, `eval`, `gp --one`), at most `jobs` at once, each
 // with its own log. A Ctrl-C (SIGINT/SIGTERM) is forwarded to the running children once (a training
-// checkpoints and stops).
+// checkpoints and stops), and the children die with the runner: a killed `compare` leaves no
+// training behind (PR_SET_PDEATHSIG, then a check that the parent is still the one that forked).
 // The progress line (stderr) shows the phase, the jobs done and the ETA (progress.h).
 #pragma once
 #include <sys/types.h>
@@ -17,15 +18,15 @@ namespace cemfrac {
 struct Job {
   std::string label;
   std::vector<std::string> args;  // after `cemfrac --threads K`
-  std::string dir;           // training: the run directory (LM: progress from its metrics.jsonl)
-  std::string log;           // stdout + stderr (training), stderr (eval)
-  std::string capture;       // eval: stdout goes to this file (under a temporary name until the job
-                             // succeeds)
-  int64_t tokens = 0;        // LM training: tokens of the whole run
-  int64_t steps = 0;         // GP training: steps of the whole run (progress from its log)
-  double est_s = 0;          // estimated seconds at the planned threads
-  int threads = 0;           // > 0: this job's --threads (GP jobs), else the runner's
-  std::vector<Job> then;     // run next, once this training completed (its evaluations)
+  std::string dir;        // training: the run directory (LM: progress from its metrics.jsonl)
+  std::string log;        // stdout + stderr (training), stderr (eval)
+  std::string capture;    // eval: stdout goes to this file (under a temporary name unique to this
+                          // process until the job succeeds)
+  int64_t tokens = 0;     // LM training: tokens of the whole run
+  int64_t steps = 0;      // GP training: steps of the whole run (progress from its log)
+  double est_s = 0;       // estimated seconds at the planned threads
+  int threads = 0;        // > 0: this job's --threads (GP jobs), else the runner's
+  std::vector<Job> then;  // run next, once this training completed (its evaluations)
   std::string remove_after;  // removed once the job succeeded (a GP run's checkpoints)
 };
 
