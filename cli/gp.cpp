@@ -30,7 +30,7 @@
 #include "cemfrac/tasks/gp_experiment.h"
 #include "cemfrac/train/trainer.h"  // TrainingInterrupted
 #include "cli/commands.h"
-#include "cli/format_util.h"
+#include "cemfrac/core/format_util.h"
 
 namespace cemfrac::cli {
 namespace {

@@ -11,7 +11,7 @@
 #include "cemfrac/model/lm_model.h"
 #include "cemfrac/train/run_config.h"
 #include "cli/commands.h"
-#include "cli/format_util.h"
+#include "cemfrac/core/format_util.h"
 
 namespace cemfrac::cli {
 

@@ -12,6 +12,7 @@
 
 #include "cemfrac/core/check.h"
 #include "cemfrac/io/toml_file.h"
+#include "cemfrac/tasks/gp_experiment.h"  // apply_gp_variant
 #include "cemfrac/train/run_config.h"
 
 namespace cemfrac {
@@ -254,6 +255,14 @@ Suite load_suite(const std::string& path) {
       }
       g.variant = r.str(*t, "variant", where, false, g.variant);
       g.variant_at = t->get("variant") ? r.at(*t->get("variant")) : r.at(node);
+      if (g.model == "cem") {
+        try {  // an unknown reading of the recursion fails here, before anything trains
+          ModelConfig probe;
+          apply_gp_variant(probe, g.variant);
+        } catch (const Error& e) {
+          fail("{}: run '{}': {}", g.variant_at, run.name, e.what());
+        }
+      }
       g.T = r.integer(*t, "T", where, g.T, 1);
       CEMFRAC_CHECK(g.T <= 64, "{}: {}.T = {}: expected 1..64", r.at(*t->get("T")), where, g.T);
       g.steps = r.integer(*t, "steps", where, s.gp.steps, 1);

@@ -19,9 +19,8 @@ struct SuiteVariant {
 // model trained and evaluated by `cemfrac gp --one`).
 struct SuiteGpRun {
   std::string model = "cem";      // "cem" or "llama" (the baseline: mha + swiglu)
-  std::string variant = "fixed";  // CEM reading of the recursion (checked by the caller:
-                                  // apply_gp_variant lives in tasks/, beside this level)
-  std::string variant_at;         // file:line of the variant, for that check's message
+  std::string variant = "fixed";  // CEM reading of the recursion (apply_gp_variant's names)
+  std::string variant_at;         // file:line of the variant
   int64_t T = 1;                  // CEM steps at training
   int64_t steps = 0;              // optimizer steps of each final run
 };

@@ -54,6 +54,17 @@ void write_file_atomic_with(const std::string& path,
   fsync_path(parent, true);
 }
 
+std::string unique_temp_path(const std::string& path) {
+  return temp_name(path);
+}
+
+void commit_temp_file(const std::string& tmp_path, const std::string& path) {
+  fsync_path(tmp_path, false);
+  CEMFRAC_CHECK(::rename(tmp_path.c_str(), path.c_str()) == 0, "cannot rename {} to {}: {}",
+                tmp_path, path, std::strerror(errno));
+  fsync_path(parent_of(path), true);
+}
+
 void write_file_atomic(const std::string& path, std::string_view content) {
   write_file_atomic_with(path, [&](const std::string& tmp) {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);

@@ -21,6 +21,13 @@ void write_file_atomic_with(const std::string& path,
 void write_dir_atomic(const std::string& dir,
                       const std::function<void(const std::string& tmp_dir)>& write);
 
+// For a file another process writes (a child's captured stdout): a temporary name beside `path`,
+// unique per process and call ("<path>.tmp-<pid>-<random>"), and, once the writer is done, the
+// fsync and rename that make it `path`. Throws cemfrac::Error naming both paths when the rename
+// fails.
+std::string unique_temp_path(const std::string& path);
+void commit_temp_file(const std::string& tmp_path, const std::string& path);
+
 // Reads a whole file; throws cemfrac::Error naming the path when it cannot.
 std::string read_file(const std::string& path);
 

@@ -1,0 +1,583 @@
+#include "cemfrac/compare/report.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <set>
+
+#include "cemfrac/compare/plot.h"
+#include "cemfrac/compare/run_files.h"
+#include "cemfrac/core/format_util.h"
+
+namespace cemfrac {
+using json = nlohmann::json;
+
+std::string pm(const MeanSd& m, const char* fmt_spec) {
+  if (m.n == 0) return "—";
+  const std::string mean = fmt::format(fmt::runtime(fmt_spec), m.mean);
+  if (m.n < 2) return mean;
+  return mean + " ± " + fmt::format(fmt::runtime(fmt_spec), m.sd);
+}
+
+namespace {
+
+// A table's seeds cell: the seeds planned, or "k of n" while a partial report has k of them.
+std::string seeds_cell(size_t finished, size_t planned) {
+  return finished == planned ? std::to_string(planned) : fmt::format("{} of {}", finished, planned);
+}
+
+// The GP runs' table and their test-time table (markdown), and their entries of results.json's
+// "runs" (appended to `runs`).
+std::string gp_runs_section(const std::vector<RunPlan>& plans,
+                            std::map<std::string, std::vector<SeedResult>>& results,
+                            const Suite& suite, json& runs) {
+  const SuiteGp& g = suite.gp;
+  std::string md = fmt::format(
+      "## GP runs (in-context regression, docs/gp.md)\n\n"
+      "{} sequences per step, L = {}, positions {}; validation set {} and test set {} sequences "
+      "(eval seed {}: the same sets for every run and seed; the seed sets the init and the "
+      "training batches). RMSE against the GP posterior mean unless marked; mean ± sample "
+      "standard deviation over seeds.\n\n",
+      g.batch, g.layers, g.positions, with_commas(g.val_seqs), with_commas(g.test_seqs),
+      g.eval_seed);
+  md +=
+      "| run | model | variant | trained T | params | steps | seeds | lr | val RMSE | test RMSE | "
+      "test RMSE vs targets | steps/s "
+      "|\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  std::optional<double> oracle;
+  for (const RunPlan& p : plans) {
+    if (!p.gp) continue;
+    const SuiteRun& run = *p.run;
+    const bool cem = run.gp.model == "cem";
+    std::vector<double> val, test, targets, rate;
+    int diverged = 0;
+    size_t finished = 0;
+    json seeds = json::array();
+    for (const SeedResult& r : results[run.name]) {
+      if (r.diverged || r.test_rmse) ++finished;
+      auto opt = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
+      seeds.push_back({{"seed", r.seed},
+                       {"diverged", r.diverged},
+                       {"val_rmse", opt(r.val_rmse)},
+                       {"test_rmse", opt(r.test_rmse)},
+                       {"test_rmse_targets", opt(r.test_rmse_targets)},
+                       {"variant_rmse", r.variant_loss},
+                       {"train_s", r.train_s},
+                       {"steps_per_s", r.tokens_per_s}});
+      if (r.diverged) {
+        ++diverged;
+        continue;
+      }
+      if (r.val_rmse) val.push_back(*r.val_rmse);
+      if (r.test_rmse) test.push_back(*r.test_rmse);
+      if (r.test_rmse_targets) targets.push_back(*r.test_rmse_targets);
+      if (r.tokens_per_s > 0) rate.push_back(r.tokens_per_s);
+      if (r.oracle_rmse_targets) oracle = r.oracle_rmse_targets;
+    }
+    md += fmt::format(
+        "| {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", run.name,
+        diverged ? fmt::format(" ({} diverged)", diverged) : "", run.gp.model,
+        cem ? run.gp.variant : "–", cem ? std::to_string(run.gp.T) : "–", with_commas(p.params),
+        with_commas(run.gp.steps), seeds_cell(finished, run.seeds.size()),
+        p.lr > 0 ? lr_text(p.lr) + (run.lr_from.empty() ? "" : " (from " + run.lr_from + ")") : "—",
+        pm(mean_sd(val), "{:.4f}"), pm(mean_sd(test), "{:.4f}"), pm(mean_sd(targets), "{:.4f}"),
+        pm(mean_sd(rate), "{:.2f}"));
+    json lrj = json::object();
+    for (const auto& [k, v] : p.lr_search) lrj[k] = v ? json(*v) : json(nullptr);
+    runs.push_back({{"name", run.name},
+                    {"task", "gp"},
+                    {"model", run.gp.model},
+                    {"variant", cem ? json(run.gp.variant) : json(nullptr)},
+                    {"T", cem ? json(run.gp.T) : json(nullptr)},
+                    {"steps", run.gp.steps},
+                    {"params", p.params},
+                    {"lr", p.lr},
+                    {"lr_from", run.lr_from},
+                    {"lr_search", lrj},
+                    {"seeds", seeds}});
+  }
+  md += "\n";
+  if (oracle)
+    md += fmt::format(
+        "The oracle (the posterior mean itself) has RMSE {:.4f} against the noisy test targets: "
+        "the floor of the \"vs targets\" column.\n\n",
+        *oracle);
+
+  bool any_variant = false;
+  for (const RunPlan& p : plans) any_variant = any_variant || (p.gp && !p.run->variants.empty());
+  if (any_variant) {
+    // One row per run, one column per evaluated T (the union over runs): the trained T's cell is
+    // the run's own test RMSE, in bold.
+    std::set<int64_t> all_T;
+    for (const RunPlan& p : plans)
+      if (p.gp)
+        for (const SuiteVariant& v : p.run->variants) all_T.insert(v.cem_steps);
+    md +=
+        "### GP: evaluated at T (test RMSE, the weights trained at the run's T; bold: the trained "
+        "T)\n\n| run | trained T |";
+    for (const int64_t T : all_T) md += fmt::format(" T = {} |", T);
+    md += "\n|---|---:|";
+    for (size_t i = 0; i < all_T.size(); ++i) md += "---:|";
+    md += "\n";
+    for (const RunPlan& p : plans) {
+      if (!p.gp || p.run->variants.empty()) continue;
+      md += fmt::format("| {} | {} |", p.run->name, p.run->gp.T);
+      for (const int64_t T : all_T) {
+        const SuiteVariant* v = nullptr;
+        for (const SuiteVariant& c : p.run->variants)
+          if (c.cem_steps == T) v = &c;
+        if (!v) {
+          md += " |";
+          continue;
+        }
+        std::vector<double> x;
+        for (const SeedResult& r : results[p.run->name]) {
+          auto it = r.variant_loss.find(v->name);
+          if (!r.diverged && it != r.variant_loss.end()) x.push_back(it->second);
+        }
+        const std::string cell = pm(mean_sd(x), "{:.4f}");
+        md += T == p.run->gp.T && !x.empty() ? " **" + cell + "** |" : " " + cell + " |";
+      }
+      md += "\n";
+    }
+    md += "\n";
+  }
+  return md;
+}
+
+// Test RMSE against T (log axis): per CEM reading, its runs trained at each T (evaluated at that
+// T); per run with test-time steps, the same weights evaluated at each T (dashed in spirit: no
+// band); the Llama baseline as a flat line over the range.
+Plot gp_rmse_plot(const std::vector<RunPlan>& plans,
+                  std::map<std::string, std::vector<SeedResult>>& results, const Suite& suite) {
+  Plot plot;
+  plot.title =
+      fmt::format("{}: GP test RMSE against the posterior mean (± sd over seeds)", suite.name);
+  plot.x_label = "CEM steps T";
+  plot.y_label = "test RMSE";
+  plot.log_x = true;
+  auto stat = [&](const std::string& run, const std::string& variant) {
+    std::vector<double> x;
+    for (const SeedResult& r : results[run]) {
+      if (r.diverged) continue;
+      if (variant.empty() && r.test_rmse) x.push_back(*r.test_rmse);
+      auto it = r.variant_loss.find(variant);
+      if (!variant.empty() && it != r.variant_loss.end()) x.push_back(it->second);
+    }
+    return mean_sd(x);
+  };
+  auto add_point = [](PlotSeries& s, double x, const MeanSd& m) {
+    s.x.push_back(x);
+    s.y.push_back(m.n ? m.mean : std::nan(""));
+    s.lo.push_back(m.mean - m.sd);
+    s.hi.push_back(m.mean + m.sd);
+  };
+  std::vector<std::string> readings;
+  int64_t t_lo = 1, t_hi = 1;
+  for (const RunPlan& p : plans) {
+    if (!p.gp || p.run->gp.model != "cem") continue;
+    if (std::find(readings.begin(), readings.end(), p.run->gp.variant) == readings.end())
+      readings.push_back(p.run->gp.variant);
+    t_hi = std::max(t_hi, p.run->gp.T);
+    for (const SuiteVariant& v : p.run->variants) t_hi = std::max(t_hi, v.cem_steps);
+  }
+  for (const std::string& reading : readings) {
+    std::vector<std::pair<int64_t, MeanSd>> points;
+    for (const RunPlan& p : plans)
+      if (p.gp && p.run->gp.model == "cem" && p.run->gp.variant == reading)
+        points.emplace_back(p.run->gp.T, stat(p.run->name, ""));
+    std::sort(points.begin(), points.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    PlotSeries s;
+    s.name = reading + " trained at T";
+    s.band = false;
+    for (const auto& [T, m] : points) add_point(s, static_cast<double>(T), m);
+    plot.series.push_back(s);
+  }
+  for (const RunPlan& p : plans) {
+    if (!p.gp || p.run->variants.empty()) continue;
+    PlotSeries s;
+    s.name = fmt::format("{} (trained at T={}) evaluated at T", p.run->name, p.run->gp.T);
+    s.band = false;
+    for (const SuiteVariant& v : p.run->variants)
+      add_point(s, static_cast<double>(v.cem_steps), stat(p.run->name, v.name));
+    plot.series.push_back(s);
+  }
+  for (const RunPlan& p : plans) {
+    if (!p.gp || p.run->gp.model != "llama") continue;
+    PlotSeries s;
+    s.name = p.run->name + " (llama baseline)";
+    s.band = false;
+    const MeanSd m = stat(p.run->name, "");
+    add_point(s, static_cast<double>(t_lo), m);
+    add_point(s, static_cast<double>(t_hi), m);
+    plot.series.push_back(s);
+  }
+  return plot;
+}
+
+}  // namespace
+
+Report make_report(const Suite& suite, const std::vector<RunPlan>& plans, SuiteResults results,
+                   int64_t train_split_tokens, const json& provenance) {
+  Report rep;
+  json& J = rep.results;
+  J["suite"] = suite.name;
+  J["suite_file"] = suite.path;
+  J["description"] = suite.description;
+  J["provenance"] = provenance;
+  J["data"] = suite.data;
+  J["eval_split"] = suite.eval_split;
+  J["train_split_tokens"] = train_split_tokens;
+
+  std::string md;
+  md += fmt::format("# Suite `{}`\n\n{}\n\n", suite.name, suite.description);
+  md += fmt::format(
+      "**Command:** `{}`  \n**Machine:** {}  \n**Date:** {}  \n**Commit:** {}  \n"
+      "**Wall time of this invocation:** {}\n\n",
+      provenance.value("command", ""), provenance.value("machine", ""),
+      provenance.value("date", ""), provenance.value("commit", ""),
+      provenance.value("wall_time", ""));
+  const int64_t n_final = provenance.value("final_runs", int64_t{0});
+  const int64_t n_done = provenance.value("final_runs_finished", int64_t{0});
+  if (n_done < n_final)
+    md += fmt::format(
+        "**Partial report:** {} of {} final runs are trained and evaluated; the others show — "
+        "and the claims use the seeds finished so far. Run the same command without --report "
+        "to go on.\n\n",
+        n_done, n_final);
+  const bool has_lm = suite.has_task("lm"), has_gp = suite.has_task("gp");
+  if (has_lm)
+    md += fmt::format(
+        "Data: `{}` (training split {} tokens); final numbers on the `{}` split. Loss in nats "
+        "per token; mean ± sample standard deviation over seeds.\n\n",
+        suite.data, with_commas(train_split_tokens), suite.eval_split);
+
+  // Runs table.
+  const size_t lm_begin = md.size();  // the LM table is dropped from a suite without LM runs
+  md += "## Runs\n\n| run | params | tokens (epochs) | seeds | lr | val loss | " +
+        suite.eval_split + " loss | " + suite.eval_split + " ppl | " + suite.eval_split +
+        " bits/byte |";
+  for (const std::string& t : suite.eval_text) md += fmt::format(" {} loss |", stem(t));
+  md += " tokens/s (median step) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|";
+  for (size_t i = 0; i < suite.eval_text.size(); ++i) md += "---:|";
+  md += "---:|\n";
+  json runs = json::array();
+  std::vector<std::string> notes;
+  for (const RunPlan& p : plans) {
+    if (p.gp) continue;
+    const auto& rs = results[p.run->name];
+    std::vector<double> val, test, ppl, bpb, rate;
+    std::map<std::string, std::vector<double>> text;
+    int diverged = 0;
+    size_t finished = 0;
+    json seeds = json::array();
+    for (const SeedResult& r : rs) {
+      if (r.diverged || r.test_loss) ++finished;
+      json s = {{"seed", r.seed},
+                {"diverged", r.diverged},
+                {"tokens_per_s", r.tokens_per_s},
+                {"train_s", r.train_s}};
+      auto opt = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
+      s["val_loss"] = opt(r.val_loss);
+      s["best_val_loss"] = opt(r.best_val_loss);
+      s["test_loss"] = opt(r.test_loss);
+      s["test_perplexity"] = opt(r.test_ppl);
+      s["test_bits_per_byte"] = opt(r.test_bpb);
+      s["text_loss"] = r.text_loss;
+      s["variant_loss"] = r.variant_loss;
+      s["val_curve"] = r.val_curve;
+      seeds.push_back(s);
+      if (r.diverged) {
+        ++diverged;
+        continue;
+      }
+      if (r.val_loss) val.push_back(*r.val_loss);
+      if (r.test_loss) test.push_back(*r.test_loss);
+      if (r.test_ppl) ppl.push_back(*r.test_ppl);
+      if (r.test_bpb) bpb.push_back(*r.test_bpb);
+      for (const auto& [k, v] : r.text_loss) text[k].push_back(v);
+      if (r.tokens_per_s > 0) rate.push_back(r.tokens_per_s);  // a seed not trained yet has none
+      if (r.val_loss && r.best_val_loss && *r.val_loss > *r.best_val_loss + 0.01)
+        notes.push_back(
+            fmt::format("{} seed {}: final validation loss {:.3f} is above its best {:.3f} "
+                        "(overfitting or instability)",
+                        p.run->name, r.seed, *r.val_loss, *r.best_val_loss));
+    }
+    const int64_t tokens = ((p.run->tokens + p.per_step - 1) / p.per_step) * p.per_step;
+    const double epochs = train_split_tokens > 0 ? static_cast<double>(tokens) /
+                                                       static_cast<double>(train_split_tokens)
+                                                 : 0;
+    md += fmt::format(
+        "| {}{} | {} | {} ({:.2f}) | {} | {} | {} | {} | {} | {} |", p.run->name,
+        diverged ? fmt::format(" ({} diverged)", diverged) : "", with_commas(p.params),
+        with_commas(tokens), epochs, seeds_cell(finished, p.run->seeds.size()),
+        p.lr > 0 ? lr_text(p.lr) + (p.run->lr_from.empty() ? "" : " (from " + p.run->lr_from + ")")
+                 : "—",
+        pm(mean_sd(val)), pm(mean_sd(test)), pm(mean_sd(ppl), "{:.1f}"), pm(mean_sd(bpb)));
+    for (const std::string& t : suite.eval_text) md += " " + pm(mean_sd(text[stem(t)])) + " |";
+    md += " " + pm(mean_sd(rate), "{:.0f}") + " |\n";
+    json lrj = json::object();
+    for (const auto& [k, v] : p.lr_search) lrj[k] = v ? json(*v) : json(nullptr);
+    runs.push_back({{"name", p.run->name},
+                    {"config", p.run->config},
+                    {"set", p.run->sets},
+                    {"params", p.params},
+                    {"tokens", tokens},
+                    {"epochs", epochs},
+                    {"lr", p.lr},
+                    {"lr_from", p.run->lr_from},
+                    {"lr_search", lrj},
+                    {"seeds", seeds}});
+  }
+  md += "\n";
+  for (const std::string& n : notes) md += "- " + n + "\n";
+  if (!notes.empty()) md += "\n";
+  if (!has_lm) md.resize(lm_begin);
+  if (has_gp) md += gp_runs_section(plans, results, suite, runs);
+  J["runs"] = runs;
+
+  // Learning-rate search.
+  bool any_search = false;
+  for (const RunPlan& p : plans) any_search = any_search || (!p.gp && !p.lr_search.empty());
+  if (any_search) {
+    md += fmt::format("## Learning-rate search ({} tokens, first seed, final validation loss)\n\n",
+                      with_commas(suite.lr_search_tokens));
+    md += "| run | lr: val loss |\n|---|---|\n";
+    for (const RunPlan& p : plans) {
+      if (p.gp || p.lr_search.empty()) continue;
+      std::string cells;
+      for (const auto& [k, v] : p.lr_search)
+        cells += fmt::format("{}{}: {}", cells.empty() ? "" : ", ", k,
+                             v ? fmt::format("{:.3f}", *v) : "diverged");
+      md += fmt::format("| {} | {} ({}) |\n", p.run->name, cells,
+                        p.lr > 0 ? "chose " + lr_text(p.lr) : "not chosen yet");
+    }
+    md += "\n";
+  }
+  bool any_gp_search = false;
+  for (const RunPlan& p : plans) any_gp_search = any_gp_search || (p.gp && !p.lr_search.empty());
+  if (any_gp_search) {
+    md += fmt::format(
+        "## GP learning-rate search ({} steps, first seed, validation RMSE against the posterior "
+        "mean; the test set plays no part)\n\n",
+        with_commas(suite.gp.search_steps));
+    md += "| run | lr: val RMSE |\n|---|---|\n";
+    for (const RunPlan& p : plans) {
+      if (!p.gp || p.lr_search.empty()) continue;
+      std::string cells;
+      for (const auto& [k, v] : p.lr_search)
+        cells += fmt::format("{}{}: {}", cells.empty() ? "" : ", ", k,
+                             v ? fmt::format("{:.4f}", *v) : "diverged");
+      md += fmt::format("| {} | {} ({}) |\n", p.run->name, cells,
+                        p.lr > 0 ? "chose " + lr_text(p.lr) : "not chosen yet");
+    }
+    md += "\n";
+  }
+
+  // Test-time variants.
+  bool any_variant = false;
+  for (const RunPlan& p : plans) any_variant = any_variant || (!p.gp && !p.run->variants.empty());
+  if (any_variant) {
+    md += fmt::format("## Test-time variants ({} split, same checkpoints)\n\n", suite.eval_split);
+    md += "| run | variant | set | loss | perplexity |\n|---|---|---|---:|---:|\n";
+    for (const RunPlan& p : plans) {
+      if (p.gp) continue;
+      for (const SuiteVariant& v : p.run->variants) {
+        std::vector<double> l, pp;
+        for (const SeedResult& r : results[p.run->name]) {
+          auto it = r.variant_loss.find(v.name);
+          if (it == r.variant_loss.end() || r.diverged) continue;
+          l.push_back(it->second);
+          pp.push_back(std::exp(it->second));
+        }
+        std::string sets;
+        for (const std::string& s : v.sets) sets += (sets.empty() ? "" : " ") + s;
+        md += fmt::format("| {} | {} | `{}` | {} | {} |\n", p.run->name, v.name, sets,
+                          pm(mean_sd(l)), pm(mean_sd(pp), "{:.1f}"));
+      }
+    }
+    md += "\n";
+  }
+
+  // Claims.
+  json claims = json::array();
+  if (!suite.claims.empty()) {
+    const std::string unit = !has_gp  ? "nats per token"
+                             : has_lm ? "nats per token; RMSE for GP rows"
+                                      : "RMSE";
+    md += "## Claims\n\nd = a − b of the metric (" + unit +
+          ", lower is better), paired over the seeds both "
+          "rows share; 95% interval from Student's t with n − 1 degrees of freedom. `better`: "
+          "supported "
+          "when the interval lies below 0, contradicted when above 0; `not_worse` (margin m): "
+          "supported "
+          "when below +m, contradicted when above +m; otherwise, or with fewer than 2 seeds, "
+          "inconclusive.\n\n";
+    md +=
+        "| claim | a | b | metric | test | d (mean) | 95% interval | n | verdict |\n"
+        "|---|---|---|---|---|---:|---|---:|---|\n";
+    for (const SuiteClaim& c : suite.claims) {
+      std::vector<Verdict> vs;
+      json pairs = json::array();
+      std::string rows;
+      for (const std::string& a : c.a) {
+        const auto [an, av] = split_row(a);
+        const auto [bn, bv] = split_row(c.b);
+        std::vector<double> xa, xb;
+        std::vector<uint64_t> used;
+        for (const SeedResult& ra : results[an]) {
+          for (const SeedResult& rb : results[bn]) {
+            if (ra.seed != rb.seed) continue;
+            const auto va = metric_of(ra, c.metric, av), vb = metric_of(rb, c.metric, bv);
+            if (!va || !vb) continue;
+            xa.push_back(*va);
+            xb.push_back(*vb);
+            used.push_back(ra.seed);
+          }
+        }
+        const PairedDiff d = paired_difference(xa, xb);
+        const Verdict v = d.diff.n == 0 ? Verdict::kInconclusive : verdict(d, c.test, c.margin);
+        vs.push_back(v);
+        pairs.push_back({{"a", a},
+                         {"b", c.b},
+                         {"seeds", used},
+                         {"a_values", xa},
+                         {"b_values", xb},
+                         {"mean_diff", d.diff.mean},
+                         {"sd_diff", d.diff.sd},
+                         {"n", d.diff.n},
+                         {"lo", d.has_interval ? json(d.lo) : json(nullptr)},
+                         {"hi", d.has_interval ? json(d.hi) : json(nullptr)},
+                         {"verdict", to_string(v)}});
+        const std::string test =
+            c.test == "better" ? "better" : fmt::format("not_worse (m = {:g})", c.margin);
+        rows += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", c.id, a, c.b,
+                            c.metric, test, d.diff.n ? fmt::format("{:+.4f}", d.diff.mean) : "—",
+                            d.has_interval ? fmt::format("[{:+.4f}, {:+.4f}]", d.lo, d.hi) : "—",
+                            d.diff.n, to_string(v));
+      }
+      const Verdict overall = combine(vs);
+      md += rows;
+      claims.push_back({{"id", c.id},
+                        {"text", c.text},
+                        {"source", c.source},
+                        {"test", c.test},
+                        {"margin", c.margin},
+                        {"metric", c.metric},
+                        {"pairs", pairs},
+                        {"verdict", to_string(overall)}});
+    }
+    md += "\n| claim | statement | source | verdict |\n|---|---|---|---|\n";
+    for (const json& c : claims)
+      md += fmt::format("| {} | {} | {} | **{}** |\n", c["id"].get<std::string>(),
+                        c["text"].get<std::string>(), c["source"].get<std::string>(),
+                        c["verdict"].get<std::string>());
+    md += "\n";
+  }
+  J["claims"] = claims;
+
+  // Plots.
+  if (has_gp) rep.plots["gp_rmse_vs_T.svg"] = to_svg(gp_rmse_plot(plans, results, suite));
+  if (has_lm) {
+    std::vector<RunPlan> lm_plans;  // the plots below are of the LM runs only
+    for (const RunPlan& p : plans)
+      if (!p.gp) lm_plans.push_back(p);
+    Plot val;
+    val.title =
+        fmt::format("{}: validation loss during training (band: ± sd over seeds)", suite.name);
+    val.x_label = "training tokens";
+    val.y_label = "validation loss (nats/token)";
+    for (const RunPlan& p : lm_plans) {
+      PlotSeries s;
+      s.name = p.run->name;
+      std::map<double, std::vector<double>> at;
+      for (const SeedResult& r : results[p.run->name])
+        if (!r.diverged)
+          for (const auto& [t, v] : r.val_curve) at[t].push_back(v);
+      for (const auto& [t, v] : at) {
+        const MeanSd m = mean_sd(v);
+        s.x.push_back(t);
+        s.y.push_back(m.mean);
+        s.lo.push_back(m.mean - m.sd);
+        s.hi.push_back(m.mean + m.sd);
+      }
+      val.series.push_back(s);
+    }
+    rep.plots["val_loss.svg"] = to_svg(val);
+
+    Plot ppl;
+    ppl.title = fmt::format("{}: {} perplexity (error bars: ± sd over seeds)", suite.name,
+                            suite.eval_split);
+    ppl.y_label = suite.eval_split + " perplexity";
+    Plot pvp;
+    pvp.title = fmt::format("{}: parameters against {} perplexity", suite.name, suite.eval_split);
+    pvp.x_label = "parameters";
+    pvp.y_label = suite.eval_split + " perplexity";
+    PlotSeries bars;
+    bars.name = suite.eval_split + " perplexity";
+    bars.line = false;
+    bars.band = false;
+    for (size_t i = 0; i < lm_plans.size(); ++i) {
+      std::vector<double> v;
+      for (const SeedResult& r : results[lm_plans[i].run->name])
+        if (!r.diverged && r.test_ppl) v.push_back(*r.test_ppl);
+      const MeanSd m = mean_sd(v);
+      ppl.categories.push_back(lm_plans[i].run->name);
+      const double y = m.n ? m.mean : std::nan("");
+      bars.x.push_back(static_cast<double>(i));
+      bars.y.push_back(y);
+      bars.lo.push_back(y - m.sd);
+      bars.hi.push_back(y + m.sd);
+      PlotSeries pt;
+      pt.name = lm_plans[i].run->name;
+      pt.line = false;
+      pt.band = false;
+      pt.x = {static_cast<double>(lm_plans[i].params)};
+      pt.y = {y};
+      pt.lo = {y - m.sd};
+      pt.hi = {y + m.sd};
+      pvp.series.push_back(pt);
+    }
+    ppl.series.push_back(bars);
+    rep.plots["perplexity.svg"] = to_svg(ppl);
+    rep.plots["params_vs_perplexity.svg"] = to_svg(pvp);
+
+    Plot steps;
+    steps.title = fmt::format("{}: CEM steps T at test time ({} perplexity, ± sd over seeds)",
+                              suite.name, suite.eval_split);
+    steps.x_label = "model.cem.steps at evaluation";
+    steps.y_label = suite.eval_split + " perplexity";
+    steps.log_x = true;
+    for (const RunPlan& p : lm_plans) {
+      PlotSeries s;
+      s.name = p.run->name;
+      for (const SuiteVariant& v : p.run->variants) {
+        if (v.cem_steps <= 0) continue;
+        std::vector<double> pp;
+        for (const SeedResult& r : results[p.run->name]) {
+          auto it = r.variant_loss.find(v.name);
+          if (!r.diverged && it != r.variant_loss.end()) pp.push_back(std::exp(it->second));
+        }
+        const MeanSd m = mean_sd(pp);
+        s.x.push_back(static_cast<double>(v.cem_steps));
+        s.y.push_back(m.n ? m.mean : std::nan(""));
+        s.lo.push_back(m.mean - m.sd);
+        s.hi.push_back(m.mean + m.sd);
+      }
+      s.band = false;
+      if (!s.x.empty()) steps.series.push_back(s);
+    }
+    if (!steps.series.empty()) rep.plots["cem_test_time_steps.svg"] = to_svg(steps);
+  }
+  md += "## Plots\n\n";
+  for (const auto& [name, svg] : rep.plots) md += fmt::format("- [{}](plots/{})\n", name, name);
+  md += "\n";
+  rep.markdown = md;
+  return rep;
+}
+
+}  // namespace cemfrac
