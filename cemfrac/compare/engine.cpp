@@ -53,7 +53,7 @@ std::string machine_text() {
                      blas_status().core, load[0]);
 }
 
-std::string utc_now() {
+std::string report_date() {  // "2026-12-04 01:23 UTC", as the reports print it
   const std::time_t t = std::time(nullptr);
   char buf[64];
   std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M UTC", std::gmtime(&t));
@@ -440,7 +440,7 @@ int run_compare(const CompareOptions& o) {
   const json provenance = {
       {"command", command},
       {"machine", machine_text()},
-      {"date", utc_now()},
+      {"date", report_date()},
       {"commit", commit},
       {"version", CEMFRAC_VERSION},
       {"final_runs", n_final},
