@@ -8,7 +8,7 @@
 #include <optional>
 #include <set>
 
-#include "cemfrac/compare/plot.h"
+#include "cemfrac/io/plot.h"
 #include "cemfrac/compare/run_files.h"
 #include "cemfrac/core/format_util.h"
 
@@ -184,6 +184,13 @@ Plot gp_rmse_plot(const std::vector<RunPlan>& plans,
     t_hi = std::max(t_hi, p.run->gp.T);
     for (const SuiteVariant& v : p.run->variants) t_hi = std::max(t_hi, v.cem_steps);
   }
+  std::set<int64_t> all_T;  // a tick at every T trained or evaluated
+  for (const RunPlan& p : plans) {
+    if (!p.gp || p.run->gp.model != "cem") continue;
+    all_T.insert(p.run->gp.T);
+    for (const SuiteVariant& v : p.run->variants) all_T.insert(v.cem_steps);
+  }
+  for (const int64_t T : all_T) plot.x_ticks.push_back(static_cast<double>(T));
   for (const std::string& reading : readings) {
     std::vector<std::pair<int64_t, MeanSd>> points;
     for (const RunPlan& p : plans)
@@ -552,6 +559,11 @@ Report make_report(const Suite& suite, const std::vector<RunPlan>& plans, SuiteR
     steps.x_label = "model.cem.steps at evaluation";
     steps.y_label = suite.eval_split + " perplexity";
     steps.log_x = true;
+    std::set<int64_t> steps_T;  // a tick at every T evaluated
+    for (const RunPlan& p : lm_plans)
+      for (const SuiteVariant& v : p.run->variants)
+        if (v.cem_steps > 0) steps_T.insert(v.cem_steps);
+    for (const int64_t T : steps_T) steps.x_ticks.push_back(static_cast<double>(T));
     for (const RunPlan& p : lm_plans) {
       PlotSeries s;
       s.name = p.run->name;

@@ -18,6 +18,7 @@
 #include "cemfrac/core/check.h"
 #include "cemfrac/core/clock.h"
 #include "cemfrac/core/random.h"
+#include "cemfrac/io/plot.h"
 #include "cemfrac/io/safetensors.h"
 #include "cemfrac/layers/param_tags.h"
 #include "cemfrac/train/checkpoint.h"
@@ -505,104 +506,6 @@ GpExperimentResult gp_result_from_json(const nlohmann::json& j, const std::strin
   }
 }
 
-namespace {
-
-// A minimal line chart: series of (T, value) on a log2 x axis, horizontal reference lines.
-struct Series {
-  std::string name, color;
-  std::vector<std::pair<int64_t, double>> points;
-  bool dashed = false;
-};
-struct HLine {
-  std::string name, color;
-  double value = 0;
-};
-
-std::string panel_svg(double x0, double y0, double w, double h, const std::string& title,
-                      const std::vector<Series>& series, const std::vector<HLine>& hlines,
-                      const std::vector<int64_t>& ts) {
-  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
-  for (const Series& s : series)
-    for (const auto& p : s.points) lo = std::min(lo, p.second), hi = std::max(hi, p.second);
-  for (const HLine& l : hlines) lo = std::min(lo, l.value), hi = std::max(hi, l.value);
-  if (!std::isfinite(lo)) lo = 0, hi = 1;
-  if (hi - lo < 1e-9) hi = lo + 1e-3;
-  const double pad = 0.08 * (hi - lo);
-  lo -= pad;
-  hi += pad;
-  int64_t t_min = ts.front(), t_max = ts.front();
-  for (int64_t t : ts) t_min = std::min(t_min, t), t_max = std::max(t_max, t);
-  const double lx0 = std::log2(double(t_min)), lx1 = std::max(std::log2(double(t_max)), lx0 + 1);
-  // Room under the frame for the axis label and one legend line per series and reference line.
-  const double legend_h = 15.0 * double(series.size() + hlines.size());
-  const double left = x0 + 60, right = x0 + w - 10, top = y0 + 30, bottom = y0 + h - 50 - legend_h;
-  auto X = [&](int64_t t) {
-    return left + (std::log2(double(t)) - lx0) / (lx1 - lx0) * (right - left);
-  };
-  auto Y = [&](double v) { return bottom - (v - lo) / (hi - lo) * (bottom - top); };
-
-  std::string out;
-  out += fmt::format(
-      "<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"14\" text-anchor=\"middle\">{}</text>\n",
-      (left + right) / 2, y0 + 18, title);
-  out += fmt::format(
-      "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"none\" "
-      "stroke=\"#444\"/>\n",
-      left, top, right - left, bottom - top);
-  for (int i = 0; i <= 4; ++i) {
-    const double v = lo + (hi - lo) * i / 4.0;
-    out += fmt::format(
-        "<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#ddd\"/>\n", left,
-        right, Y(v), Y(v));
-    out += fmt::format(
-        "<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"11\" text-anchor=\"end\">{:.4f}</text>\n",
-        left - 4, Y(v) + 4, v);
-  }
-  for (int64_t t : ts) {
-    out += fmt::format(
-        "<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"11\" text-anchor=\"middle\">{}</text>\n", X(t),
-        bottom + 15, t);
-  }
-  out += fmt::format(
-      "<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"12\" text-anchor=\"middle\">T "
-      "(steps per sub-layer, log scale)</text>\n",
-      (left + right) / 2, bottom + 32);
-  for (const HLine& l : hlines) {
-    out += fmt::format(
-        "<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" "
-        "stroke-dasharray=\"2,3\" stroke-width=\"1.5\"/>\n",
-        left, right, Y(l.value), Y(l.value), l.color);
-  }
-  for (const Series& s : series) {
-    std::string pts;
-    for (const auto& p : s.points) pts += fmt::format("{:.1f},{:.1f} ", X(p.first), Y(p.second));
-    out +=
-        fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"{}/>\n",
-                    pts, s.color, s.dashed ? " stroke-dasharray=\"6,4\"" : "");
-    for (const auto& p : s.points) {
-      out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\"/>\n",
-                         X(p.first), Y(p.second), s.color);
-    }
-  }
-  // Legend, under the axis label (outside the frame, so it never hides a curve).
-  double ly = bottom + 52;
-  auto legend = [&](const std::string& name, const std::string& color, const char* dash) {
-    out += fmt::format(
-        "<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" "
-        "stroke-width=\"2\"{}/>\n",
-        left, left + 25, ly - 4, ly - 4, color, dash);
-    out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"11\">{}</text>\n", left + 30,
-                       ly, name);
-    ly += 15;
-  };
-  for (const Series& s : series)
-    legend(s.name, s.color, s.dashed ? " stroke-dasharray=\"6,4\"" : "");
-  for (const HLine& l : hlines) legend(l.name, l.color, " stroke-dasharray=\"2,3\"");
-  return out;
-}
-
-}  // namespace
-
 std::string gp_rmse_svg(const GpExperimentResult& result) {
   std::vector<int64_t> ts;
   std::vector<std::string> variants;  // in order of appearance
@@ -619,79 +522,77 @@ std::string gp_rmse_svg(const GpExperimentResult& result) {
   }
   std::sort(ts.begin(), ts.end());
   if (ts.empty()) ts.push_back(1);
-  // One colour per variant: its models trained at T (solid) and the scale_from model run at T
-  // (dashed). A single "fixed" variant keeps the original colours and names.
+  // Two panels of one plotter (cemfrac/io/plot.h): against the posterior mean, and against the
+  // noisy targets with the oracle's floor. One colour per variant: its models trained at T (solid)
+  // and the scale_from model run at T (dashed). A single "fixed" variant keeps the original colours
+  // and names.
   static const char* kColors[] = {"#1f77b4", "#ff7f0e", "#9467bd", "#8c564b",
                                   "#e377c2", "#17becf", "#bcbd22"};
   const bool single = variants.size() == 1 && variants[0] == "fixed";
-  std::vector<Series> post, tgt;
+  Plot post, tgt;
+  post.title = "RMSE against the GP posterior mean";
+  tgt.title = "RMSE against the noisy targets";
+  for (Plot* p : {&post, &tgt}) {
+    p->x_label = "T (steps per sub-layer, log scale)";
+    p->y_label = "RMSE";
+    p->log_x = true;
+    for (int64_t t : ts) p->x_ticks.push_back(static_cast<double>(t));
+  }
+  // A curve of (T, RMSE) points in T order, into both panels.
+  auto add = [&](const std::string& name, const std::string& colour, bool dashed,
+                 std::vector<const GpRow*> rows) {
+    std::stable_sort(rows.begin(), rows.end(),
+                     [](const GpRow* a, const GpRow* b) { return a->eval_T < b->eval_T; });
+    PlotSeries sp;
+    sp.name = name;
+    sp.colour = colour;
+    sp.dashed = dashed;
+    sp.band = false;
+    PlotSeries st = sp;
+    for (const GpRow* r : rows) {
+      const double T = static_cast<double>(r->eval_T);
+      sp.x.push_back(T);
+      sp.y.push_back(r->eval.rmse_posterior);
+      st.x.push_back(T);
+      st.y.push_back(r->eval.rmse_targets);
+    }
+    post.series.push_back(sp);
+    tgt.series.push_back(st);
+  };
   for (size_t vi = 0; vi < variants.size(); ++vi) {
     const std::string& variant = variants[vi];
     const std::string color = kColors[vi % 7];
-    Series own_post{
-        single ? "CEM trained at T" : fmt::format("CEM {} trained at T", variant), color, {}},
-        own_tgt = own_post;
-    std::map<int64_t, std::vector<const GpRow*>> scaled_by_source;
+    std::vector<const GpRow*> own;
+    std::map<int64_t, std::vector<const GpRow*>> by_source;  // the models run at other T
     for (const GpRow& r : result.rows) {
       if (r.model != "cem" || r.variant != variant) continue;
-      if (r.train_T == r.eval_T) {
-        own_post.points.emplace_back(r.eval_T, r.eval.rmse_posterior);
-        own_tgt.points.emplace_back(r.eval_T, r.eval.rmse_targets);
-      } else {
-        scaled_by_source[r.train_T].push_back(&r);
-      }
+      if (r.train_T == r.eval_T)
+        own.push_back(&r);
+      else
+        by_source[r.train_T];
     }
-    post.push_back(own_post);
-    tgt.push_back(own_tgt);
-    for (const auto& [source, rows] : scaled_by_source) {
-      Series sp{single ? fmt::format("trained at T={}, run at T", source)
-                       : fmt::format("{} trained at T={}, run at T", variant, source),
-                single ? "#d62728" : color,
-                {},
-                true},
-          st = sp;
+    add(single ? "CEM trained at T" : fmt::format("CEM {} trained at T", variant), color, false,
+        own);
+    for (auto& [source, rows] : by_source) {
       // Its own point (trained and run at `source`) joins the curve when present.
-      std::vector<std::pair<int64_t, double>> p_post, p_tgt;
-      for (const GpRow& r : result.rows) {
-        if (r.model == "cem" && r.variant == variant && r.train_T == source) {
-          p_post.emplace_back(r.eval_T, r.eval.rmse_posterior);
-          p_tgt.emplace_back(r.eval_T, r.eval.rmse_targets);
-        }
-      }
-      std::sort(p_post.begin(), p_post.end());
-      std::sort(p_tgt.begin(), p_tgt.end());
-      sp.points = p_post;
-      st.points = p_tgt;
-      post.push_back(sp);
-      tgt.push_back(st);
+      for (const GpRow& r : result.rows)
+        if (r.model == "cem" && r.variant == variant && r.train_T == source) rows.push_back(&r);
+      add(single ? fmt::format("trained at T={}, run at T", source)
+                 : fmt::format("{} trained at T={}, run at T", variant, source),
+          single ? "#d62728" : color, true, rows);
     }
   }
-  std::vector<HLine> post_lines, tgt_lines;
   if (baseline) {
-    post_lines.push_back({"Llama baseline", "#2ca02c", baseline->eval.rmse_posterior});
-    tgt_lines.push_back({"Llama baseline", "#2ca02c", baseline->eval.rmse_targets});
+    post.references.push_back({"Llama baseline", baseline->eval.rmse_posterior, "#2ca02c"});
+    tgt.references.push_back({"Llama baseline", baseline->eval.rmse_targets, "#2ca02c"});
   }
   if (oracle)
-    tgt_lines.push_back({"oracle (GP posterior mean)", "#000000", oracle->eval.rmse_targets});
-
-  const size_t legend_rows =
-      std::max(post.size() + post_lines.size(), tgt.size() + tgt_lines.size());
-  const double W = 960, H = 420 + 15.0 * double(legend_rows);
-  std::string svg = fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0f}\" height=\"{:.0f}\" "
-      "viewBox=\"0 0 {:.0f} {:.0f}\" font-family=\"sans-serif\">\n"
-      "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
-      W, H, W, H);
-  svg += panel_svg(0, 0, W / 2, H - 20, "RMSE against the GP posterior mean", post, post_lines, ts);
-  svg += panel_svg(W / 2, 0, W / 2, H - 20, "RMSE against the noisy targets", tgt, tgt_lines, ts);
-  svg += fmt::format(
-      "<text x=\"{:.0f}\" y=\"{:.0f}\" font-size=\"11\" text-anchor=\"middle\" "
-      "fill=\"#555\">cemfrac gp: {} steps x {} sequences, {} held-out sequences of {} "
-      "points, seed {}</text>\n",
-      W / 2, H - 6, result.train_steps, result.batch, result.eval_seqs, result.n_points,
-      result.seed);
-  svg += "</svg>\n";
-  return svg;
+    tgt.references.push_back({"oracle (GP posterior mean)", oracle->eval.rmse_targets, "#000000"});
+  return to_svg({post, tgt},
+                fmt::format("cemfrac gp: {} steps x {} sequences, {} held-out sequences of {} "
+                            "points, seed {}",
+                            result.train_steps, result.batch, result.eval_seqs, result.n_points,
+                            result.seed));
 }
 
 namespace {

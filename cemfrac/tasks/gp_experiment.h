@@ -149,9 +149,9 @@ nlohmann::json to_json(const GpExperimentResult& result);
 // Reads what to_json wrote (for re-drawing the plot of a finished run). Throws cemfrac::Error
 // naming `source` when a key is missing or has the wrong type.
 GpExperimentResult gp_result_from_json(const nlohmann::json& j, const std::string& source);
-// A self-contained SVG: RMSE against the posterior mean versus T (log2 axis): CEM trained at T, the
-// scale_from model evaluated at T, the baseline as a horizontal line; and the same against the
-// noisy targets with the oracle floor.
+// A self-contained SVG (cemfrac/io/plot.h, two panels): RMSE against the posterior mean versus T
+// (log axis, a tick at every T): CEM trained at T, the scale_from model evaluated at T, the
+// baseline as a horizontal line; and the same against the noisy targets with the oracle floor.
 std::string gp_rmse_svg(const GpExperimentResult& result);
 
 // One model of the task, trained and evaluated on its own (`cemfrac gp --one`, the GP job of

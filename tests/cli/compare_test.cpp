@@ -18,7 +18,7 @@
 #include <regex>
 #include <thread>
 
-#include "cemfrac/compare/plot.h"
+#include "cemfrac/io/plot.h"
 #include "cemfrac/compare/progress.h"
 #include "cemfrac/compare/stats.h"
 #include "cemfrac/compare/suite.h"

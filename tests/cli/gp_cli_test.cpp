@@ -38,7 +38,7 @@ TEST(GpCli, TinyRunWritesJsonAndPlot) {
   EXPECT_EQ(j["rows"][4]["model"], "oracle");
   EXPECT_GT(j["rows"][0]["params"].get<int64_t>(), 0);
   EXPECT_EQ(nlohmann::json::parse(test::read_file(out + "/gp.json")), j);
-  EXPECT_EQ(test::read_file(out + "/gp-rmse.svg").rfind("<svg", 0), 0u);
+  EXPECT_EQ(test::read_file(out + "/gp-rmse.svg").rfind("<?xml", 0), 0u);
   // Progress lines go to stderr, one per training at least.
   EXPECT_NE(r.err.find("cem T=2: step 2/2"), std::string::npos) << r.err;
 }

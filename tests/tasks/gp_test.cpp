@@ -222,10 +222,14 @@ TEST(GpExperiment, RowsJsonAndSvg) {
   EXPECT_EQ(j["rows"].size(), 6u);
   EXPECT_TRUE(j["rows"][4]["train_T"].is_null());
   const std::string svg = gp_rmse_svg(r);
-  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_EQ(svg.rfind("<?xml", 0), 0u);  // the one plotter's document (cemfrac/io/plot.h)
+  EXPECT_NE(svg.find("<svg"), std::string::npos);
   EXPECT_NE(svg.find("</svg>"), std::string::npos);
   EXPECT_NE(svg.find("<polyline"), std::string::npos);
-  EXPECT_NE(svg.find("Llama baseline"), std::string::npos);
+  EXPECT_NE(svg.find("data-name=\"Llama baseline\""), std::string::npos);
+  // Two panels (posterior mean, noisy targets), ticks at the evaluated T, not at 0.4233.
+  EXPECT_NE(svg.find("data-title=\"RMSE against the noisy targets\""), std::string::npos);
+  EXPECT_NE(svg.find(">4</text>"), std::string::npos);
   // The saved JSON redraws the same plot (--replot); other JSON is a one-line error.
   EXPECT_EQ(gp_rmse_svg(gp_result_from_json(j, "gp.json")), svg);
   EXPECT_THROW(gp_result_from_json(nlohmann::json{{"rows", 1}}, "bad.json"), Error);
