@@ -73,7 +73,8 @@ ModelConfig apply_model_overrides(const nlohmann::json& config_json,
   return config;
 }
 
-LoadedModel load_model(const std::string& path, const std::vector<std::string>& overrides) {
+LoadedModel load_model(const std::string& path, const std::vector<std::string>& overrides,
+                       torch::Device device) {
   LoadedModel out;
   // eval and generate take the checkpoint as --checkpoint (resolve_checkpoint names --resume).
   std::error_code ec;
@@ -85,7 +86,7 @@ LoadedModel load_model(const std::string& path, const std::vector<std::string>& 
   Checkpoint ckpt = load_checkpoint(out.checkpoint, options);
   const ModelConfig config =
       apply_model_overrides(ckpt.config, overrides, out.checkpoint + "/config.json");
-  out.model = LmModel(config);
+  out.model = LmModel(config, device);
   std::vector<NamedTarget> targets;
   for (const auto& [name, tensor] : parameters_by_name(*out.model, out.model->parameter_table()))
     targets.push_back({name, tensor});
