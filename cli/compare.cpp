@@ -1473,6 +1473,8 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
     // default floating-point mode).
     std::vector<std::string> job_globals;
     if (g->flush_denormal) job_globals.push_back("--flush-denormal");
+    // Every job computes where the suite was asked to (the suite's runs may set train.device too).
+    if (!g->device.empty()) job_globals.insert(job_globals.end(), {"--device", g->device});
     Runner runner(exe, f->jobs, threads, suite.name, job_globals);
 
     // 1. Plan: a timed 3-step training of every run (timings of another machine taken again).

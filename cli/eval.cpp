@@ -17,6 +17,7 @@
 #include "cemfrac/model/lm_model.h"
 #include "cemfrac/train/model_loader.h"
 #include "cli/commands.h"
+#include "cli/device_util.h"
 
 namespace cemfrac::cli {
 namespace {
@@ -101,11 +102,11 @@ Command add_eval(CLI::App& root, const GlobalOptions& global) {
   app->add_option(
       "--set", f->sets,
       "Change a field no parameter shape depends on, e.g. model.cem.steps=4 (repeatable)");
-  auto run = [f]() {
+  auto run = [f, &global]() {
     CEMFRAC_CHECK(!f->data.empty() || !f->text.empty(),
                   "eval needs --data DIR:SPLIT or --text FILE");
     CEMFRAC_CHECK(f->stride >= 0, "--stride {}: must be 1..context (or 0: context / 2)", f->stride);
-    LoadedModel loaded = load_model(f->checkpoint, f->sets);
+    LoadedModel loaded = load_model(f->checkpoint, f->sets, command_device(global));
     CEMFRAC_CHECK(loaded.tokenizer != nullptr,
                   "{} has no tokenizer/ directory: cannot read data for it", loaded.checkpoint);
     const Tokenizer& tok = *loaded.tokenizer;
@@ -148,6 +149,7 @@ Command add_eval(CLI::App& root, const GlobalOptions& global) {
     options.context = loaded.model->config().context;
     options.stride = f->stride;
     options.batch_size = f->batch;
+    options.device = loaded.model->wte().weight.device();
     LmModel model = loaded.model;
     auto traces = cem_traces(model->config());
     CEMFRAC_CHECK(!f->cem_energy || !traces.empty(),
@@ -190,7 +192,6 @@ Command add_eval(CLI::App& root, const GlobalOptions& global) {
     }
     return 0;
   };
-  (void)global;
   return {app, run};
 }
 
