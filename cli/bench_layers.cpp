@@ -227,8 +227,8 @@ int run_layers(const LayersFlags& flags) {
       if (c.positions == Positions::kRope) {
         rotaries.push_back(std::make_unique<RotaryEmbedding>(c.head_dim(), c.context, c.rope_theta,
                                                              c.rope_scaling));
-        std::tie(ctx->rope_cos, ctx->rope_sin) =
-            rotaries.back()->tables(0, c.context, torch::TensorOptions().device(device));
+        std::tie(ctx->rope_cos, ctx->rope_sin) = rotaries.back()->tables(
+            0, c.context, torch::TensorOptions().dtype(torch::kFloat32).device(device));
       }
       const MixerContext* context = ctx.get();
       contexts.push_back(std::move(ctx));
