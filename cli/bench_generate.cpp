@@ -63,6 +63,7 @@
 #include "cli/bench_util.h"
 #include "cli/build_info.h"
 #include "cli/commands.h"
+#include "cemfrac/core/device.h"
 #include "cli/peer_util.h"
 
 namespace cemfrac::cli {
@@ -99,6 +100,7 @@ struct GenerateBenchFlags {
   std::string peer_script;
   bool malloc_default = false;
   bool peer_keep_heap = false;
+  std::string device;  // the global --device ("" = cpu)
 };
 
 // Tensor memory live now and at most, from the CPU allocator's reports (alloc_size < 0: a free).
@@ -199,10 +201,14 @@ struct Model {
   int64_t vocab_limit = 0;
 };
 
+torch::Device bench_device(const GenerateBenchFlags& flags) {
+  return flags.device.empty() ? torch::Device(torch::kCPU) : parse_device(flags.device, "--device");
+}
+
 Model build_model(const GenerateBenchFlags& flags, const RowSpec& spec) {
   Model m;
   if (!flags.checkpoint.empty()) {
-    LoadedModel loaded = load_model(flags.checkpoint, flags.sets);
+    LoadedModel loaded = load_model(flags.checkpoint, flags.sets, bench_device(flags));
     m.model = loaded.model;
     m.vocab_limit =
         loaded.tokenizer ? loaded.tokenizer->vocab_size() : loaded.model->config().vocab_size;
@@ -211,7 +217,7 @@ Model build_model(const GenerateBenchFlags& flags, const RowSpec& spec) {
   RunConfig rc = load_run_config(flags.config, flags.sets);
   if (!spec.sets.empty()) rc = with_overrides(rc, spec.sets);
   torch::manual_seed(rc.train.seed);
-  m.model = LmModel(rc.model);
+  m.model = LmModel(rc.model, bench_device(flags));
   m.model->eval();
   m.vocab_limit = rc.model.vocab_size;
   return m;
@@ -289,6 +295,7 @@ int run_generate_bench(const GenerateBenchFlags& flags) {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(0);
     const torch::Tensor prompts =
         torch::randint(0, m.vocab_limit, {B_max, P}, gen, torch::TensorOptions(torch::kInt64));
+    const torch::Tensor prompts_here = prompts.to(model.head_weight().device());
     GenerateOptions options;
     options.sampling.temperature = 0;
     options.max_new_tokens = N_new;
@@ -305,8 +312,10 @@ int run_generate_bench(const GenerateBenchFlags& flags) {
     if (want_peer) {
       torch::NoGradGuard no_grad;
       DecodeState state = model.new_decode_state();
-      const torch::Tensor l0 =
-          model.forward(prompts, &state).select(1, -1).narrow(-1, 0, m.vocab_limit).contiguous();
+      const torch::Tensor l0 = model.forward(prompts_here, &state)
+                                   .select(1, -1)
+                                   .narrow(-1, 0, m.vocab_limit)
+                                   .contiguous();
       const torch::Tensor first = l0.argmax(-1);
       const torch::Tensor l1 = model.forward(first.view({B_max, 1}), &state)
                                    .select(1, -1)
@@ -548,7 +557,7 @@ int run_generate_bench(const GenerateBenchFlags& flags) {
 }  // namespace
 
 Command add_bench_generate(CLI::App& bench, const GlobalOptions& global) {
-  (void)global;  // --threads and --blas-core are applied in main() before any command runs
+  // --threads and --blas-core are applied in main() before any command runs; --device here.
   auto flags = std::make_shared<GenerateBenchFlags>();
   CLI::App* app = bench.add_subcommand(
       "generate",
@@ -586,7 +595,10 @@ Command add_bench_generate(CLI::App& bench, const GlobalOptions& global) {
                 "Leave glibc malloc as configured (default: keep freed memory in the heap)");
   app->add_flag("--peer-keep-heap", flags->peer_keep_heap,
                 "Run the peer with the same heap policy as cemfrac (default: glibc's defaults)");
-  return {app, [flags] { return run_generate_bench(*flags); }};
+  return {app, [flags, &global] {
+            flags->device = global.device;
+            return run_generate_bench(*flags);
+          }};
 }
 
 }  // namespace cemfrac::cli

@@ -42,6 +42,7 @@
 #include "cemfrac/train/run_config.h"
 #include "cli/bench_util.h"
 #include "cli/commands.h"
+#include "cemfrac/core/device.h"
 
 namespace cemfrac::cli {
 namespace {
@@ -57,6 +58,7 @@ struct LayersFlags {
   std::string kinds;  // comma-separated filter; empty = all
   std::vector<std::string> sets;
   bool malloc_default = false;
+  std::string device;  // the global --device ("" = cpu)
 };
 
 // Extra rows beyond each kind's defaults: (kind, label, overrides).
@@ -210,6 +212,8 @@ int run_layers(const LayersFlags& flags) {
   for (const std::string& k : ffn_kind_names()) add_kind("ffn", k, kFfnBaseline);
 
   // Build every row's module first (same seed each), then time them all round-robin on one input.
+  const torch::Device device =
+      flags.device.empty() ? torch::Device(torch::kCPU) : parse_device(flags.device, "--device");
   std::vector<Subject> subjects;
   std::vector<std::unique_ptr<MixerContext>> contexts;
   std::vector<std::unique_ptr<RotaryEmbedding>> rotaries;
@@ -218,13 +222,13 @@ int run_layers(const LayersFlags& flags) {
     torch::manual_seed(1);
     Subject s;
     if (job.sublayer == "mixer") {
-      auto mixer = make_mixer(c, 0, torch::kCPU);
+      auto mixer = make_mixer(c, 0, device);
       auto ctx = std::make_unique<MixerContext>();
       if (c.positions == Positions::kRope) {
         rotaries.push_back(std::make_unique<RotaryEmbedding>(c.head_dim(), c.context, c.rope_theta,
                                                              c.rope_scaling));
-        std::tie(ctx->rope_cos, ctx->rope_sin) =
-            rotaries.back()->tables(0, c.context, torch::TensorOptions().dtype(torch::kFloat32));
+        std::tie(ctx->rope_cos, ctx->rope_sin) = rotaries.back()->tables(
+            0, c.context, torch::TensorOptions().dtype(torch::kFloat32).device(device));
       }
       const MixerContext* context = ctx.get();
       contexts.push_back(std::move(ctx));
@@ -232,7 +236,7 @@ int run_layers(const LayersFlags& flags) {
       s.call = [mixer, context](const torch::Tensor& x) { return mixer->forward(x, *context); };
       s.forward_flops_per_token = mixer->forward_flops_per_token(c.context);
     } else {
-      auto ffn = make_ffn(c, 0, torch::kCPU);
+      auto ffn = make_ffn(c, 0, device);
       s.module = ffn;
       s.call = [ffn](const torch::Tensor& x) { return ffn->forward(x); };
       s.forward_flops_per_token = ffn->forward_flops_per_token();
@@ -245,7 +249,8 @@ int run_layers(const LayersFlags& flags) {
                subjects.size(), flags.reps);
   }
   torch::manual_seed(2);
-  const torch::Tensor x = torch::randn({flags.batch, base.model.context, base.model.d_model});
+  const torch::Tensor x =
+      torch::randn({flags.batch, base.model.context, base.model.d_model}).to(device);
   const torch::Tensor g = torch::randn_like(x);
   time_round_robin(subjects, x, g, flags.reps);
 
@@ -340,7 +345,7 @@ int run_layers(const LayersFlags& flags) {
 }  // namespace
 
 Command add_bench_layers(CLI::App& bench, const GlobalOptions& global) {
-  (void)global;  // --threads and --blas-core are applied in main() before any command runs
+  // --threads and --blas-core are applied in main() before any command runs; --device here.
   auto flags = std::make_shared<LayersFlags>();
   CLI::App* app = bench.add_subcommand("layers",
                                        "Forward and forward+backward time of every mixer and FFN "
@@ -366,7 +371,10 @@ Command add_bench_layers(CLI::App& bench, const GlobalOptions& global) {
                   "--set model.n_heads=4");
   app->add_flag("--malloc-default", flags->malloc_default,
                 "Leave glibc malloc as configured (large tensors then come from fresh mmaps)");
-  return {app, [flags] { return run_layers(*flags); }};
+  return {app, [flags, &global] {
+            flags->device = global.device;
+            return run_layers(*flags);
+          }};
 }
 
 }  // namespace cemfrac::cli

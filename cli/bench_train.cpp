@@ -1,7 +1,7 @@
 // cemfrac bench train: the speed of one optimizer step of a run config's model (issue 3).
 //
 //   cemfrac bench train --config C [--set k=v]... [--steps N] [--warmup N] [--json] [--peer |
-//   --no-peer] [--check-float64]
+//   --no-peer] [--check-float64] [--precision fp32|bf16]
 //
 // The step is the trainer's (cemfrac/train/trainer.cpp): zero_grad, forward, cross-entropy,
 // backward, gradient clipping, AdamW (cemfrac::Optimizer: the run config's betas, eps and weight
@@ -55,6 +55,7 @@
 #include "cemfrac/core/blas.h"
 #include "cemfrac/core/check.h"
 #include "cemfrac/core/clock.h"
+#include "cemfrac/core/compat.h"
 #include "cemfrac/io/safetensors.h"
 #include "cemfrac/model/lm_model.h"
 #include "cemfrac/train/optimizer.h"
@@ -117,7 +118,8 @@ struct TrainBenchFlags {
   int nproc = 0;         // > 0: data-parallel scaling instead (cli/bench_train_dist.cpp)
   bool profile = false;  // one more step under the autograd profiler, after the timed ones
   int profile_top = 25;
-  bool check_float64 = false;  // step 0 of both sides in float64, no timing
+  bool check_float64 = false;      // step 0 of both sides in float64, no timing
+  std::string precision = "fp32";  // "bf16": also time the bf16 (autocast) step beside fp32
 };
 
 // Every large tensor of a step (attention probabilities, logits and their gradients: tens of MB)
@@ -206,8 +208,10 @@ struct StepTimes {
   std::optional<StepProfile> profile;  // --profile: the step after the timed ones
 };
 
+// bf16: the trainer's train.precision = "bf16" step (forward under autocast, float32 logits into
+// the loss, float32 weights and AdamW state).
 StepTimes run_cpp_steps(const RunConfig& rc, int64_t S, const TrainBenchFlags& flags,
-                        LmModel& model, const torch::Tensor& data) {
+                        LmModel& model, const torch::Tensor& data, bool bf16 = false) {
   const TrainConfig& t = rc.train;
   const int64_t V = rc.model.vocab_size;
   AdamWConfig adam;
@@ -228,7 +232,16 @@ StepTimes run_cpp_steps(const RunConfig& rc, int64_t S, const TrainBenchFlags& f
     const double c0 = cpu_seconds();
     const auto t0 = Clock::now();
     optimizer.zero_grad();
-    const torch::Tensor logits = model->forward(inputs);  // (B, S, V)
+    torch::Tensor logits;  // (B, S, V)
+    if (bf16) {
+      {
+        compat::AutocastGuard autocast(torch::kCPU, torch::kBFloat16);
+        logits = model->forward(inputs);
+      }
+      logits = logits.to(torch::kFloat32);
+    } else {
+      logits = model->forward(inputs);
+    }
     const torch::Tensor loss = torch::cross_entropy_loss(logits.reshape({-1, V}), targets);  // mean
     const double fwd = seconds_since(t0);
     const auto t1 = Clock::now();
@@ -509,6 +522,15 @@ int run_train_bench(const TrainBenchFlags& flags) {
   }
   const StepTimes cpp = run_cpp_steps(rc, S, flags, model, data);
   model = nullptr;  // free the C++ model before the peer starts
+  std::optional<StepTimes> bf16;
+  if (flags.precision == "bf16") {
+    // The same weights and batch again, the step under bf16 autocast (train.precision = "bf16").
+    torch::manual_seed(t.seed);
+    LmModel again(rc.model);
+    TrainBenchFlags plain = flags;
+    plain.profile = false;
+    bf16 = run_cpp_steps(rc, S, plain, again, data, /*bf16=*/true);
+  }
 
   json peer;
   if (peer_script) {
@@ -553,6 +575,22 @@ int run_train_bench(const TrainBenchFlags& flags) {
   cpp_j["blas_core"] = core;
   cpp_j["threads"] = threads;
   if (cpp.profile) cpp_j["profile"] = profile_to_json(*cpp.profile, flags.profile_top);
+  json bf16_j;
+  if (bf16) {
+    bf16_j =
+        side(median_of(bf16->step_s), *std::min_element(bf16->step_s.begin(), bf16->step_s.end()));
+    bf16_j["step_s"] = bf16->step_s;
+    bf16_j["cpu_s"] = bf16->cpu_s;
+    bf16_j["cpu_median_s"] = median_of(bf16->cpu_s);
+    bf16_j["malloc"] = cpp_j["malloc"];
+    bf16_j["phases_median_s"] = {{"forward", median_of(bf16->forward_s)},
+                                 {"backward", median_of(bf16->backward_s)},
+                                 {"clip_and_optimizer", median_of(bf16->optimizer_s)}};
+    bf16_j["first_loss"] = bf16->first_loss;
+    bf16_j["last_loss"] = bf16->last_loss;
+    bf16_j["blas_core"] = core;
+    bf16_j["ratio_to_fp32_median"] = median_of(bf16->step_s) / med;
+  }
 
   json report = {
       {"bench", "train"},
@@ -581,6 +619,7 @@ int run_train_bench(const TrainBenchFlags& flags) {
       {"warmup", flags.warmup},
       {"cpp", cpp_j},
   };
+  if (bf16) report["cpp_bf16"] = bf16_j;
   bool met = cpp_j["mfu"].get<double>() >= kTargetMfu;
   std::string loss_refusal;
   if (!peer.is_null()) {
@@ -662,6 +701,11 @@ int run_train_bench(const TrainBenchFlags& flags) {
         j["malloc"].get<std::string>());
   };
   row("cemfrac", report["cpp"]);
+  if (bf16) {
+    row("bf16", report["cpp_bf16"]);
+    fmt::print("bf16 / fp32 step time (median): {:.3f}; same weights and batch, autocast bf16\n",
+               report["cpp_bf16"]["ratio_to_fp32_median"].get<double>());
+  }
   if (cpp.profile) fmt::print("\n{}\n", profile_table(*cpp.profile, flags.profile_top));
   if (report.contains("peer")) {
     row("pytorch", report["peer"]);
@@ -726,6 +770,10 @@ Command add_bench_train(CLI::App& bench, const GlobalOptions& global) {
                 "weights and batch, in float32 and in float64; agreement in float64 to 1e-9 "
                 "relative (loss and gradient norm) says a float32 gap is rounding, not a "
                 "different model, and each side's float32 error against float64 is printed");
+  app->add_option("--precision", flags->precision,
+                  "bf16: also time the train.precision = \"bf16\" step (autocast, float32 "
+                  "master weights) on the same weights and batch, printed beside fp32")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   app->add_option("--profile-top", flags->profile_top, "Rows of the --profile table")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));

@@ -10,9 +10,10 @@
 namespace cemfrac::cli {
 
 struct GlobalOptions {
-  int threads = 0;        // --threads; 0 = number of cores
-  std::string blas_core;  // --blas-core; "" = auto unless OPENBLAS_CORETYPE is set
+  int threads = 0;              // --threads; 0 = number of cores
+  std::string blas_core;        // --blas-core; "" = auto unless OPENBLAS_CORETYPE is set
   bool flush_denormal = false;  // --flush-denormal: subnormal floats read and written as 0
+  std::string device;  // --device (cli/device_util.h); "" = the run config's train.device, or cpu
 };
 
 // Exit codes: 0 success, 1 an error (one line on stderr), 2 a command-line usage error, and

@@ -32,6 +32,7 @@ Command add_compare(CLI::App& root, const GlobalOptions& global) {
     CompareOptions options = *o;
     options.threads = g->threads;
     options.flush_denormal = g->flush_denormal;
+    options.device = g->device;
     options.exe = std::filesystem::read_symlink("/proc/self/exe").string();
     options.commit = build_commit();  // the binary's, not the working directory's
     return run_compare(options);

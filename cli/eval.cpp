@@ -19,6 +19,7 @@
 #include "cemfrac/model/lm_model.h"
 #include "cemfrac/train/model_loader.h"
 #include "cli/commands.h"
+#include "cli/device_util.h"
 #include "cli/eval_task.h"
 
 namespace cemfrac::cli {
@@ -115,7 +116,7 @@ Command add_eval(CLI::App& root, const GlobalOptions& global) {
   app->add_option(
       "--set", f->sets,
       "Change a field no parameter shape depends on, e.g. model.cem.steps=4 (repeatable)");
-  auto run = [f]() {
+  auto run = [f, &global]() {
     if (!f->task.empty()) {
       CEMFRAC_CHECK(!f->cem_energy, "--cem-energy applies to --data and --text, not --task");
       EvalTaskArgs a;
@@ -126,13 +127,14 @@ Command add_eval(CLI::App& root, const GlobalOptions& global) {
       a.batch = f->batch;
       a.stride = f->stride;
       a.json = f->json;
+      a.device = command_device(global);
       return run_eval_task(a);
     }
     CEMFRAC_CHECK(!f->data.empty() || !f->text.empty(),
                   "eval needs --data DIR:SPLIT, --text FILE or --task FILE|NAME");
     CEMFRAC_CHECK(f->stride >= 0, "--stride {}: must be 1..context (or 0: context / 2)", f->stride);
     if (!f->text.empty()) check_input_file(f->text, "--text", "pass a UTF-8 text file");
-    LoadedModel loaded = load_model(f->checkpoint, f->sets);
+    LoadedModel loaded = load_model(f->checkpoint, f->sets, command_device(global));
     CEMFRAC_CHECK(loaded.tokenizer != nullptr,
                   "{} has no tokenizer/ directory: cannot read data for it", loaded.checkpoint);
     const Tokenizer& tok = *loaded.tokenizer;
@@ -175,6 +177,7 @@ Command add_eval(CLI::App& root, const GlobalOptions& global) {
     options.context = loaded.model->config().context;
     options.stride = f->stride;
     options.batch_size = f->batch;
+    options.device = loaded.model->wte().weight.device();
     LmModel model = loaded.model;
     auto traces = cem_traces(model->config());
     CEMFRAC_CHECK(!f->cem_energy || !traces.empty(),
@@ -217,7 +220,6 @@ Command add_eval(CLI::App& root, const GlobalOptions& global) {
     }
     return 0;
   };
-  (void)global;
   return {app, run};
 }
 

@@ -31,7 +31,7 @@ int run_eval_task(const EvalTaskArgs& a) {
                 "--request {}: the built-in task {} is {}", a.request, a.task, to_string(task.type));
   CEMFRAC_CHECK(a.stride == 0 || task.type == RequestType::kRolling,
                 "--stride applies to rolling tasks only; {} is {}", a.task, to_string(task.type));
-  LoadedModel loaded = load_model(a.checkpoint, a.sets);
+  LoadedModel loaded = load_model(a.checkpoint, a.sets, a.device);
   CEMFRAC_CHECK(loaded.tokenizer != nullptr,
                 "{} has no tokenizer/ directory: cannot encode the task for it", loaded.checkpoint);
   LmModel model = loaded.model;

@@ -16,6 +16,7 @@
 #include "cemfrac/model/generate.h"
 #include "cemfrac/train/model_loader.h"
 #include "cli/commands.h"
+#include "cli/device_util.h"
 
 namespace cemfrac::cli {
 namespace {
@@ -87,7 +88,7 @@ Command add_generate(CLI::App& root, const GlobalOptions& global) {
   app->add_option(
       "--set", f->sets,
       "Change a field no parameter shape depends on, e.g. model.cem.steps=4 (repeatable)");
-  auto run = [f]() {
+  auto run = [f, &global]() {
     // Every sampling setting is checked before anything is loaded or printed (CLI11's range check
     // lets NaN through).
     CEMFRAC_CHECK(std::isfinite(f->temperature) && f->temperature >= 0 && f->temperature <= 100,
@@ -95,7 +96,7 @@ Command add_generate(CLI::App& root, const GlobalOptions& global) {
     CEMFRAC_CHECK(f->top_k >= 0, "--top-k {}: must be >= 0 (0 = all tokens)", f->top_k);
     CEMFRAC_CHECK(f->top_p > 0 && f->top_p <= 1, "--top-p {}: must be in (0, 1] (1 = off)",
                   f->top_p);
-    LoadedModel loaded = load_model(f->checkpoint, f->sets);
+    LoadedModel loaded = load_model(f->checkpoint, f->sets, command_device(global));
     CEMFRAC_CHECK(loaded.tokenizer != nullptr,
                   "{} has no tokenizer/ directory: cannot encode a prompt", loaded.checkpoint);
     const Tokenizer& tok = *loaded.tokenizer;
@@ -185,7 +186,6 @@ Command add_generate(CLI::App& root, const GlobalOptions& global) {
     std::fprintf(stderr, "[%zu tokens, stopped: %s]\n", r.tokens.size(), to_string(r.stop));
     return 0;
   };
-  (void)global;
   return {app, run};
 }
 

@@ -31,6 +31,7 @@
 #include "cemfrac/train/trainer.h"  // TrainingInterrupted
 #include "cli/commands.h"
 #include "cemfrac/core/format_util.h"
+#include "cli/device_util.h"
 
 namespace cemfrac::cli {
 namespace {
@@ -205,6 +206,7 @@ Command add_gp(CLI::App& root, const GlobalOptions& global) {
       return 0;
     }
     GpExperimentOptions o = default_gp_experiment();
+    o.device = command_device(global);
     o.steps = f.steps;
     o.variants = f.variants;
     if (f.quick) o.train.steps = 60;
@@ -219,6 +221,7 @@ Command add_gp(CLI::App& root, const GlobalOptions& global) {
         parse_enum<Positions>(f.positions, "--positions");
     if (f.one) {
       GpRunOptions one;
+      one.device = o.device;
       one.task = o.task;
       one.train = o.train;
       one.train.throw_on_nonfinite = false;  // a diverged run is a result ("status": "diverged")

@@ -93,7 +93,7 @@ Command add_launch(CLI::App& root, const GlobalOptions& global) {
       ->check(CLI::PositiveNumber);
   app->add_option("command", f->command, "The cemfrac arguments of every rank, after --")
       ->required();
-  auto run = [f]() {
+  auto run = [f, &global]() {
     const int n = f->nproc;
     StoreServer store(f->master_addr, f->master_port,
                       f->connect_timeout > 0 ? f->connect_timeout : 60.0);
@@ -101,6 +101,9 @@ Command add_launch(CLI::App& root, const GlobalOptions& global) {
 
     std::vector<std::string> argv_s;
     argv_s.push_back("/proc/self/exe");
+    // The launcher's --device reaches every rank (each then checks it; cuda ranks would take
+    // cuda:LOCAL_RANK once the NCCL process group exists: docs/formats.md, "Device").
+    if (!global.device.empty()) argv_s.insert(argv_s.end(), {"--device", global.device});
     for (const auto& a : f->command) argv_s.push_back(a);
 
     // Forwarded signals: installed before the first fork so none is lost.
@@ -200,7 +203,6 @@ Command add_launch(CLI::App& root, const GlobalOptions& global) {
     }
     return 0;
   };
-  (void)global;
   return {app, run};
 }
 

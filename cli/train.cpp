@@ -22,6 +22,7 @@
 #include "cemfrac/train/run_config.h"
 #include "cemfrac/train/trainer.h"
 #include "cli/commands.h"
+#include "cli/device_util.h"
 
 namespace cemfrac::cli {
 
@@ -143,13 +144,15 @@ Command add_train(CLI::App& root, const GlobalOptions& global) {
                   "Data parallel: seconds one collective may wait for a peer before the run fails "
                   "(default 60, or CEMFRAC_COLLECTIVE_TIMEOUT)")
       ->check(CLI::PositiveNumber);
-  auto run = [f]() {
+  auto run = [f, &global]() {
     CEMFRAC_CHECK(f->stop_at_step >= 0,
                   "--stop-at-step {}: must be a step number >= 1 (or 0: run to train.steps)",
                   f->stop_at_step);
     std::vector<std::string> sets = f->sets;
     if (!f->out.empty()) sets.push_back("train.out=" + f->out);
     RunConfig config = load_run_config(f->config, sets);
+    if (!global.device.empty()) config.train.device = global.device;  // config.toml says where
+    torch::Device device = command_device(global, config.train.device);
     // --resume continues in the run's own directory (the trainer warns when train.out differs).
     std::string resume = f->resume;
     if (!resume.empty()) {
@@ -173,7 +176,15 @@ Command add_train(CLI::App& root, const GlobalOptions& global) {
     DistOptions dist_options = dist_options_from_environment();
     if (f->connect_timeout > 0) dist_options.connect_timeout_s = f->connect_timeout;
     if (f->collective_timeout > 0) dist_options.collective_timeout_s = f->collective_timeout;
-    DistContext dist(dist_env_from_environment(), dist_options);
+    const DistEnv dist_env = dist_env_from_environment();
+    if (dist_env.world_size > 1) {
+      // Gloo reduces host tensors; CUDA ranks need NCCL, which is the CUDA issue's work.
+      CEMFRAC_CHECK(device.is_cpu(),
+                    "{} = {}: data-parallel training runs on cpu only so far (cuda ranks need the "
+                    "NCCL process group, not built yet; a meta dry run is one process)",
+                    global.device.empty() ? "train.device" : "--device", config.train.device);
+    }
+    DistContext dist(dist_env, dist_options);
     if (dist.rank() == 0) {
       fmt::print("# resolved run config ({}{})\n{}\n", f->config,
                  sets.empty() ? "" : fmt::format(", {} override(s)", sets.size()), toml);
@@ -199,13 +210,13 @@ Command add_train(CLI::App& root, const GlobalOptions& global) {
 
     const double need = training_memory_lower_bound(config);
     const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
-    CEMFRAC_CHECK(have <= 0 || need <= have,
+    CEMFRAC_CHECK(!device.is_cpu() || have <= 0 || need <= have,
                   "this config needs at least {:.1f} GiB to train (parameters, gradients, AdamW "
                   "state and activations) but this machine has {:.1f} GiB; use a smaller model, "
                   "train.micro_batch or train.seq_len",
                   need / (1u << 30), have / (1u << 30));
     seed_everything(config.train.seed);
-    LmModel model(config.model);
+    LmModel model(config.model, device);
     TrainerOptions options;
     options.train = config.train;
     options.data_dir = config.data.path;
@@ -242,7 +253,6 @@ Command add_train(CLI::App& root, const GlobalOptions& global) {
     }
     return 0;
   };
-  (void)global;
   return {app, run};
 }
 

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "cemfrac/core/check.h"
+#include "cemfrac/core/device.h"
 #include "cemfrac/core/fields.h"
 #include "cemfrac/data/tokenizer.h"
 #include "cemfrac/layers/base/rope.h"
@@ -154,15 +155,20 @@ class Layer {
       j["ffn"] = kind;
     }
     config_ = model_config_from_json(j, source);
-    if (family == "mixer") {
-      mixer_ = make_mixer(config_, 0, torch::kCPU);
-      if (config_.positions == Positions::kRope) {
-        rope_ = std::make_unique<RotaryEmbedding>(config_.head_dim(), config_.context,
-                                                  config_.rope_theta, config_.rope_scaling);
-      }
-    } else {
-      ffn_ = make_ffn(config_, 0, torch::kCPU);
+    build(torch::kCPU);
+    if (mixer_ && config_.positions == Positions::kRope) {
+      rope_ = std::make_unique<RotaryEmbedding>(config_.head_dim(), config_.context,
+                                                config_.rope_theta, config_.rope_scaling);
     }
+  }
+
+  // A new module of the same config on `device` (its values are the caller's to set), in the
+  // training mode of the old one: how Python's .to("meta") moves a layer, since a CPU tensor cannot
+  // become a meta one in place (set_data refuses), and the C++ forward must read the new tensors.
+  void rebuild(const std::string& device) {
+    const bool training = module().is_training();
+    build(parse_device(device, source_ + ".to"));
+    module().train(training);
   }
 
   torch::nn::Module& module() {
@@ -177,6 +183,10 @@ class Layer {
                   config_.d_model, x.defined() ? c10::str(x.sizes()) : std::string("undefined"));
     const auto params = module().parameters();
     if (!params.empty()) {
+      // An input elsewhere would be read through the wrong pointer, or mixed with the weights.
+      CEMFRAC_CHECK(x.device() == params[0].device(),
+                    "{}: input is on {} but the layer is on {}; move one (e.g. x.to(\"{}\"))",
+                    source_, x.device().str(), params[0].device().str(), params[0].device().str());
       CEMFRAC_CHECK(x.scalar_type() == params[0].scalar_type(),
                     "{}: input is {} but the parameters are {}; convert one (e.g. layer.double())",
                     source_, std::string(c10::toString(x.scalar_type())),
@@ -199,6 +209,13 @@ class Layer {
   const std::string& family() const { return family_; }
 
  private:
+  void build(torch::Device device) {
+    if (family_ == "mixer")
+      mixer_ = make_mixer(config_, 0, device);
+    else
+      ffn_ = make_ffn(config_, 0, device);
+  }
+
   std::string family_;
   std::string source_;
   ModelConfig config_;
@@ -227,6 +244,14 @@ std::vector<std::pair<std::string, at::Tensor>> named_parameters(torch::nn::Modu
 std::vector<std::pair<std::string, at::Tensor>> named_buffers(torch::nn::Module& m) {
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (const auto& item : m.named_buffers()) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+// The buffers checkpoints save (TaggedModule::add_state_buffer); the others (causal masks) follow
+// from the config and are not part of a state_dict.
+std::vector<std::string> state_buffer_names(torch::nn::Module& m) {
+  std::vector<std::string> out;
+  for (const auto& item : state_buffers(m)) out.push_back(item.first);
   return out;
 }
 
@@ -325,6 +350,8 @@ PYBIND11_MODULE(_C, m) {
            py::call_guard<py::gil_scoped_release>())
       .def("named_parameters", [](Layer& l) { return named_parameters(l.module()); })
       .def("named_buffers", [](Layer& l) { return named_buffers(l.module()); })
+      .def("state_buffer_names", [](Layer& l) { return state_buffer_names(l.module()); })
+      .def("rebuild", &Layer::rebuild, py::arg("device"))
       .def("train", [](Layer& l, bool mode) { l.module().train(mode); })
       .def("is_training", [](Layer& l) { return l.module().is_training(); })
       .def(
@@ -367,16 +394,18 @@ PYBIND11_MODULE(_C, m) {
   py::class_<Model, std::shared_ptr<Model>>(m, "Model")
       .def_static(
           "load",
-          [](const std::string& path, const std::vector<std::string>& overrides) {
+          [](const std::string& path, const std::vector<std::string>& overrides,
+             const std::string& device) {
             auto out = std::make_shared<Model>();
-            LoadedModel loaded = load_model(path, overrides);
+            LoadedModel loaded = load_model(path, overrides, parse_device(device, "device"));
             out->model = loaded.model;
             out->tokenizer = std::shared_ptr<Tokenizer>(std::move(loaded.tokenizer));
             out->checkpoint = loaded.checkpoint;
             out->step = loaded.step;
             return out;
           },
-          py::arg("path"), py::arg("overrides") = std::vector<std::string>{})
+          py::arg("path"), py::arg("overrides") = std::vector<std::string>{},
+          py::arg("device") = std::string("cpu"))
       .def_static(
           "create",
           [](const std::string& config_json) {
@@ -390,6 +419,16 @@ PYBIND11_MODULE(_C, m) {
           py::arg("tokens"), py::call_guard<py::gil_scoped_release>())
       .def("named_parameters", [](Model& mo) { return named_parameters(*mo.model); })
       .def("named_buffers", [](Model& mo) { return named_buffers(*mo.model); })
+      .def("state_buffer_names", [](Model& mo) { return state_buffer_names(*mo.model); })
+      .def(
+          "rebuild",
+          [](Model& mo, const std::string& device) {
+            // As Layer::rebuild: a new module of the same config on `device` (for .to("meta")).
+            const bool training = mo.model->is_training();
+            mo.model = LmModel(mo.model->config(), parse_device(device, "cemfrac.Model.to"));
+            mo.model->train(training);
+          },
+          py::arg("device"))
       .def("train", [](Model& mo, bool mode) { mo.model->train(mode); })
       .def("is_training", [](Model& mo) { return mo.model->is_training(); })
       .def(

@@ -19,6 +19,7 @@
 
 #include "cemfrac/core/blas.h"
 #include "cemfrac/core/check.h"
+#include "cemfrac/core/device.h"
 #include "cemfrac/core/warn.h"
 #include "cli/build_info.h"
 #include "cli/commands.h"
@@ -40,7 +41,7 @@ std::string find_blas_core_flag(int argc, char** argv) {
 std::string unknown_command(int argc, char** argv, const CLI::App& app) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--threads" || a == "--blas-core") {
+    if (a == "--threads" || a == "--blas-core" || a == "--device") {
       ++i;  // skip the option's value
       continue;
     }
@@ -106,7 +107,7 @@ int main(int argc, char** argv) {
   cli::GlobalOptions global;
   CLI::App app{
       "cemfrac: train, evaluate and run CEM and CoFrGeNet language models (and GPT-2 / Llama "
-      "baselines) on CPU"};
+      "baselines) on CPU (--device for others)"};
   app.set_version_flag("--version",
                        fmt::format("cemfrac {} (commit {})", CEMFRAC_VERSION, cli::build_commit()));
   app.require_subcommand(1);
@@ -121,6 +122,11 @@ int main(int argc, char** argv) {
                "Treat subnormal floats as 0 (the CPU's FTZ and DAZ modes, set before any thread "
                "starts, which inherit it): arithmetic on them is many times slower on x86, e.g. "
                "in exp() of very negative attention scores; changes results by < 1e-38 per value");
+
+  app.add_option("--device", global.device,
+                 "Where to compute: cpu (default), cuda, cuda:N, or meta (a dry run of shapes: "
+                 "everything runs up to the first value that must be read); overrides the run "
+                 "config's train.device");
 
   std::vector<cli::Command> commands = {
       cli::add_info(app, global),   cli::add_tokenize(app, global), cli::add_prepare(app, global),
@@ -171,6 +177,7 @@ int main(int argc, char** argv) {
           "which is slower, not faster",
           global.threads, cores);
     set_threads(global.threads);
+    if (!global.device.empty()) parse_device(global.device, "--device");  // one line, before work
     for (auto& command : commands)
       if (command.app->parsed()) return command.run();
     return report("error: ", "no subcommand given (see cemfrac --help)");
@@ -178,6 +185,7 @@ int main(int argc, char** argv) {
     return report("error: ", e.what());
   } catch (const c10::Error& e) {
     const std::string what = e.what_without_backtrace();
+    if (is_meta_read_error(what)) return report("error: ", meta_dry_run_message(what));
     if (const std::string line = resource_error(what); !line.empty())
       return report("error: ", line);
     return report("internal error: ", what);

@@ -98,6 +98,8 @@ int run_compare(const CompareOptions& o) {
   // default floating-point mode).
   std::vector<std::string> job_globals;
   if (o.flush_denormal) job_globals.push_back("--flush-denormal");
+  // Every job computes where the suite was asked to (the suite's runs may set train.device too).
+  if (!o.device.empty()) job_globals.insert(job_globals.end(), {"--device", o.device});
   Runner runner(o.exe, o.jobs, threads, suite.name,
                 fmt::format("cemfrac {} (commit {})", CEMFRAC_VERSION, o.commit), job_globals);
 
@@ -431,6 +433,7 @@ int run_compare(const CompareOptions& o) {
   std::string command = "cemfrac";
   if (o.threads > 0) command += fmt::format(" --threads {}", o.threads);
   if (o.flush_denormal) command += " --flush-denormal";
+  if (!o.device.empty()) command += " --device " + o.device;
   command += " compare --suite " + o.suite;
   if (!o.out.empty()) command += " --out " + o.out;
   if (o.report_only) command += " --report";

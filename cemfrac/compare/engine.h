@@ -33,6 +33,7 @@ struct CompareOptions {
   // The invocation's global flags (every child gets them) and the binary that runs the children.
   int threads = 0;  // 0 = every hardware thread
   bool flush_denormal = false;
+  std::string device;  // --device of this invocation, passed to every job ("" = each run's own)
   std::string exe;     // the cemfrac binary
   std::string commit;  // its commit (logs and the report's provenance)
 };

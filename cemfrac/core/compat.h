@@ -11,6 +11,8 @@
 //   unchanged in 2.6 (torch/csrc/autograd/profiler_legacy.h), so it needs no branch here.
 #pragma once
 #include <c10/core/Allocator.h>
+#include <c10/core/DeviceType.h>
+#include <c10/core/ScalarType.h>
 #include <torch/version.h>
 
 #define CEMFRAC_TORCH_VERSION_AT_LEAST(major, minor) \
@@ -33,6 +35,24 @@ T third_parameter(R (C::*)(P, A, T, U, D));
 // in 2.x), read from the declaration itself, so an override compiles against either.
 using MemoryReportTotal =
     decltype(detail::third_parameter(&c10::MemoryReportingInfoBase::reportMemoryUsage));
+
+// Autocast (mixed precision) on one device type for the guard's lifetime, as Python's
+// torch.autocast(device_type, dtype): ops on autocast's lists run in `dtype` (matrix products) or
+// float32; parameters stay as they are. On exit the previous state returns and the cache of cast
+// weights is cleared. LibTorch 1.13 names the setting per backend (set_cpu_enabled,
+// set_autocast_cpu_dtype); 2.4+ takes the device type (compat.cpp).
+class AutocastGuard {
+ public:
+  AutocastGuard(c10::DeviceType device_type, c10::ScalarType dtype);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  c10::DeviceType device_type_;
+  bool was_enabled_;
+  c10::ScalarType was_dtype_;
+};
 
 }  // namespace cemfrac::compat
 

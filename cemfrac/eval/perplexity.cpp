@@ -33,7 +33,7 @@ PerplexityResult evaluate_perplexity(const LogitsFn& logits, const torch::Tensor
   CEMFRAC_CHECK(tokens.dim() == 1, "eval: tokens must be 1-D, got {} dims", tokens.dim());
   CEMFRAC_CHECK(options.batch_size >= 1, "eval: batch size {} must be at least 1",
                 options.batch_size);
-  const torch::Tensor ids = tokens.to(torch::kInt64).contiguous();
+  const torch::Tensor ids = tokens.to(options.device, torch::kInt64).contiguous();
   const int64_t n = ids.size(0);
   // 0 = the default; a negative stride is refused by plan_windows, not replaced by the default.
   const int64_t stride =
@@ -50,7 +50,8 @@ PerplexityResult evaluate_perplexity(const LogitsFn& logits, const torch::Tensor
   for (size_t first = 0; first < windows.size(); first += options.batch_size) {
     const int64_t b = std::min<int64_t>(options.batch_size, windows.size() - first);
     std::vector<torch::Tensor> rows;
-    torch::Tensor mask = torch::zeros({b, L}, torch::kBool);
+    torch::Tensor mask =
+        torch::zeros({b, L}, torch::TensorOptions(torch::kBool).device(options.device));
     for (int64_t i = 0; i < b; ++i) {
       const ScoreWindow& w = windows[first + i];
       TORCH_INTERNAL_ASSERT(w.end - w.begin - 1 == L);

@@ -40,6 +40,9 @@ struct PerplexityOptions {
   int64_t context = 0;     // C: the model's context length
   int64_t stride = 0;      // S (0 = C / 2)
   int64_t batch_size = 8;  // windows per forward
+  // Where the windows, targets and mask are built (the model's device); the loss is summed there
+  // and read once per batch.
+  torch::Device device = torch::kCPU;
 };
 
 struct PerplexityResult {

@@ -6,6 +6,8 @@
 
 #include <map>
 
+#include "cemfrac/core/meta_kernels.h"
+
 namespace cemfrac {
 
 const char* to_string(ParamKind kind) {
@@ -77,6 +79,7 @@ std::vector<ParamInfo> tagged_parameter_table(const torch::nn::Module& root) {
 }
 
 torch::Tensor init_normal(torch::IntArrayRef shape, double std, torch::Device device) {
+  if (device.is_meta()) ensure_meta_kernels();  // a meta model must run forward and backward
   torch::Tensor t =
       torch::empty(shape, torch::TensorOptions().dtype(torch::kFloat32).device(device));
   if (!t.is_meta()) {
@@ -87,6 +90,7 @@ torch::Tensor init_normal(torch::IntArrayRef shape, double std, torch::Device de
 }
 
 torch::Tensor init_constant(torch::IntArrayRef shape, double value, torch::Device device) {
+  if (device.is_meta()) ensure_meta_kernels();  // a meta model must run forward and backward
   torch::Tensor t =
       torch::empty(shape, torch::TensorOptions().dtype(torch::kFloat32).device(device));
   if (!t.is_meta()) {

@@ -73,6 +73,12 @@ torch::Tensor LmModelImpl::forward(const torch::Tensor& tokens, DecodeState* sta
   CEMFRAC_CHECK(tokens.dim() == 2 && tokens.scalar_type() == torch::kInt64,
                 "model input must be int64 token ids of shape (batch, length), got {} of {} dims",
                 std::string(c10::toString(tokens.scalar_type())), tokens.dim());
+  // Ids on another device would be read through the wrong pointer (meta ids on a CPU model gave
+  // finite, made-up logits): the caller moves them (issue 38, item 5).
+  CEMFRAC_CHECK(tokens.device() == wte_->weight.device(),
+                "model input is on {} but the model is on {}; move the token ids there (e.g. "
+                "tokens.to(\"{}\"))",
+                tokens.device().str(), wte_->weight.device().str(), wte_->weight.device().str());
   const int64_t N = tokens.size(1);
   const int64_t offset = state ? state->position : 0;
   CEMFRAC_CHECK(N >= 1, "model input is empty (length 0); pass at least one token");

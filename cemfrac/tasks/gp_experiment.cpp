@@ -203,11 +203,14 @@ GpEvalResult evaluate_gp_model(GpModel& model, const GpBatch& heldout, int64_t c
   const auto start = Clock::now();
   torch::NoGradGuard no_grad;
   model->eval();
+  const torch::Device device = model->parameters().front().device();
   const int64_t S = heldout.tokens.size(0);
   std::vector<torch::Tensor> preds;
   for (int64_t begin = 0; begin < S; begin += chunk) {
     const int64_t n = std::min(chunk, S - begin);
-    preds.push_back(model->forward(heldout.tokens.narrow(0, begin, n)).to(torch::kFloat64));
+    // The held-out set lives on the host (CPU generators); the model may be elsewhere.
+    const torch::Tensor tokens = heldout.tokens.narrow(0, begin, n).to(device);
+    preds.push_back(model->forward(tokens).to(torch::kCPU, torch::kFloat64));
   }
   torch::Tensor pred = torch::cat(preds, 0);                        // (S, N - 1) float64
   torch::Tensor y = heldout.y.narrow(1, 1, heldout.y.size(1) - 1);  // (S, N - 1) float64
@@ -318,7 +321,7 @@ GpExperimentResult run_gp_experiment(const GpExperimentOptions& options) {
 
   auto train_one = [&](const ModelConfig& config, const std::string& label) {
     torch::manual_seed(init_seed);
-    GpModel model(config);
+    GpModel model(config, options.device);
     GpTrainOptions train = options.train;
     train.data_seed = train_seed;
     train.label = label;
@@ -619,7 +622,7 @@ GpRunResult run_gp_single(const GpRunOptions& options) {
   const GpSeeds own = gp_seeds(options.seed);
   const GpSeeds sets = gp_seeds(options.eval_seed);
   torch::manual_seed(own.init);
-  GpModel model(options.model);
+  GpModel model(options.model, options.device);
   GpTrainOptions train = options.train;
   train.data_seed = own.train;
   // Resumable: the trainer refuses to resume a checkpoint of other settings (the task, the budget,

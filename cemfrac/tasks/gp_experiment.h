@@ -104,6 +104,9 @@ struct GpExperimentOptions {
   // the held-out (test) set: choose a learning rate on them, never on the held-out set.
   int64_t val_seqs = 0;
   uint64_t seed = 1;  // -> model init, training stream and held-out set (core/random.h)
+  // Where the models live. The task's sequences are drawn on the CPU generators whatever the
+  // device (the same data on every device) and moved to the model's device per batch.
+  torch::Device device = torch::kCPU;
 };
 
 // Defaults of the experiment: the spec's D = 128, H = 4, M = 512, L = 2, positions none, N = 64.
@@ -169,6 +172,7 @@ struct GpRunOptions {
   uint64_t eval_seed = 1;  // the validation and test sets: gp_seeds(eval_seed).val / .test
   // Resumable training: see GpTrainOptions::checkpoint_run_dir.
   std::string checkpoint_run_dir;
+  torch::Device device = torch::kCPU;  // as GpExperimentOptions::device
 };
 
 struct GpRunResult {

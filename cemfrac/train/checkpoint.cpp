@@ -1,6 +1,8 @@
 #include "cemfrac/train/checkpoint.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
+#include <torch/cuda.h>
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
@@ -209,6 +211,27 @@ void set_torch_rng_state(const std::string& base64, const std::string& source) {
   set_generator_state(gen, base64, source);
 }
 
+std::vector<std::string> cuda_rng_states() {
+  std::vector<std::string> out;
+  const int64_t n = static_cast<int64_t>(torch::cuda::device_count());  // 0 without CUDA
+  for (int64_t i = 0; i < n; ++i) {
+    at::Generator gen = at::globalContext().defaultGenerator(
+        c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(i)));
+    out.push_back(generator_state(gen));
+  }
+  return out;
+}
+
+void set_cuda_rng_states(const std::vector<std::string>& base64, const std::string& source) {
+  const int64_t n = std::min<int64_t>(static_cast<int64_t>(torch::cuda::device_count()),
+                                      static_cast<int64_t>(base64.size()));
+  for (int64_t i = 0; i < n; ++i) {
+    at::Generator gen = at::globalContext().defaultGenerator(
+        c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(i)));
+    set_generator_state(gen, base64[static_cast<size_t>(i)], source);
+  }
+}
+
 json trainer_state_to_json(const TrainerState& s) {
   return json{
       {"format", kCheckpointFormat},
@@ -218,6 +241,7 @@ json trainer_state_to_json(const TrainerState& s) {
       {"data_seed", s.data_seed},
       {"loader", s.loader},
       {"torch_rng", s.torch_rng},
+      {"cuda_rng", s.cuda_rng},
       {"schedule",
        {{"kind", "cosine"},
         {"lr_max", s.schedule.lr_max},
@@ -256,6 +280,7 @@ TrainerState trainer_state_from_json(const json& j, const std::string& source) {
   CEMFRAC_CHECK(s.loader.is_object(), "{}: field 'loader' has the wrong type ({})", source,
                 value_string(s.loader));
   s.torch_rng = field<std::string>(j, "torch_rng", source);
+  if (j.contains("cuda_rng")) s.cuda_rng = field<std::vector<std::string>>(j, "cuda_rng", source);
   const json schedule = field<json>(j, "schedule", source);
   CEMFRAC_CHECK(field<std::string>(schedule, "kind", source) == "cosine",
                 "{}: unknown schedule kind {}", source, schedule.at("kind").dump());

@@ -45,7 +45,11 @@ struct TrainerState {
   // The training data's cursor of the next batch (TrainingData::state(): an object; LM data:
   // {"epoch", "index"} of the token loader, the same on every rank).
   nlohmann::json loader = nlohmann::json::object();
-  std::string torch_rng;    // CPU generator state, base64 (dropout and other torch sampling)
+  std::string torch_rng;  // CPU generator state, base64 (dropout and other torch sampling)
+  // Each visible GPU's default generator state, base64, by device index ([] without CUDA; absent
+  // in older checkpoints). A run resumes exactly on the devices it saved from; elsewhere the
+  // states of GPUs that are not there are ignored (nothing of the model's values depends on them).
+  std::vector<std::string> cuda_rng;
   CosineSchedule schedule;  // the schedule the run follows (lr is a function of the step)
   double lr = 0;            // lr of the last step taken
   std::optional<double> last_loss;
@@ -76,6 +80,10 @@ TrainerState trainer_state_from_json(const nlohmann::json& j, const std::string&
 // The default CPU generator's state as base64, and back.
 std::string torch_rng_state();
 void set_torch_rng_state(const std::string& base64, const std::string& source);
+// Every visible GPU's default generator state (empty without CUDA), and back (states of GPUs
+// beyond the visible ones are ignored).
+std::vector<std::string> cuda_rng_states();
+void set_cuda_rng_states(const std::vector<std::string>& base64, const std::string& source);
 // The same for any CPU generator (e.g. the GP task's data stream).
 std::string generator_state(at::Generator& generator);
 void set_generator_state(at::Generator& generator, const std::string& base64,

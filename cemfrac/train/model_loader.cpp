@@ -75,8 +75,8 @@ ModelConfig apply_model_overrides(const nlohmann::json& config_json,
 
 namespace {
 
-LoadedModel load_resolved(const std::string& checkpoint,
-                          const std::vector<std::string>& overrides) {
+LoadedModel load_resolved(const std::string& checkpoint, const std::vector<std::string>& overrides,
+                          torch::Device device) {
   LoadedModel out;
   out.checkpoint = checkpoint;
   LoadOptions options;
@@ -84,7 +84,7 @@ LoadedModel load_resolved(const std::string& checkpoint,
   Checkpoint ckpt = load_checkpoint(out.checkpoint, options);
   const ModelConfig config =
       apply_model_overrides(ckpt.config, overrides, out.checkpoint + "/config.json");
-  out.model = LmModel(config);
+  out.model = LmModel(config, device);
   std::vector<NamedTarget> targets;
   for (const auto& [name, tensor] : parameters_by_name(*out.model, out.model->parameter_table()))
     targets.push_back({name, tensor});
@@ -109,7 +109,8 @@ std::string run_of(const std::string& checkpoint) {
 
 }  // namespace
 
-LoadedModel load_model(const std::string& path, const std::vector<std::string>& overrides) {
+LoadedModel load_model(const std::string& path, const std::vector<std::string>& overrides,
+                       torch::Device device) {
   // eval and generate take the checkpoint as --checkpoint (resolve_checkpoint names --resume).
   std::error_code ec;
   const std::string run = run_of(path);
@@ -134,7 +135,7 @@ LoadedModel load_model(const std::string& path, const std::vector<std::string>& 
   for (int attempt = 1;; ++attempt) {
     const std::string checkpoint = resolve_checkpoint(path);
     try {
-      LoadedModel out = load_resolved(checkpoint, overrides);
+      LoadedModel out = load_resolved(checkpoint, overrides, device);
       if (std::filesystem::is_directory(checkpoint, ec)) return out;  // read whole, still there
     } catch (const std::exception&) {
       if (std::filesystem::is_directory(checkpoint, ec)) throw;

@@ -29,7 +29,10 @@ struct LoadedModel {
 // depends on, before the model is built: only the fields marked OnCheckpoint::kMayChange in their
 // visit_fields() (e.g. model.cem.steps: evaluating a T = 2 model at T = 4, test-time scaling), read
 // as the run config reads --set. Any other key is a one-line error naming it.
-LoadedModel load_model(const std::string& path, const std::vector<std::string>& overrides = {});
+// The model is built on `device` and the checkpoint's tensors are copied there (a checkpoint holds
+// host tensors, so one saved from any device loads on any other; on kMeta only shapes are checked).
+LoadedModel load_model(const std::string& path, const std::vector<std::string>& overrides = {},
+                       torch::Device device = torch::kCPU);
 
 // The checkpoint's config.json with `overrides` applied (the checks of load_model); exposed for
 // tests.

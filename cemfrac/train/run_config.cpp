@@ -16,6 +16,7 @@
 #include <toml++/toml.h>
 
 #include "cemfrac/core/check.h"
+#include "cemfrac/core/device.h"
 #include "cemfrac/core/fields.h"
 #include "cemfrac/core/warn.h"
 #include "cemfrac/io/toml_file.h"
@@ -288,6 +289,10 @@ std::optional<ConfigProblem> train_config_problem(const TrainConfig& t, int64_t 
       need(t.keep_checkpoints >= 1, "keep_checkpoints",
            fmt::format("keep_checkpoints = {}: must be at least 1", t.keep_checkpoints)),
       need(!t.out.empty(), "out", "out = \"\": give a run directory"),
+      need(is_device_name(t.device), "device",
+           fmt::format("device = \"{}\": must be cpu, cuda, cuda:N or meta", t.device)),
+      need(t.precision == "fp32" || t.precision == "bf16", "precision",
+           fmt::format("precision = \"{}\": must be fp32 or bf16", t.precision)),
   };
   for (const auto& p : checks) {
     if (p) return p;

@@ -44,6 +44,8 @@ struct TrainConfig {
   std::string out = "runs/default";  // run directory
   bool dyadic = true;                // CoFrGeNet ladder depth i trains from step ceil(t (1 - 2^-i))
   bool dist_overlap = true;          // data parallel: all-reduce gradients during backward
+  std::string device = "cpu";        // cpu, cuda, cuda:N, meta (core/device.h); --device wins
+  std::string precision = "fp32";    // fp32, or bf16: the forward under autocast (bfloat16)
 
   // OnCheckpoint::kMayChange marks the settings a resumed run may change (train --resume): they
   // alter no parameter update (steps stretches the schedule from the resumed step on, which the
@@ -79,6 +81,15 @@ struct TrainConfig {
     v("dist_overlap", dist_overlap,
       "Data parallel: all-reduce gradient buckets during backward (false: after backward)",
       kMayChange);
+    // Checkpoints hold host tensors, so a run resumes on any device (the global --device flag
+    // overrides this; a data-parallel rank r on cuda takes cuda:LOCAL_RANK).
+    v("device", device,
+      "Where to compute: cpu, cuda, cuda:N, or meta (a dry run of shapes); --device overrides it",
+      kMayChange);
+    // Changes every update: part of the run's identity.
+    v("precision", precision,
+      "fp32, or bf16: forward under autocast (bfloat16 matrix products; float32 weights, "
+      "optimizer state and loss)");
   }
 };
 

@@ -16,6 +16,7 @@
 
 #include "cemfrac/core/atomic_file.h"
 #include "cemfrac/core/clock.h"
+#include "cemfrac/core/compat.h"
 #include "cemfrac/core/stop_signals.h"
 #include "cemfrac/core/warn.h"
 #include "cemfrac/io/safetensors.h"
@@ -111,6 +112,23 @@ bool same_setting(const json& a, const json& b) {
   return a == b;
 }
 
+// The model's output for one batch, on the model's device. train.precision = "bf16": the forward
+// runs under autocast (matrix products in bfloat16, the parameters float32 master weights), and
+// the output is float32 again before the loss, which (with its backward seed) is computed in
+// float32 outside autocast, as torch.autocast's recipe has it. The fused ops see either float32
+// inputs (their float32 kernels) or bfloat16 ones (their ATen twins, under autocast's casting
+// rules; the ladder computes in float32): docs/formats.md, train.precision.
+torch::Tensor model_output(const TrainModel& model, const TrainBatch& batch, bool bf16) {
+  const torch::Tensor inputs = batch.inputs.to(model.device);
+  if (!bf16) return model.forward(inputs);
+  torch::Tensor out;
+  {
+    compat::AutocastGuard autocast(model.device.type(), torch::kBFloat16);
+    out = model.forward(inputs);
+  }
+  return out.is_floating_point() ? out.to(torch::kFloat32) : out;
+}
+
 }  // namespace
 
 const char* to_string(TrainStatus status) {
@@ -194,6 +212,7 @@ Trainer::Trainer(TrainModel model, TrainerOptions options)
     accum_ = t.tokens_per_step / micro_tokens;  // a multiple (train_config_problem)
   }
   tokens_per_step_ = accum_ * micro_tokens * options_.world_size;
+  bf16_ = t.precision == "bf16";
   schedule_ = CosineSchedule{t.lr_max, t.lr_min, t.warmup_steps, t.steps};
 
   data_ = options_.data;
@@ -277,6 +296,7 @@ Trainer::Trainer(TrainModel model, TrainerOptions options)
   const std::string trainer_json = (fs::path(dir) / kCheckpointTrainerFile).string();
   check_resume_settings(trainer_json);
   set_torch_rng_state(state_.torch_rng, trainer_json);
+  set_cuda_rng_states(state_.cuda_rng, trainer_json);
   // check_resume_settings refused another train.seed, so the data order is the saved one.
   TORCH_INTERNAL_ASSERT(state_.data_seed == t.seed);
   data_->restore(state_.loader, trainer_json);
@@ -347,7 +367,7 @@ std::optional<double> Trainer::evaluate() {
   std::vector<double> sums(static_cast<size_t>(2 * batches), 0.0);
   for (int64_t k = options_.rank; k < batches; k += options_.world_size) {
     const TrainBatch batch = data_->validation_batch(k);
-    const torch::Tensor output = model_.forward(batch.inputs.to(model_.device));
+    const torch::Tensor output = model_output(model_, batch, bf16_);
     const torch::Tensor losses =
         loss_(output, batch.targets.to(model_.device), at::Reduction::None);
     sums[static_cast<size_t>(2 * k)] = losses.to(torch::kFloat64).sum().item<double>();
@@ -384,7 +404,7 @@ double Trainer::train_step(double* grad_norm) {
   double loss_sum = 0;
   for (int64_t a = 0; a < accum_; ++a) {
     const TrainBatch batch = data_->next();
-    const torch::Tensor output = model_.forward(batch.inputs.to(model_.device));
+    const torch::Tensor output = model_output(model_, batch, bf16_);
     // Every micro-batch has as many targets, so the step's loss is the mean of the micro-batch
     // means; dividing before backward makes the accumulated gradient that mean's gradient.
     const torch::Tensor loss = loss_(output, batch.targets.to(model_.device), at::Reduction::Mean);
@@ -409,6 +429,7 @@ std::string Trainer::write_checkpoint() {
   c.optimizer = optimizer_->state_tensors();
   c.optimizer_metadata = optimizer_->state_metadata();
   state_.torch_rng = torch_rng_state();
+  state_.cuda_rng = cuda_rng_states();
   state_.loader = data_->state();
   if (state_.run.empty()) state_.run = run_settings();
   state_.world_size = options_.world_size;

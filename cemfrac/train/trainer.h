@@ -220,6 +220,7 @@ class Trainer {
   DirLock lock_;  // the run directory's, while this Trainer may write into it
   int64_t seq_len_ = 0;
   int64_t accum_ = 1;
+  bool bf16_ = false;            // train.precision = "bf16": the forward under autocast
   int64_t tokens_per_step_ = 0;  // all ranks
   CosineSchedule schedule_;
   std::shared_ptr<TrainingData> data_;

@@ -59,9 +59,20 @@ def adopt(root: nn.Module, handle) -> None:
             # TensorImpl (a detached alias) whose .grad the C++ forward never fills.
             tensor.__class__ = nn.Parameter
         _node(root, path).register_parameter(leaf, tensor)
+    saved = set(handle.state_buffer_names())
     for name, tensor in handle.named_buffers():
         *path, leaf = name.split(".")
-        _node(root, path).register_buffer(leaf, tensor)
+        # Buffers that follow from the config (causal masks) move with .to() but are not state.
+        _node(root, path).register_buffer(leaf, tensor, persistent=name in saved)
+
+
+def _clear(node: nn.Module) -> None:
+    node._parameters.clear()
+    node._buffers.clear()
+    node._non_persistent_buffers_set.clear()
+    for child in node._modules.values():
+        _clear(child)
+    node._modules.clear()
 
 
 class CppModule(_Node):
@@ -72,6 +83,34 @@ class CppModule(_Node):
         self._cpp = handle
         adopt(self, handle)
         nn.Module.train(self, handle.is_training())
+
+    def _apply(self, fn):
+        # Within one kind of storage (cpu <-> cuda, any dtype) tensors are converted in place
+        # (_Node._apply), so the C++ module keeps reading them. To or from the meta device a tensor
+        # cannot change in place: the C++ module is built again on the target device, its tensors
+        # take the converted values (shapes and dtypes), and the Python module adopts them. As with
+        # torch.nn.Module.to("meta"), parameters are then new objects: build optimizers after .to().
+        converted = {}
+        for name, t in list(self._cpp.named_parameters()) + list(self._cpp.named_buffers()):
+            new = fn(t)
+            if not torch._has_compatible_shallow_copy_type(t, new):
+                converted[name] = (t, new)
+        if not converted:
+            return super()._apply(fn)
+        devices = {str(new.device) for _, new in converted.values()}
+        if devices != {"meta"}:
+            raise RuntimeError(f"{type(self).__name__}.to(): cannot move the C++ module to "
+                               f"{', '.join(sorted(devices))} (only cpu, cuda and meta are supported)")
+        old = {name: t for name, t in list(self._cpp.named_parameters())
+               + list(self._cpp.named_buffers())}
+        self._cpp.rebuild("meta")
+        with torch.no_grad():
+            for name, t in list(self._cpp.named_parameters()) + list(self._cpp.named_buffers()):
+                t.data = fn(old[name])
+                t.requires_grad_(old[name].requires_grad)
+        _clear(self)
+        adopt(self, self._cpp)
+        return self
 
     def train(self, mode: bool = True):
         super().train(mode)

@@ -40,12 +40,14 @@ class Model(CppModule):
         return self._cpp.forward(tokens)
 
 
-def load(path, overrides: Iterable[str] = ()) -> Model:
+def load(path, overrides: Iterable[str] = (), device="cpu") -> Model:
     """The model of a checkpoint directory, or of a run directory's newest complete checkpoint, in eval
     mode (ladder ranges for eval clipping loaded). overrides: as `cemfrac eval --set`, only the
-    architecture fields no parameter shape depends on, e.g. ["model.cem.steps=4"]. The checkpoint's
-    tokenizer is model.tokenizer (None if it has none)."""
-    return Model(_C.Model.load(os.fspath(path), [str(o) for o in overrides]))
+    architecture fields no parameter shape depends on, e.g. ["model.cem.steps=4"]. device: where the
+    model is built and the checkpoint's tensors are copied ("cpu", "cuda", "cuda:N", "meta" or a
+    torch.device; a checkpoint saved from any device loads on any other). The checkpoint's tokenizer
+    is model.tokenizer (None if it has none)."""
+    return Model(_C.Model.load(os.fspath(path), [str(o) for o in overrides], str(device)))
 
 
 __all__ = ["Model", "load"]

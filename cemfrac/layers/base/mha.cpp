@@ -61,7 +61,10 @@ torch::Tensor MhaImpl::forward(const torch::Tensor& x, const MixerContext& ctx) 
     v = state->v.append(v, ctx.offset, ctx.capacity, 2, "mha");
   }
 
-  // 4. Causal attention, then merge the heads and project back to D.
+  // 4. Causal attention, then merge the heads and project back to D. Under autocast
+  // (train.precision = "bf16") the rotation returns float32 q, k (the tables are float32) beside a
+  // bfloat16 v; the op takes one dtype, so v joins q's (a no-op otherwise).
+  if (v.scalar_type() != q.scalar_type()) v = v.to(q.scalar_type());
   torch::Tensor y = causal_attention(q, k, v, ctx.offset);  // (B, H, N, d_h)
   y = y.transpose(1, 2).reshape({B, N, H * d_h});           // (B, N, H d_h)
   return cemfrac::linear(y, w_o, b_o);                      // (B, N, D)

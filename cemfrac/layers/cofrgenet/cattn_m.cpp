@@ -38,7 +38,9 @@ CAttnMImpl::CAttnMImpl(const CAttnMOptions& o) : options_(o), runtime_(o.ladder(
   }
   z_min = add_state_buffer("z_min", initial_range_min({L}, device));
   z_max = add_state_buffer("z_max", initial_range_max({L}, device));
-  if (!device.is_meta()) mask_ = causal_logit_mask(l, device);
+  // A buffer, not a plain member, so that Module::to() moves it with the parameters (not saved in
+  // checkpoints: it follows from l).
+  mask_ = register_buffer("mask", causal_logit_mask(l, device));
 }
 
 std::unique_ptr<MixerState> CAttnMImpl::new_state() const {

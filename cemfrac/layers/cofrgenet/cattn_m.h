@@ -73,7 +73,7 @@ class CAttnMImpl : public MixerImpl {
  private:
   CAttnMOptions options_;
   LadderRuntime runtime_;
-  torch::Tensor mask_;  // (l, l) additive causal mask, float32 (cast per use)
+  torch::Tensor mask_;  // buffer "mask": (l, l) additive causal mask (cast per use)
 };
 
 }  // namespace cemfrac

@@ -41,23 +41,12 @@ CAttnUImpl::CAttnUImpl(const CAttnUOptions& o) : options_(o), runtime_(o.ladder(
   // On the meta device (shapes only: `cemfrac params`) nothing of size l^2 is built on the host.
   torch::Tensor t = torch::empty({2, packed}, torch::TensorOptions().device(device));
   if (!device.is_meta()) {
-    const torch::TensorOptions index_options = torch::TensorOptions().dtype(torch::kInt64);
-    torch::Tensor rows = torch::empty({packed}, index_options);
-    torch::Tensor cols = torch::empty({packed}, index_options);
     std::vector<float> mean(static_cast<size_t>(packed));
-    int64_t* r = rows.data_ptr<int64_t>();
-    int64_t* c = cols.data_ptr<int64_t>();
     for (int64_t j = 0, e = 0; j < l; ++j) {
-      for (int64_t i = 0; i <= j; ++i, ++e) {
-        r[e] = j;
-        c[e] = i;
-        mean[static_cast<size_t>(e)] = 1.0f / static_cast<float>(j + 1);
-      }
+      for (int64_t i = 0; i <= j; ++i, ++e) mean[static_cast<size_t>(e)] = 1.0f / float(j + 1);
     }
     torch::NoGradGuard no_grad;
     t.copy_(torch::from_blob(mean.data(), {1, packed}, torch::kFloat32).expand({2, packed}));
-    tri_rows_ = rows.to(device);
-    tri_cols_ = cols.to(device);
   }
   t_mix = add_parameter("t_mix", t, ParamKind::kAttention, ParamGroup::kDecay);
   z_min = add_state_buffer("z_min", initial_range_min({2, l, 1}, device));
@@ -74,11 +63,16 @@ void CAttnUImpl::on_train_step(const TrainProgress& progress) {
 
 torch::Tensor CAttnUImpl::mixing(int64_t n) const {
   const int64_t m = n * (n + 1) / 2;
-  // Rows 0..n-1 of the packed triangles are its first n (n + 1) / 2 entries.
-  const torch::Tensor flat = tri_rows_.narrow(0, 0, m) * n + tri_cols_.narrow(0, 0, m);
-  return torch::zeros({2, n * n}, t_mix.options())
-      .index_copy(1, flat, t_mix.narrow(1, 0, m))
-      .view({2, n, n});
+  // Rows 0..n-1 of the packed triangles are its first m = n (n + 1) / 2 entries; T[j, i] sits at
+  // j (j + 1) / 2 + i for i <= j. The index is built where t_mix lives (no host tensor to move),
+  // and the entries above the diagonal read an appended exact zero at index m.
+  const torch::TensorOptions index = t_mix.options().dtype(torch::kInt64);
+  const torch::Tensor j = torch::arange(n, index).unsqueeze(1), i = torch::arange(n, index);
+  const torch::Tensor at =
+      torch::where(i <= j, torch::div(j * (j + 1), 2, "floor") + i, torch::full({}, m, index));
+  const torch::Tensor packed =
+      torch::cat({t_mix.narrow(1, 0, m), torch::zeros({2, 1}, t_mix.options())}, 1);
+  return packed.index_select(1, at.reshape({-1})).view({2, n, n});
 }
 
 torch::Tensor CAttnUImpl::ladder_inputs(const torch::Tensor& x, int64_t offset) const {

@@ -71,7 +71,6 @@ class CAttnUImpl : public MixerImpl {
  private:
   CAttnUOptions options_;
   LadderRuntime runtime_;
-  torch::Tensor tri_rows_, tri_cols_;  // (l (l + 1) / 2) row / column of each packed entry
 };
 
 }  // namespace cemfrac

@@ -38,6 +38,9 @@ SparseAttentionImpl::SparseAttentionImpl(const SparseAttentionOptions& o) : opti
     b_o = add_parameter("b_o", init_constant({D}, 0.0, device), ParamKind::kAttention,
                         ParamGroup::kNoDecay);
   }
+  // A buffer, not a plain member, so that Module::to() moves it with the parameters (not saved in
+  // checkpoints: it follows from the pattern). On the meta device only its shape exists.
+  torch::Tensor mask = torch::empty({l, l}, torch::TensorOptions().device(device));
   if (!device.is_meta()) {
     std::vector<float> m(static_cast<size_t>(l * l));
     const float hidden = -std::numeric_limits<float>::infinity();
@@ -45,8 +48,9 @@ SparseAttentionImpl::SparseAttentionImpl(const SparseAttentionOptions& o) : opti
       for (int64_t s = 0; s < l; ++s)
         m[static_cast<size_t>(t * l + s)] =
             sparse_pattern_allows(o.pattern(), o.block(), o.summary(), t, s) ? 0.0f : hidden;
-    mask_ = torch::from_blob(m.data(), {l, l}, torch::kFloat32).clone().to(device);
+    mask = torch::from_blob(m.data(), {l, l}, torch::kFloat32).clone().to(device);
   }
+  mask_ = register_buffer("mask", mask);
 }
 
 std::unique_ptr<MixerState> SparseAttentionImpl::new_state() const {

@@ -58,7 +58,7 @@ class SparseAttentionImpl : public MixerImpl {
 
  private:
   SparseAttentionOptions options_;
-  torch::Tensor mask_;
+  torch::Tensor mask_;  // buffer "mask" (l, l)
 };
 
 }  // namespace cemfrac

@@ -24,7 +24,9 @@ SynthesizerDenseImpl::SynthesizerDenseImpl(const SynthesizerDenseOptions& o) : o
   if (o.bias()) b_v = add_parameter("b_v", init_constant({p}, 0.0, device), kind, no_decay);
   w_o = add_parameter("w_o", init_normal({p, p}, o.out_init_std(), device), kind, decay);
   if (o.bias()) b_o = add_parameter("b_o", init_constant({p}, 0.0, device), kind, no_decay);
-  if (!device.is_meta()) mask_ = causal_logit_mask(l, device);
+  // A buffer, not a plain member, so that Module::to() moves it with the parameters (not saved in
+  // checkpoints: it follows from l).
+  mask_ = register_buffer("mask", causal_logit_mask(l, device));
 }
 
 std::unique_ptr<MixerState> SynthesizerDenseImpl::new_state() const {

@@ -54,7 +54,7 @@ class SynthesizerDenseImpl : public MixerImpl {
 
  private:
   SynthesizerDenseOptions options_;
-  torch::Tensor mask_;  // (l, l) additive causal mask
+  torch::Tensor mask_;  // buffer "mask": (l, l) additive causal mask
 };
 
 }  // namespace cemfrac
