@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "cemfrac/core/atomic_file.h"
 #include "cemfrac/core/check.h"
@@ -86,6 +87,13 @@ void check_new_run_dir(const std::string& out, const std::string& data_path) {
                 "{} already holds checkpoints; pass --resume {} to continue that run or choose "
                 "another train.out",
                 out, out);
+  // A run killed before its first checkpoint (summary.json still "running", its writer gone: the
+  // lock above is free) has nothing to resume: the same command starts it again from step 0.
+  const std::string summary = (fs::path(out) / "summary.json").string();
+  if (fs::is_regular_file(summary, ec)) {
+    const nlohmann::json s = nlohmann::json::parse(read_file(summary), nullptr, false);
+    if (s.is_object() && s.value("status", nlohmann::json()) == "running") return;
+  }
   std::vector<std::string> found;
   for (const auto& e : fs::directory_iterator(out, ec)) {
     const std::string name = e.path().filename().string();

@@ -52,7 +52,7 @@ for k in $(seq 1 "$kills"); do
   if kill -KILL "$pid" 2> /dev/null; then
     killed=$((killed + 1))
     wait "$pid" 2> /dev/null || true
-    step=$(sed -n 's/.*"step": \([0-9]*\).*/\1/p' "$crashed/summary.json" 2> /dev/null | head -1)
+    step=$(sed -n 's/.*"step": \([0-9]*\).*/\1/p' "$crashed/summary.json" 2> /dev/null | head -1 || true)
     echo "kill $k after ${delay} ms: summary step ${step:-?}, checkpoints: $(ls "$crashed/checkpoints" 2> /dev/null | tr '\n' ' ')"
   else
     wait "$pid" || { echo "soak: run $k failed before its kill (see $work/run-$k.log)" >&2; exit 1; }

@@ -17,13 +17,16 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Whether `dir` is a directory holding nothing but the lock file (core/dir_lock.h).
+// Whether `dir` is a directory holding the lock file (core/dir_lock.h) and nothing else.
 bool only_lock_file(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(fs::symlink_status(dir, ec))) return false;
-  for (const auto& e : fs::directory_iterator(dir, ec))
+  bool lock = false;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
     if (e.path().filename() != kDirLockFile) return false;
-  return !ec;
+    lock = true;
+  }
+  return lock && !ec;
 }
 
 // Refuses to overwrite anything but an empty directory or an earlier prepared dataset.

@@ -16,6 +16,7 @@ kinds() lists (family, kind, class name); make(kind, **options) builds one by it
 """
 import inspect
 import json
+import math
 from collections import namedtuple
 
 import torch
@@ -94,6 +95,10 @@ class Layer(CppModule):
                                + ", ".join(by_name))
             if isinstance(value, torch.Tensor) and value.numel() == 1:
                 value = value.item()
+            # JSON has no NaN or infinity: name the option rather than fail on the encoded text.
+            if isinstance(value, float) and not math.isfinite(value):
+                raise _C.Error(f"cemfrac.layers.{cls.__name__}: option '{key}' = {value}: must be a "
+                               "finite number")
             node = config
             *parents, leaf = o.path.split(".")
             for part in parents:

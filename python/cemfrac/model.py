@@ -37,7 +37,21 @@ class Model(CppModule):
         return json.loads(self._cpp.config_json())
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        # An id outside the vocabulary is named here, not as LibTorch's "index out of range in self".
+        if isinstance(tokens, torch.Tensor) and not tokens.is_meta and tokens.numel() > 0 \
+                and not tokens.is_floating_point():
+            low, high = int(tokens.min()), int(tokens.max())
+            vocab = self._vocab_size()
+            if low < 0 or high >= vocab:
+                bad = low if low < 0 else high
+                raise _C.Error(f"cemfrac.Model: token id {bad} is outside the vocabulary "
+                               f"(0..{vocab - 1}, model vocab_size {vocab})")
         return self._cpp.forward(tokens)
+
+    def _vocab_size(self) -> int:
+        if getattr(self, "_vocab", None) is None:
+            self._vocab = int(json.loads(self._cpp.config_json())["vocab_size"])
+        return self._vocab
 
 
 def load(path, overrides: Iterable[str] = (), device="cpu") -> Model:

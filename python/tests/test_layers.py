@@ -216,3 +216,21 @@ def test_shape_and_dtype_errors():
     mixer = cemfrac.layers.Mha(**TINY)
     with pytest.raises(cemfrac.Error, match="outside the layer's context of 6 tokens"):
         mixer(torch.zeros(1, 7, 16))
+
+
+def test_non_finite_options_are_named():
+    # JSON has no NaN: the option is named (issue 38 item 10), not "options are not valid JSON".
+    for value in (float("nan"), float("inf"), torch.tensor(float("nan"))):
+        with pytest.raises(cemfrac.Error, match="option 'eps' = .*: must be a finite number"):
+            cemfrac.layers.Cffn(d_model=8, eps=value)
+
+
+def test_cem_attention_on_an_empty_batch():
+    # 0 rows in, 0 rows out, as Mha (issue 38 item 10: it was "cannot reshape tensor of 0 elements").
+    for cls in (cemfrac.layers.CemAttention, cemfrac.layers.Mha):
+        layer = cls(d_model=16, n_heads=2).double()
+        x = torch.randn(0, 4, 16, dtype=torch.float64, requires_grad=True)
+        y = layer(x)
+        assert y.shape == x.shape, cls.__name__
+        y.sum().backward()
+        assert x.grad.shape == x.shape

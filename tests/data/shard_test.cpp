@@ -202,7 +202,7 @@ TEST(ShardReader, RejectsWrongMagic) {
   expect_error([&] { ShardReader(dir + "/t.bin"); }, {dir + "/t.bin", "not a cemfrac token shard"});
   test::write_file(dir + "/e.bin", "");
   expect_error([&] { ShardReader(dir + "/e.bin"); }, {dir + "/e.bin", "empty"});
-  expect_error([&] { ShardReader(dir + "/missing.bin"); }, {dir + "/missing.bin", "cannot open"});
+  expect_error([&] { ShardReader(dir + "/missing.bin"); }, {dir + "/missing.bin", "no such file"});
 }
 
 TEST(ShardReader, RejectsUnknownVersion) {

@@ -267,6 +267,21 @@ TEST(CemAttention, ZeroDiagonalEqualsPlain) {
   }
 }
 
+// A batch of 0 rows gives 0 rows (as Mha does), for every variant and step count, and so
+// does its backward (issue 38 item 10: it was "cannot reshape tensor of 0 elements").
+TEST(CemAttention, EmptyBatchGivesAnEmptyOutput) {
+  for (const Variant& v : variants()) {
+    for (int64_t steps : {1, 3}) {
+      auto m = make(v, steps);
+      const torch::Tensor h = torch::randn({0, kN, kD}, kF64).requires_grad_(true);
+      const torch::Tensor y = m->forward(h, context(v.rope, 0, kN));
+      EXPECT_EQ(y.sizes(), h.sizes()) << v.name << " T=" << steps;
+      y.sum().backward();
+      EXPECT_EQ(h.grad().sizes(), h.sizes()) << v.name;
+    }
+  }
+}
+
 // Property 6 at the mixer: perturbing later inputs leaves earlier outputs bit-identical and their
 // gradient exactly zero, for every variant and T.
 TEST(CemAttention, Causal) {

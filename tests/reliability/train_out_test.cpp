@@ -50,6 +50,14 @@ TEST(TrainOut, OnlyANewOrEmptyDirectoryOrAResumedRun) {
   expect_one_line_error(run_cemfrac(rel::train_args(config, {"--out", dir + "/dangling"})),
                         "is a dangling symbolic link");
 
+  // A run killed before its first checkpoint (summary.json "running", nobody holding the lock)
+  // starts again with the same command.
+  const std::string killed = dir + "/killed";
+  rel::put(killed + "/summary.json", "{\"status\": \"running\", \"pid\": 999999999}\n");
+  rel::put(killed + "/config.toml", "# the killed run's\n");
+  const test::RunResult again = run_cemfrac(rel::train_args(config, {"--out", killed}));
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+
   // Allowed: an empty directory, one holding only a stale lock file or what `compare` writes
   // before it starts a training; and a run continued with --resume.
   const std::string empty = dir + "/empty";

@@ -32,13 +32,14 @@ namespace cemfrac {
 namespace {
 
 // (B, N, H d_h) -> (B, H, N, d_h)
+// Sizes spelled out (no -1): a batch of 0 rows has nothing to infer them from.
 torch::Tensor split_heads(const torch::Tensor& t, int64_t H) {
-  return t.view({t.size(0), t.size(1), H, -1}).transpose(1, 2);
+  return t.view({t.size(0), t.size(1), H, t.size(2) / H}).transpose(1, 2);
 }
 
 // (B, H, N, d_h) -> (B, N, H d_h)
 torch::Tensor merge_heads(const torch::Tensor& t) {
-  return t.transpose(1, 2).reshape({t.size(0), t.size(2), -1});
+  return t.transpose(1, 2).reshape({t.size(0), t.size(2), t.size(1) * t.size(3)});
 }
 
 // (N, T) true where key t is hidden from query n at absolute position offset + n.
@@ -302,10 +303,12 @@ torch::Tensor CemAttentionImpl::forward_gram(const torch::Tensor& h,
     sum = t == 0 ? a : sum + a;
     if (t + 1 < T) q = torch::addmm(q, a, G);  // q + a G in one BLAS call
   }
-  return torch::matmul(sum, M).view({B, N, -1});
+  return torch::matmul(sum, M).view({B, N, M.size(1)});
 }
 
 torch::Tensor CemAttentionImpl::forward(const torch::Tensor& h, const MixerContext& ctx) {
+  // A batch with no tokens has nothing to attend: its (empty) output, still on h's graph.
+  if (h.numel() == 0) return h * 0;
   const CemAttentionCondition c = condition(h, ctx);  // keys once (step 0's keys under iterate)
   const bool trace = ctx.observer != nullptr && ctx.offset == 0 && ctx.state == nullptr;
   auto report = [&](int64_t t, const torch::Tensor& e) {
