@@ -244,21 +244,23 @@ TEST(ComparePlot, SvgIsWellFormedWithItsSeries) {
   p.title = "loss <&> \"quotes\"";
   p.x_label = "tokens";
   p.y_label = "loss";
-  p.series.push_back({"a&b", {1, 2, 3}, {5, 4, 3.5}, {4.9, 3.9, 3.4}, {5.1, 4.1, 3.6}, true, true});
-  p.series.push_back({"<c>", {1, 2, 3}, {5, std::nan(""), 3}, {}, {}, true, true});
+  p.series.push_back(
+      {"a&b", {1, 2, 3}, {5, 4, 3.5}, {4.9, 3.9, 3.4}, {5.1, 4.1, 3.6}, true, true, false, ""});
+  p.series.push_back({"<c>", {1, 2, 3}, {5, std::nan(""), 3}, {}, {}, true, true, false, ""});
   const auto s = svg_series(to_svg(p));
   ASSERT_EQ(s.size(), 2u);
   EXPECT_EQ(s.at("a&amp;b"), 3);
   EXPECT_EQ(s.at("&lt;c&gt;"), 2);  // the NaN point is left out
   Plot bars;
   bars.categories = {"x", "y"};
-  bars.series.push_back({"ppl", {0, 1}, {300, 250}, {290, 240}, {310, 260}, false, false});
+  bars.series.push_back(
+      {"ppl", {0, 1}, {300, 250}, {290, 240}, {310, 260}, false, false, false, ""});
   const std::string svg = to_svg(bars);
   EXPECT_EQ(svg_series(svg).at("ppl"), 2);
   EXPECT_NE(svg.find("class=\"errorbar\""), std::string::npos);
   Plot logx;
   logx.log_x = true;
-  logx.series.push_back({"T", {1, 2, 4, 8}, {3, 2, 2.5, 2.8}, {}, {}, true, true});
+  logx.series.push_back({"T", {1, 2, 4, 8}, {3, 2, 2.5, 2.8}, {}, {}, true, true, false, ""});
   EXPECT_EQ(svg_series(to_svg(logx)).at("T"), 4);
 }
 

@@ -214,7 +214,12 @@ TEST(DataCheck, NonFiniteWeightsAreRefusedOnLoad) {
 // Item 12: flags are checked before anything is loaded or printed, with short messages naming the
 // flag the user typed.
 TEST(DataCheck, BadFlagsAreRefusedUpFrontNamingTheFlag) {
+  // Inputs are checked first (a missing --text is named before the checkpoint is opened).
   expect_one_line_error(run_cemfrac({"eval", "--checkpoint", "nope", "--text", "x"}),
+                        "--text x: no such file");
+  const std::string early_text = test::temp_dir("dc_flags_early") + "/t.txt";
+  test::write_file(early_text, "hello\n");
+  expect_one_line_error(run_cemfrac({"eval", "--checkpoint", "nope", "--text", early_text}),
                         "--checkpoint nope: no such directory");
   expect_one_line_error(run_cemfrac({"generate", "--checkpoint", "nope"}),
                         "--checkpoint nope: no such directory");
