@@ -51,38 +51,48 @@ at::Tensor as_rows(const at::Tensor& a) {
   return a.to(compute_type(a.scalar_type())).contiguous().reshape({rows, d, L});
 }
 
-// ---- CPU kernels: the fused loops of kernels/cpu/continuant_cpu.cpp ------------------------------
+// ---- Fused kernels: the loops of kernels/cpu/continuant_cpu.cpp (CPU) and, in a CUDA build,
+// kernels/cuda/continuant_cuda.cu (CUDA). One wrapper per op, instantiated per device's kernels.
 
-// cemfrac::continuant on the CPU without autograd (inference): no reciprocal kept.
-at::Tensor continuant_cpu(const at::Tensor& a, double eps, bool /*exact*/,
-                          bool /*save_continuants*/) {
+using ForwardKernel = void (*)(const at::Tensor& a, double eps, const at::Tensor& f,
+                               const at::Tensor& r, const at::Tensor& k_saved);
+using BackwardKernel = void (*)(const at::Tensor& a, const at::Tensor& r,
+                                const at::Tensor& k_saved, const at::Tensor& grad_f, double eps,
+                                bool exact, const at::Tensor& grad_a);
+
+// cemfrac::continuant without autograd (inference): no reciprocal kept.
+template <ForwardKernel kForward>
+at::Tensor continuant_fused(const at::Tensor& a, double eps, bool /*exact*/,
+                            bool /*save_continuants*/) {
   check_ladder_input(a, ContinuantOptions().eps(eps), "cemfrac::continuant");
   const at::Tensor rows = as_rows(a);
   at::Tensor f = at::empty({rows.size(0), rows.size(2)}, rows.options());
-  kernels::continuant_forward_cpu(rows, eps, f, at::Tensor(), at::Tensor());
+  kForward(rows, eps, f, at::Tensor(), at::Tensor());
   return f.reshape(output_shape(a)).to(a.scalar_type());
 }
 
-// cemfrac::continuant_forward on the CPU: f, r = 1/K̂_d and (when asked) the continuants.
-std::tuple<at::Tensor, at::Tensor, at::Tensor> continuant_forward_cpu(const at::Tensor& a,
-                                                                      double eps,
-                                                                      bool save_continuants) {
+// cemfrac::continuant_forward: f, r = 1/K̂_d and (when asked) the continuants.
+template <ForwardKernel kForward>
+std::tuple<at::Tensor, at::Tensor, at::Tensor> continuant_forward_fused(const at::Tensor& a,
+                                                                        double eps,
+                                                                        bool save_continuants) {
   check_ladder_input(a, ContinuantOptions().eps(eps), "cemfrac::continuant_forward");
   const at::Tensor rows = as_rows(a);  // (R, d, L)
   const int64_t R = rows.size(0), L = rows.size(2);
   at::Tensor f = at::empty({R, L}, rows.options());
   at::Tensor r = at::empty({R, L}, rows.options());
   at::Tensor k = save_continuants ? at::empty_like(rows) : at::Tensor();
-  kernels::continuant_forward_cpu(rows, eps, f, r, k);
+  kForward(rows, eps, f, r, k);
   std::vector<int64_t> shape = output_shape(a);
   return {f.reshape(shape).to(a.scalar_type()), r.reshape(shape),
           save_continuants ? k.reshape(a.sizes()) : at::empty({0}, rows.options())};
 }
 
-// cemfrac::continuant_backward on the CPU: Proposition 1 (or the exact clamped derivative).
-at::Tensor continuant_backward_cpu(const at::Tensor& grad_f, const at::Tensor& a,
-                                   const at::Tensor& r, const at::Tensor& k, double eps,
-                                   bool exact) {
+// cemfrac::continuant_backward: Proposition 1 (or the exact clamped derivative).
+template <BackwardKernel kBackward>
+at::Tensor continuant_backward_fused(const at::Tensor& grad_f, const at::Tensor& a,
+                                     const at::Tensor& r, const at::Tensor& k, double eps,
+                                     bool exact) {
   const at::Tensor rows = as_rows(a);
   const int64_t R = rows.size(0), L = rows.size(2);
   const at::Tensor r_rows = r.to(rows.scalar_type()).contiguous().reshape({R, L});
@@ -90,7 +100,7 @@ at::Tensor continuant_backward_cpu(const at::Tensor& grad_f, const at::Tensor& a
       k.numel() == 0 ? at::Tensor() : k.to(rows.scalar_type()).contiguous().reshape(rows.sizes());
   const at::Tensor g = grad_f.to(rows.scalar_type()).contiguous().reshape({R, L});
   at::Tensor grad_a = at::empty_like(rows);
-  kernels::continuant_backward_cpu(rows, r_rows, k_rows, g, eps, exact, grad_a);
+  kBackward(rows, r_rows, k_rows, g, eps, exact, grad_a);
   return grad_a.reshape(a.sizes()).to(a.scalar_type());
 }
 
@@ -347,10 +357,21 @@ extern const bool kContinuantKernels = true;  // ops/library.cpp's link anchor
 }  // namespace cemfrac
 
 TORCH_LIBRARY_IMPL(cemfrac, CPU, m) {
-  m.impl("continuant", &cemfrac::continuant_cpu);
-  m.impl("continuant_forward", &cemfrac::continuant_forward_cpu);
-  m.impl("continuant_backward", &cemfrac::continuant_backward_cpu);
+  using namespace cemfrac;
+  m.impl("continuant", &continuant_fused<&kernels::continuant_forward_cpu>);
+  m.impl("continuant_forward", &continuant_forward_fused<&kernels::continuant_forward_cpu>);
+  m.impl("continuant_backward", &continuant_backward_fused<&kernels::continuant_backward_cpu>);
 }
+
+#ifdef CEMFRAC_WITH_CUDA
+// The same wrappers over the CUDA kernels (docs/gpu.md: compiled, never run on a GPU yet).
+TORCH_LIBRARY_IMPL(cemfrac, CUDA, m) {
+  using namespace cemfrac;
+  m.impl("continuant", &continuant_fused<&kernels::continuant_forward_cuda>);
+  m.impl("continuant_forward", &continuant_forward_fused<&kernels::continuant_forward_cuda>);
+  m.impl("continuant_backward", &continuant_backward_fused<&kernels::continuant_backward_cuda>);
+}
+#endif
 
 TORCH_LIBRARY_IMPL(cemfrac, Meta, m) {
   m.impl("continuant", &cemfrac::continuant_meta);
