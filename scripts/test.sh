@@ -16,6 +16,9 @@ host_rc=0
 [[ "${CEMFRAC_TORCH26:-1}" == 0 ]] && exit "$host_rc"
 echo "test: host leg (LibTorch $(dpkg-query -W -f='${Version}' libtorch-dev 2>/dev/null || echo '?')) exit $host_rc; now the LibTorch 2.6 leg"
 t26_rc=0
-"$root/scripts/trixie.sh" test "$@" || t26_rc=$?
+# The root, its mounts and the chroot need root privileges: sudo for a non-root user, as setup.sh does
+# for apt (the data cache stays the user's).
+SUDO=(); [[ $(id -u) -eq 0 ]] || SUDO=(sudo env "CEMFRAC_CACHE=${CEMFRAC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cemfrac}")
+"${SUDO[@]}" "$root/scripts/trixie.sh" test "$@" || t26_rc=$?
 echo "test: host leg exit $host_rc, LibTorch 2.6 leg exit $t26_rc"
 ((host_rc == 0 && t26_rc == 0))
