@@ -56,7 +56,10 @@ bool is_meta_read_error(const std::string& what) {
   // (masked_select, nonzero); a copy to the host "cannot copy out of meta tensor".
   return what.find("from the 'Meta' backend") != std::string::npos ||
          what.find("out of meta tensor") != std::string::npos ||
-         what.find("on meta tensors") != std::string::npos;
+         what.find("on meta tensors") != std::string::npos ||
+         // LibTorch 2.x: "aten::_local_scalar_dense: attempted to run this operator with Meta
+         // tensors, but there was no fake impl or Meta kernel registered. ..."
+         what.find("attempted to run this operator with Meta tensors") != std::string::npos;
 }
 
 std::string meta_dry_run_message(const std::string& what) {
@@ -64,9 +67,15 @@ std::string meta_dry_run_message(const std::string& what) {
   // the operator; other messages are quoted up to their first sentence.
   std::string where = what.substr(0, what.find('\n'));
   const size_t q = what.find("'aten::");
+  const size_t attempted = what.find(": attempted to run this operator");
+  const size_t bare =
+      attempted == std::string::npos ? std::string::npos : what.rfind("aten::", attempted);
   if (q != std::string::npos) {
     const size_t end = what.find('\'', q + 1);
     where = what.substr(q + 1, end == std::string::npos ? std::string::npos : end - q - 1);
+    if (where == "aten::_local_scalar_dense") where = "a tensor's value read on the host";
+  } else if (bare != std::string::npos) {  // LibTorch 2.x: "aten::op: attempted to run ..."
+    where = what.substr(bare, attempted - bare);
     if (where == "aten::_local_scalar_dense") where = "a tensor's value read on the host";
   } else if (const size_t dot = where.find(". "); dot != std::string::npos) {
     where = where.substr(0, dot);
