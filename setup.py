@@ -5,6 +5,8 @@ the interpreter that runs this file and the LibTorch under its `torch`: torch.ut
 when that torch ships its CMake files (a pip wheel does), else CMake's own search (Debian's
 python3-torch runs the LibTorch of libtorch-dev). Build directory: $CEMFRAC_PIP_BUILD_DIR, else
 build-pip-torch<version> in the source tree (one per torch, so switching torch never mixes builds).
+The CUDA kernels are built when torch is a CUDA build and nvcc is found (CEMFRAC_CUDA=ON/OFF decides
+otherwise).
 $CEMFRAC_PIP_BUILD_DIR may name a build directory configured otherwise (scripts/build.sh's build/):
 its configuration is kept and only the module is brought up to date, after checking that its
 interpreter imports the same torch as this one.
@@ -67,11 +69,37 @@ class CMakeBuild(build_ext):
         args = ["-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release", "-DCEMFRAC_PYTHON=ON",
                 f"-DCEMFRAC_PYTHON_EXECUTABLE={sys.executable}",
                 "-DCEMFRAC_BUILD_TESTS=OFF", "-DCEMFRAC_BUILD_BENCH=OFF"]
+        prefixes = []
         prefix = getattr(torch.utils, "cmake_prefix_path", "")
         if prefix and os.path.isdir(os.path.join(prefix, "Torch")):
-            args.append(f"-DCMAKE_PREFIX_PATH={prefix}")
+            prefixes.append(prefix)
+        try:  # pybind11 from pip: its CMake files are inside the package, not where CMake looks
+            import pybind11
+            prefixes.append(pybind11.get_cmake_dir())
+        except ImportError:
+            pass  # Debian's pybind11-dev, found by CMake's own search
+        if prefixes:
+            args.append("-DCMAKE_PREFIX_PATH=" + ";".join(prefixes))
+        cuda, nvcc = CMakeBuild.cuda_setting(torch)
+        args.append(f"-DCEMFRAC_CUDA={cuda}")
+        if cuda == "ON" and os.path.exists(nvcc):
+            args.append(f"-DCMAKE_CUDA_COMPILER={nvcc}")
+        print(f"cemfrac setup: torch {torch.__version__}, CUDA kernels {cuda}", flush=True)
         subprocess.run(["cmake", "-S", SRC, "-B", build, *args], check=True)
         open(os.path.join(build, ".cemfrac-pip"), "w").close()
+
+    @staticmethod
+    def cuda_setting(torch):
+        """CEMFRAC_CUDA=ON/OFF from the environment, else ON exactly when torch is a CUDA build and nvcc
+        is found (CUDACXX, PATH, /usr/local/cuda): a GPU user's pip install gets the CUDA kernels."""
+        nvcc = os.environ.get("CUDACXX") or shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+        want = os.environ.get("CEMFRAC_CUDA", "").upper()
+        if want in ("ON", "1", "OFF", "0"):
+            return ("ON" if want in ("ON", "1") else "OFF"), nvcc
+        if want:
+            fail(f"CEMFRAC_CUDA={os.environ['CEMFRAC_CUDA']}: expected ON or OFF")
+        on = getattr(torch.version, "cuda", None) and os.path.exists(nvcc)
+        return ("ON" if on else "OFF"), nvcc
 
     @staticmethod
     def check_foreign_build(build, torch):

