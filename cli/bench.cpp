@@ -119,7 +119,8 @@ int run_ladder(const LadderFlags& flags) {
     want_peer = python_with_torch() &&
                 locate_peer(flags.peer_script, "bench/peers/ladder_peer.py").has_value();
     if (!want_peer)
-      peer_note = "peer skipped: no /usr/bin/python3 with torch or no bench/peers/ladder_peer.py";
+      peer_note = fmt::format("peer skipped: no {} with torch or no bench/peers/ladder_peer.py",
+                              kPeerPython);
   }
   if (want_peer) {
     CEMFRAC_CHECK(python_with_torch(), "--peer needs {} with torch (Debian: python3-torch)",
@@ -313,8 +314,8 @@ Command add_bench_ladder(CLI::App& bench) {
       ->check(CLI::Range(1, 1000));
   app->add_flag(
       "--peer", flags->peer,
-      "Run the Python peer (bench/peers/ladder_peer.py under /usr/bin/python3); default: on "
-      "when python3-torch is installed");
+      "Run the Python peer (bench/peers/ladder_peer.py under " CEMFRAC_PEER_PYTHON
+      ", the build's interpreter); default: on when it imports torch");
   app->add_flag("--no-peer", flags->no_peer, "Do not run the Python peer");
   app->add_option("--peer-script", flags->peer_script,
                   "Path of ladder_peer.py (default: found in the source tree)");

@@ -585,9 +585,9 @@ Command add_bench_generate(CLI::App& bench, const GlobalOptions& global) {
   app->add_flag("--json", flags->json, "Print one JSON object (every rep's times, the tokens)");
   app->add_flag(
       "--peer", flags->peer,
-      "Run the PyTorch peer (bench/peers/decode_peer.py under /usr/bin/python3) for the rows "
-      "it models (mha with swiglu or gelu_mlp) and fail when it cannot run or models none; "
-      "default: on for those rows when python3-torch is installed");
+      "Run the PyTorch peer (bench/peers/decode_peer.py under " CEMFRAC_PEER_PYTHON
+      ", the build's interpreter) for the rows it models (mha with swiglu or gelu_mlp) and fail "
+      "when it cannot run or models none; default: on for those rows when it imports torch");
   app->add_flag("--no-peer", flags->no_peer, "Do not run the PyTorch peer");
   app->add_option("--peer-script", flags->peer_script,
                   "Path of decode_peer.py (default: found in the source tree)");

@@ -745,8 +745,8 @@ Command add_bench_train(CLI::App& bench, const GlobalOptions& global) {
       ->check(CLI::Range(0, 100000));
   app->add_flag("--json", flags->json, "Print one JSON object");
   app->add_flag("--peer", flags->peer,
-                "Run the PyTorch peer (bench/peers/train_step_peer.py under /usr/bin/python3); "
-                "default: on when python3-torch is installed");
+                "Run the PyTorch peer (bench/peers/train_step_peer.py under " CEMFRAC_PEER_PYTHON
+                ", the build's interpreter); default: on when it imports torch");
   app->add_flag("--no-peer", flags->no_peer, "Do not run the PyTorch peer");
   app->add_option("--peer-script", flags->peer_script,
                   "Path of train_step_peer.py (default: found in the source tree)");

@@ -7,9 +7,13 @@
 
 namespace cemfrac::cli {
 
-// The interpreter the peers run under: Debian's, which has python3-torch (the `python3` on PATH
-// may be one without torch).
-inline constexpr const char* kPeerPython = "/usr/bin/python3";
+// The interpreter the peers run under: the one whose torch the build is for (CMake's
+// CEMFRAC_PYTHON_EXECUTABLE: Debian's /usr/bin/python3 with python3-torch on the host, the venv's
+// python in the pip leg), so that a peer always runs the same torch as the engine it is compared with.
+#ifndef CEMFRAC_PEER_PYTHON
+#define CEMFRAC_PEER_PYTHON "/usr/bin/python3"
+#endif
+inline constexpr const char* kPeerPython = CEMFRAC_PEER_PYTHON;
 
 // Whether kPeerPython exists and imports torch.
 bool python_with_torch();

@@ -7,8 +7,10 @@
 #     the .cu kernels for sm_80 and sm_90 plus PTX), every target built into build-pip, then the whole
 #     ctest suite on the CPU (tests that need a GPU are labelled cuda and skip naming the device).
 #  3. The Python leg: a fresh venv, the same pinned packages, `pip install --no-build-isolation .`
-#     configured from scratch in a build directory of its own, then python/tests against the installed
-#     package from outside the tree.
+#     configured from scratch in a build directory of its own (build-pip-fresh, removed afterwards),
+#     then python/tests against the installed package from outside the tree. build-pip-fresh holds its
+#     venv and build as build-pip does, and ccache's base_dir is the checkout, so the compiler sees the
+#     same relative paths in both and the second build of the same sources is served from ccache.
 #   scripts/pip-leg.sh [ctest args...]       (the args go to ctest, e.g. -L data)
 # Environment: CEMFRAC_PIP_LEG_DIR (build-pip), CEMFRAC_PIP_PYTHON (/usr/bin/python3),
 # CEMFRAC_PIP_LEG_PYTHON=0 (skip step 3), CUDACXX (nvcc; else PATH, else /usr/local/cuda/bin/nvcc).
@@ -20,6 +22,7 @@ base_py="${CEMFRAC_PIP_PYTHON:-/usr/bin/python3}"
 say() { printf 'pip-leg: %s\n' "$*"; }
 die() { printf 'pip-leg: error: %s\n' "$*" >&2; exit 1; }
 t0=$SECONDS
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
 stamp() { say "$1 ($((SECONDS - t0)) s)"; }
 
 nvcc="${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
@@ -65,16 +68,17 @@ stamp "ctest exit $ctest_rc"
 # ---- 3. the Python leg --------------------------------------------------------------------------------
 py_rc=0
 if [[ "${CEMFRAC_PIP_LEG_PYTHON:-1}" != 0 ]]; then
-  work=$(mktemp -d "${TMPDIR:-/tmp}/cemfrac-pipleg.XXXXXX")
-  trap 'rm -rf "$work"' EXIT
+  work="$root/build-pip-fresh" elsewhere=$(mktemp -d "${TMPDIR:-/tmp}/cemfrac-pipleg.XXXXXX")
+  rm -rf "$work"
+  trap 'rm -rf "$work" "$elsewhere"' EXIT
   (
     make_venv "$work/venv"
     stamp "fresh venv $work/venv"
-    cd "$work"  # outside the tree: nothing from the checkout is importable from here
+    cd "$elsewhere"  # outside the tree: nothing from the checkout is importable from here
     unset PYTHONPATH
-    CEMFRAC_PIP_BUILD_DIR="$work/build" "$work/venv/bin/python" -m pip install -q --no-build-isolation \
+    CEMFRAC_PIP_BUILD_DIR="$work" "$work/venv/bin/python" -m pip install -q --no-build-isolation \
       --no-index "$root"
-    stamp "pip install --no-build-isolation . (configured from scratch in $work/build)"
+    stamp "pip install --no-build-isolation . (configured from scratch in $work)"
     "$work/venv/bin/python" - <<'PY'
 import os, sys
 import torch, cemfrac
@@ -84,7 +88,7 @@ print(f"pip-leg: cemfrac {cemfrac.__version__} from {where} (torch {torch.__vers
 PY
     CEMFRAC_PYTHON_REQUIRED=1 CEMFRAC_EXE="$build/tools/cemfrac" PYTHONDONTWRITEBYTECODE=1 \
       "$work/venv/bin/python" "$root/python/tests/run_pytest.py" -q -rs -p no:cacheprovider \
-      --rootdir="$work" "$root/python/tests"
+      --rootdir="$elsewhere" "$root/python/tests"
   ) || py_rc=$?
   # 77: every test passed or skipped, some skipped (run_pytest.py names them above).
   if ((py_rc == 77)); then stamp "Python leg: passed, with skips (named above)"; py_rc=0

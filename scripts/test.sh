@@ -22,8 +22,7 @@ host_rc=0
 ) || host_rc=$?
 host_s=$((SECONDS - t0))
 echo "test: host leg (LibTorch $(dpkg-query -W -f='${Version}' libtorch-dev 2>/dev/null || echo '?')) exit $host_rc in $host_s s"
-# The pip leg is opt-in (CEMFRAC_PIP_LEG=1) until it has passed here end to end (issue 47).
-[[ "${CEMFRAC_PIP_LEG:-0}" == 0 ]] && exit "$host_rc"
+[[ "${CEMFRAC_PIP_LEG:-1}" == 0 ]] && exit "$host_rc"
 pip_rc=0
 "$root/scripts/pip-leg.sh" "$@" || pip_rc=$?
 echo "test: host leg exit $host_rc ($host_s s), pip leg exit $pip_rc ($((SECONDS - t0 - host_s)) s)"

@@ -2,6 +2,7 @@
 
 #include "cemfrac/core/atomic_file.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -154,6 +155,10 @@ int Background::wait() {
 
 std::string Background::err() const {
   return read_file(log_dir + "/stderr");
+}
+
+bool blas_is_openblas() {
+  return dlsym(RTLD_DEFAULT, "openblas_get_corename") != nullptr;
 }
 
 }  // namespace cemfrac::test

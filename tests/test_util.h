@@ -30,6 +30,10 @@ void write_file(const std::string& path, const std::string& content);
 // Path of a file in the source tree (tests/fixtures/..., configs/...).
 std::string source_path(const std::string& relative);
 
+// Whether the BLAS in this process (the LibTorch the tests link, as the CLI does) is OpenBLAS: Debian's
+// LibTorch loads it; a pip torch carries MKL instead, and there is no OpenBLAS core to report or choose.
+bool blas_is_openblas();
+
 // A cemfrac process running in the background, stdout and stderr to `log_dir`/stdout and /stderr
 // (killed with SIGKILL by the destructor if it still runs: a failed assertion leaves nothing behind).
 struct Background {

@@ -55,7 +55,10 @@ std::string loaded_core() {
 
 std::string loaded_config() {
   auto fn = blas_symbol<char* (*)()>("openblas_get_config");
-  return fn ? std::string(fn()) : std::string("unknown (not OpenBLAS)");
+  if (fn) return std::string(fn());
+  // A pip torch links MKL into libtorch_cpu and loads no OpenBLAS.
+  return at::hasMKL() ? std::string("MKL, linked into LibTorch (not OpenBLAS)")
+                      : std::string("unknown (not OpenBLAS)");
 }
 
 // Canonical spelling of a core name ("skylakex" -> "SkylakeX"); the input when unknown.
@@ -177,18 +180,22 @@ BlasStatus configure_blas(char** argv, const std::string& override_core) {
   const char* reexec_note = std::getenv("CEMFRAC_BLAS_REEXEC");
   const bool is_openblas = !st.core.empty();
 
+  const bool overridden = !override_core.empty() && lower(override_core) != "auto";
+  if (overridden)
+    CEMFRAC_CHECK(openblas_core_rank(canonical_core(override_core)) >= 0,
+                  "--blas-core '{}' is not a known OpenBLAS core (use auto, Prescott, Nehalem, "
+                  "Sandybridge, Haswell, Zen, SkylakeX or Cooperlake)",
+                  override_core);
   if (!is_openblas) {
+    CEMFRAC_CHECK(!overridden, "--blas-core {}: this LibTorch's BLAS is {}: there is no core to choose",
+                  override_core, st.library);
     st.source = "BLAS is not OpenBLAS: kernels chosen by the library";
   } else if (reexec_note && *reexec_note) {
     // Second pass after our own re-exec: OPENBLAS_CORETYPE was set by us.
     st.source = reexec_note;
     unsetenv("CEMFRAC_BLAS_REEXEC");
-  } else if (!override_core.empty() && lower(override_core) != "auto") {
+  } else if (overridden) {
     const std::string want = canonical_core(override_core);
-    CEMFRAC_CHECK(openblas_core_rank(want) >= 0,
-                  "--blas-core '{}' is not a known OpenBLAS core (use auto, Prescott, Nehalem, "
-                  "Sandybridge, Haswell, Zen, SkylakeX or Cooperlake)",
-                  override_core);
     CEMFRAC_CHECK(openblas_core_rank(want) <= openblas_core_rank(st.best),
                   "--blas-core {}: this CPU cannot run its instructions (best it runs: {})", want,
                   st.best);

@@ -87,7 +87,7 @@ TEST(Threads, LoadsTheOpenBlasBuildTheLibraryWasLinkedFor) {
 #ifdef CEMFRAC_EXPECT_BLAS_OPENMP
   EXPECT_EQ(blas_threading(), "OpenMP");
 #else
-  GTEST_SKIP() << "libopenblas0-openmp was not installed at configure time";
+  GTEST_SKIP() << CEMFRAC_BLAS_SKIP_REASON;
 #endif
 }
 

@@ -82,14 +82,16 @@ struct Scaled {
   long long e = 0;
 };
 
-CEMFRAC_HD Scaled make_scaled(double x) {
+// Every non-template function here is inline: the .cu kernels and the host test
+// (tests/ops/continuant_cuda_math_test.cpp) both include this header and link into one binary.
+CEMFRAC_HD inline Scaled make_scaled(double x) {
   if (!std::isfinite(x) || x == 0) return {x, 0};
   int e = 0;
   const double m = std::frexp(x, &e);
   return {m, e};
 }
 
-CEMFRAC_HD double ldexp_saturating(double m, long long e) {
+CEMFRAC_HD inline double ldexp_saturating(double m, long long e) {
   if (m == 0 || !std::isfinite(m)) return m;
   if (e > 4000) e = 4000;  // beyond double's range either way
   if (e < -4000) e = -4000;
@@ -97,7 +99,7 @@ CEMFRAC_HD double ldexp_saturating(double m, long long e) {
 }
 
 // a * x + y for scaled x, y.
-CEMFRAC_HD Scaled scaled_madd(double a, const Scaled& x, const Scaled& y) {
+CEMFRAC_HD inline Scaled scaled_madd(double a, const Scaled& x, const Scaled& y) {
   long long base = x.m == 0 ? y.e : (y.m == 0 ? x.e : (x.e > y.e ? x.e : y.e));
   const double v = a * ldexp_saturating(x.m, x.e - base) + ldexp_saturating(y.m, y.e - base);
   Scaled out = make_scaled(v);
