@@ -13,7 +13,8 @@
 #     same relative paths in both and the second build of the same sources is served from ccache.
 #   scripts/pip-leg.sh [ctest args...]       (the args go to ctest, e.g. -L data)
 # Environment: CEMFRAC_PIP_LEG_DIR (build-pip), CEMFRAC_PIP_PYTHON (/usr/bin/python3),
-# CEMFRAC_PIP_LEG_PYTHON=0 (skip step 3), CUDACXX (nvcc; else PATH, else /usr/local/cuda/bin/nvcc).
+# CEMFRAC_PIP_LEG_PYTHON=0 (skip step 3), CUDACXX (nvcc; else PATH, else /usr/local/cuda/bin/nvcc;
+# without one the leg runs without the CUDA build and says so, unless CEMFRAC_PIP_LEG_CUDA=required).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${CEMFRAC_PIP_LEG_DIR:-$root/build-pip}"
@@ -26,7 +27,15 @@ export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
 stamp() { say "$1 ($((SECONDS - t0)) s)"; }
 
 nvcc="${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
-[[ -x "$nvcc" ]] || die "no nvcc (CUDACXX, PATH, /usr/local/cuda/bin): the pip leg compiles the CUDA build"
+cuda=ON
+if [[ ! -x "$nvcc" ]]; then
+  # CI requires the CUDA build (.ci/run sets CEMFRAC_PIP_LEG_CUDA=required); a user's machine without
+  # the toolkit still tests the pip torch, without the kernels, and is told so.
+  [[ "${CEMFRAC_PIP_LEG_CUDA:-}" == required ]] && die "no nvcc (CUDACXX, PATH, /usr/local/cuda/bin): this leg must compile the CUDA build"
+  say "no nvcc (CUDACXX, PATH, /usr/local/cuda/bin): the CUDA build is NOT compiled in this leg" \
+      "(a CUDA torch's CMake config may still ask for the toolkit)"
+  cuda=OFF
+fi
 "$base_py" -c 'import venv, ensurepip' 2>/dev/null || die "$base_py cannot make a venv (apt-get install python3-venv)"
 
 # Installs the pinned packages into a new venv at $1 (removed first).
@@ -41,6 +50,7 @@ make_venv() {
 mkdir -p "$build"
 venv="$build/venv"
 key="$(sha256sum "$lock" | cut -c1-16) $("$base_py" -V 2>&1)"
+ckey="$key${cuda/ON/}"  # the configure stamp: the venv's key, plus OFF when the CUDA build is off
 if [[ "$(cat "$venv/.cemfrac-lock" 2>/dev/null)" != "$key" ]]; then
   say "creating $venv from $lock"
   make_venv "$venv"
@@ -52,12 +62,13 @@ stamp "torch $torch_info in $venv"
 
 # ---- 2. CMake, every target, ctest ------------------------------------------------------------------
 prefix="$("$py" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)');$("$py" -m pybind11 --cmakedir)"
-if [[ ! -f "$build/build.ninja" || "$(cat "$build/.cemfrac-configured" 2>/dev/null)" != "$key" ]]; then
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DCEMFRAC_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc" \
+cuda_args=(-DCEMFRAC_CUDA="$cuda")
+[[ "$cuda" == ON ]] && cuda_args+=(-DCMAKE_CUDA_COMPILER="$nvcc")
+if [[ ! -f "$build/build.ninja" || "$(cat "$build/.cemfrac-configured" 2>/dev/null)" != "$ckey" ]]; then
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cuda_args[@]}" \
     -DCMAKE_PREFIX_PATH="$prefix" \
     -DCEMFRAC_PYTHON=ON -DCEMFRAC_PYTHON_EXECUTABLE="$py"
-  echo "$key" >"$build/.cemfrac-configured"
+  echo "$ckey" >"$build/.cemfrac-configured"
 fi
 cmake --build "$build" -- -j"$(nproc)"
 stamp "built every target in $build"
