@@ -16,7 +16,7 @@
 //   kernel     the same kernels writing into preallocated tensors (no allocation, no autograd);
 //   reference  the pure-ATen twin differentiated by autograd;
 //   literal    the nested fraction with d guarded reciprocals ("CoFrGeNet-B"), autograd;
-//   peer       bench/peers/ladder_peer.py under /usr/bin/python3 (Debian's python3-torch), same
+//   peer       bench/peers/ladder_peer.py under the build's interpreter (cli/peer_util.h), same
 //   shapes
 //              and threads: a PyTorch custom autograd Function of the same math, autograd through
 //              the continuant recurrence, and the literal ladder.

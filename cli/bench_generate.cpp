@@ -24,7 +24,7 @@
 // rows, the head included) once, so at batch B decoding runs at most about B x the copy bandwidth
 // measured in the run / those bytes tokens/s; decode_fraction_of_limit says how close it comes (at
 // batch 1 a float32 model is memory-bound, on both sides). The peer (bench/peers/decode_peer.py
-// under /usr/bin/python3) models mha rows (llama and gpt2 flavours); it runs after cemfrac's rows
+// under the build's interpreter) models mha rows (llama and gpt2 flavours); it runs after cemfrac's rows
 // from the same weights and prompts, and its numbers are quoted only when its logits of the prompt
 // and of the first decoded position agree with cemfrac's (kPeerLogitRtol); its greedy tokens are
 // compared too and reported.

@@ -19,7 +19,7 @@
 // the model's matmuls (the geometric mean of B S, D and M, rounded to a multiple of 64); the higher
 // of the two is the denominator.
 //
-// The peer is bench/peers/train_step_peer.py under /usr/bin/python3 (Debian's python3-torch): the
+// The peer is bench/peers/train_step_peer.py under the build's interpreter (cli/peer_util.h): the
 // same model, batch, AdamW, steps and threads in PyTorch eager, started with OPENBLAS_CORETYPE set
 // to the core this process runs. It runs right after the C++ steps; the ratio is C++ / PyTorch step
 // time. Both sides start from the same model: before its steps cemfrac writes its initial weights
