@@ -34,6 +34,7 @@ CemStepOptions cem_step_options(const ModelConfig& c) {
   return CemStepOptions()
       .steps(c.cem.steps)
       .learn_eta(c.cem.learn_eta())
+      .eta_init(c.cem.eta_init)
       .precond(c.cem.precond)
       .precond_rank(c.cem.precond_rank)
       .precond_psd(c.cem.precond_psd)

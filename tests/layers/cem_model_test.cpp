@@ -6,6 +6,8 @@
 #include <torch/types.h>
 #include <torch/utils.h>
 
+#include <cmath>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -113,6 +115,30 @@ TEST(CemModel, ParameterTableHasOneEntryPerTensor) {
   EXPECT_TRUE(found);
 }
 
+// cem.eta_init sets every learnable eta at init (attention and MLP, every layer), up to eta_raw's
+// float32 rounding; 1 is the default.
+TEST(CemModel, EtaInitSetsEveryLearnableEta) {
+  for (double init : {1.0, 0.5, 0.125, 3.0}) {
+    SCOPED_TRACE(init);
+    ModelConfig c = preset("tiny-cem-both");
+    c.cem.freeze_eta = false;
+    c.cem.eta_init = init;
+    LmModel model(c);
+    int seen = 0;
+    for (const auto& p : model->named_parameters()) {
+      if (p.key().size() < 7 || p.key().substr(p.key().size() - 7) != "eta_raw") continue;
+      ++seen;
+      const double raw = p.value().item<double>();
+      const double eta = std::log1p(std::exp(raw));
+      // eta_raw is softplus^-1(init) rounded to float32 (relative 2^-24), which moves softplus by
+      // at most |raw| 2^-24 sigmoid(raw); doubled for the float64 arithmetic around it.
+      const double bound = 2 * std::abs(raw) * std::ldexp(1.0, -24) / (1 + std::exp(-raw));
+      EXPECT_NEAR(eta, init, bound);
+    }
+    EXPECT_EQ(seen, 2 * c.n_layers);
+  }
+}
+
 // Property 9 for a whole model: token-by-token decoding reproduces the full-sequence logits at
 // T = 1, 2, 4 (float64 to 1e-10, float32 to 1e-5), with the K-only cache.
 TEST(CemModel, DecodingEqualsFullForward) {
@@ -198,6 +224,27 @@ TEST(CemModel, ConfigErrorsNameTheKeyAndTheValue) {
       read_with("step_norm", "layer").find("cem.step_norm = \"layer\": unknown; valid: none, rms"),
       std::string::npos);
   EXPECT_NE(with([](ModelConfig& x) { x.n_kv_heads = 2; }).find("n_kv_heads = 2: cem_attention"),
+            std::string::npos);
+  // eta_init: a positive finite number, and only where eta is learnable.
+  auto learnable = [&](double init) {
+    return with([init](ModelConfig& x) {
+      x.cem.freeze_eta = false;
+      x.cem.eta_init = init;
+    });
+  };
+  EXPECT_EQ(learnable(0.5), "");
+  EXPECT_NE(learnable(0.0).find("cem.eta_init = 0: must be a finite number > 0"), std::string::npos);
+  EXPECT_NE(learnable(-1.0).find("cem.eta_init = -1"), std::string::npos);
+  EXPECT_NE(learnable(std::numeric_limits<double>::infinity()).find("cem.eta_init = inf"),
+            std::string::npos);
+  EXPECT_NE(with([](ModelConfig& x) { x.cem.eta_init = 0.5; })
+                .find("cem.eta_init = 0.5 has no effect: eta is fixed at 1 (freeze_eta = true)"),
+            std::string::npos);
+  EXPECT_NE(with([](ModelConfig& x) {
+              x.cem.freeze_eta = false;
+              x.cem.precond = true;
+              x.cem.eta_init = 0.5;
+            }).find("(precond = true)"),
             std::string::npos);
   // Through the run config and its TOML/--set path: the nested table's key.
   const std::string path = test::source_path("configs/tiny-cem-both.toml");

@@ -38,7 +38,8 @@ std::string error_of(F f) {
 // Both fixtures were written by cemfrac before these fields became enums (commit b0f289e, `cemfrac
 // train` of a one-layer cem_attention + cffn model with a non-default name in every enum field):
 // the checkpoint's config.json and the run directory's config.toml (which later gained the lines
-// of the train fields added since, train.device and train.precision, at their defaults).
+// of the train fields added since, train.device and train.precision, at their defaults). Both
+// later gained cem.eta_init at its default.
 const char kJsonFixture[] = "tests/fixtures/enum_fields_config.json";
 const char kTomlFixture[] = "tests/fixtures/enum_fields_config.toml";
 

@@ -61,8 +61,9 @@ CemAttentionImpl::CemAttentionImpl(const CemAttentionOptions& o)
   w_k = add_parameter("w_k", init_normal({H * head_dim_, D}, o.init_std(), device),
                       ParamKind::kAttention, ParamGroup::kDecay);
   if (o.step().learn_eta() && !o.step().precond()) {
-    eta_.raw = add_parameter("eta_raw", init_constant({1}, softplus_inverse_of_one(), device),
-                             ParamKind::kAttention, ParamGroup::kNoDecay);
+    eta_.raw =
+        add_parameter("eta_raw", init_constant({1}, softplus_inverse(o.step().eta_init()), device),
+                      ParamKind::kAttention, ParamGroup::kNoDecay);
   }
   if (o.dlr() == CemDiagonal::kPerHead) {
     delta = add_parameter("delta", init_constant({H, D}, 0.0, device), ParamKind::kAttention,

@@ -59,6 +59,10 @@ double softplus_inverse_of_one() {
   return std::log(std::exp(1.0) - 1.0);
 }
 
+double softplus_inverse(double y) {
+  return y + std::log(-std::expm1(-y));
+}
+
 CemPreconditionerImpl::CemPreconditionerImpl(int64_t d_model, int64_t rank, bool psd_,
                                              ParamKind kind, torch::Device device)
     : psd(psd_) {

@@ -19,6 +19,7 @@ namespace cemfrac {
 struct CemStepOptions {
   TORCH_ARG(int64_t, steps) = 1;      // T
   TORCH_ARG(bool, learn_eta) = true;  // eta = softplus(eta_raw) learnable; false: eta = 1
+  TORCH_ARG(double, eta_init) = 1.0;  // the learnable eta at init (eta_raw = softplus^-1 of it)
   TORCH_ARG(bool, precond) = false;   // apply P to every step's direction
   TORCH_ARG(int64_t, precond_rank) = 16;
   TORCH_ARG(bool, precond_psd) = false;
@@ -91,6 +92,8 @@ struct CemEnergyTrace {
 
 // log(e - 1): softplus of it is exactly 1 (to rounding).
 double softplus_inverse_of_one();
+// softplus^-1(y) = log(exp(y) - 1) for y > 0, computed as y + log(1 - exp(-y)) (no overflow).
+double softplus_inverse(double y);
 
 // Phi(u) = int_0^u s sigmoid(s) ds = u softplus(u) + Li2(-e^u) + pi^2/12, element-wise, computed in
 // float64 (the result has u's dtype). Phi' = SiLU; differentiable by autograd to rounding.

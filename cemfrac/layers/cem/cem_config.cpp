@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 namespace cemfrac {
 
 std::optional<ConfigProblem> cem_config_problem(const CemConfig& c, int64_t d_model) {
@@ -12,6 +14,17 @@ std::optional<ConfigProblem> cem_config_problem(const CemConfig& c, int64_t d_mo
     return problem(
         "steps",
         fmt::format("steps = {}: must be in 1..64 (gradient steps per sub-layer)", c.steps));
+  }
+  if (!(c.eta_init > 0.0) || !std::isfinite(c.eta_init)) {
+    return problem("eta_init",
+                   fmt::format("eta_init = {}: must be a finite number > 0 (eta = softplus(raw) "
+                               "starts there)",
+                               c.eta_init));
+  }
+  if (c.eta_init != 1.0 && !c.learn_eta()) {
+    return problem("eta_init",
+                   fmt::format("eta_init = {} has no effect: eta is fixed at 1 ({})", c.eta_init,
+                               c.precond ? "precond = true" : "freeze_eta = true"));
   }
   if (c.dlr_distance && c.dlr == CemDiagonal::kNone) {
     return problem(

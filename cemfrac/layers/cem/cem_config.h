@@ -86,6 +86,7 @@ struct EnumNames<CemStepNorm> {
 struct CemConfig {
   int64_t steps = 1;        // T: gradient steps per sub-layer (keys / gate computed once)
   bool freeze_eta = false;  // eta = 1 constant instead of the learnable softplus(eta_raw)
+  double eta_init = 1.0;    // the learnable eta's value at init (shared over the T steps)
   CemRopeMode rope_mode = CemRopeMode::kExact;  // with positions = rope
   CemDiagonal dlr = CemDiagonal::kNone;         // D+LR interaction diagonal
   bool dlr_distance = false;  // distance form -1/2 (x - h)^T diag(delta) (x - h) of the diagonal
@@ -106,6 +107,8 @@ struct CemConfig {
     v("steps", steps, "CEM: gradient steps T per sub-layer (can be changed on a checkpoint)",
       kMayChange);
     v("freeze_eta", freeze_eta, "CEM: fix the step size eta at 1 (no eta parameter)");
+    v("eta_init", eta_init,
+      "CEM: the learnable step size eta at init, > 0 (e.g. 1/T so that T * eta starts at 1)");
     v("rope_mode", rope_mode,
       "CEM attention with RoPE: exact | naive | none (can be changed on a checkpoint)", kMayChange);
     v("dlr", dlr, "CEM attention diagonal-plus-low-rank interaction: none | per_head | shared");

@@ -17,8 +17,9 @@ CemMlpImpl::CemMlpImpl(const CemMlpOptions& o) : options_(o) {
   w_g = add_parameter("w_g", init_normal({M, D}, o.init_std(), device), ParamKind::kFfn,
                       ParamGroup::kDecay);
   if (o.step().learn_eta() && !o.step().precond()) {
-    eta_.raw = add_parameter("eta_raw", init_constant({1}, softplus_inverse_of_one(), device),
-                             ParamKind::kFfn, ParamGroup::kNoDecay);
+    eta_.raw =
+        add_parameter("eta_raw", init_constant({1}, softplus_inverse(o.step().eta_init()), device),
+                      ParamKind::kFfn, ParamGroup::kNoDecay);
   }
   prox_.on = o.step().prox() != CemProxMode::kNone;
   if (o.step().prox() == CemProxMode::kLearned) {
