@@ -1,29 +1,27 @@
 // cemfrac bench: speed measured against references in the same run (DESIGN.md §6).
 //
-//   cemfrac bench ladder [--json] [--depths 1,2,4,6,8] [--ladders 1048576] [--width 1024] [--reps
-//   N]
-//                        [--peer | --no-peer] [--isa auto|baseline|avx2]
+//   cemfrac [--device cpu|cuda] bench ladder [--json] [--depths 1,2,4,6,8] [--ladders 1048576]
+//       [--width 1024] [--reps N] [--peer | --no-peer] [--isa auto|baseline|avx2]
 //
 // Each area is one sub-subcommand registered in add_bench() (`ladder` here; `train` in
 // bench_train.cpp, `layers` in bench_layers.cpp, `generate` in bench_generate.cpp), so a new one is
-// one add_bench_* function.
+// one add_bench_* function. Every area runs on the global --device or refuses it in one line (the
+// meta device computes nothing to time).
 //
 // `ladder` times the continued-fraction ladder function f = K_{d-1}/K̂_d (cemfrac/ops/continuant.h)
-// over
-// --ladders ladders laid out (rows, d, width), forward (inference: no reciprocal cached) and
+// over --ladders ladders laid out (rows, d, width), forward (inference: no reciprocal cached) and
 // forward+backward (autograd::grad with a random upstream gradient), for
-//   fused      the fused CPU kernel behind the custom autograd Function (the product);
+//   fused      the fused kernel of the device (CPU or CUDA) behind the custom autograd Function;
 //   kernel     the same kernels writing into preallocated tensors (no allocation, no autograd);
 //   reference  the pure-ATen twin differentiated by autograd;
 //   literal    the nested fraction with d guarded reciprocals ("CoFrGeNet-B"), autograd;
 //   peer       bench/peers/ladder_peer.py under the build's interpreter (cli/peer_util.h), same
-//   shapes
-//              and threads: a PyTorch custom autograd Function of the same math, autograd through
-//              the continuant recurrence, and the literal ladder.
+//              shapes and threads, on the CPU only: a PyTorch custom autograd Function of the same
+//              math, autograd through the continuant recurrence, and the literal ladder.
 // The floor is the bytes that must move (forward: a in, f out; forward+backward: a in twice, f out,
 // upstream gradient in, grad a out) over the copy bandwidth measured in the same run (a tensor copy
-// of 2x the largest a; bytes counted once read + once written, as STREAM does). Every
-// implementation is checked against the reference once before it is timed.
+// of 2x the largest a on the device, so on CUDA the HBM's; bytes counted once read + once written,
+// as STREAM does). Every implementation is checked against the reference once before it is timed.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
@@ -51,6 +49,7 @@
 #include "cemfrac/ops/continuant.h"
 #include "cli/bench_util.h"
 #include "cli/commands.h"
+#include "cli/device_util.h"
 #include "cli/peer_util.h"
 
 namespace cemfrac::cli {
@@ -78,6 +77,7 @@ struct LadderFlags {
   std::string peer_script;
   std::string isa = "auto";
   bool malloc_default = false;
+  std::string device;  // the global --device ("" = cpu)
 };
 
 // glibc serves every allocation above 32 MiB (and, before its threshold adapts, above 128 KiB) with
@@ -94,20 +94,26 @@ int run_ladder(const LadderFlags& flags) {
   CEMFRAC_CHECK(flags.reps >= 1, "--reps must be >= 1");
   const std::vector<int64_t> depths =
       parse_int_list(flags.depths, "--depths", "a ladder depth", "1,2,4,6,8");
+  const c10::Device device = command_device(flags.device, "");
+  CEMFRAC_CHECK(!device.is_meta(),
+                "bench ladder: the meta device computes nothing to time; use cpu or "
+                "cuda");
   kernels::set_continuant_cpu_isa(flags.isa);
   if (!flags.malloc_default) keep_heap();
+  const auto on_device = at::TensorOptions().device(device);
   const int64_t rows = flags.ladders / flags.width;
   const int64_t n = rows * flags.width;  // ladders actually timed
   const int64_t max_depth = *std::max_element(depths.begin(), depths.end());
   const int threads = at::get_num_threads();
 
-  // Copy bandwidth: a float tensor of 2x the largest a, copied into a preallocated one.
+  // Copy bandwidth on the device (on CUDA, the HBM's): a float tensor of 2x the largest a, copied
+  // into a preallocated one.
   double copy_gbs = 0;
   {
     const int64_t elems = 2 * rows * max_depth * flags.width;
-    at::Tensor src = at::rand({elems});
+    at::Tensor src = at::rand({elems}, on_device);
     at::Tensor dst = at::empty_like(src);
-    const Timing t = time_it([&] { dst.copy_(src); }, std::max(flags.reps, 5));
+    const Timing t = time_it([&] { dst.copy_(src); }, std::max(flags.reps, 5), device);
     copy_gbs = 2.0 * elems * 4 / (t.best_ms * 1e-3) / 1e9;
   }
 
@@ -115,7 +121,14 @@ int run_ladder(const LadderFlags& flags) {
   nlohmann::json peer;
   bool want_peer = flags.peer;
   std::string peer_note;
-  if (!flags.peer && !flags.no_peer) {
+  CEMFRAC_CHECK(!(flags.peer && !device.is_cpu()),
+                "--peer: the ladder peer runs on the CPU only; drop --peer with --device {}",
+                device.str());
+  if (!device.is_cpu()) {
+    want_peer = false;
+    peer_note =
+        fmt::format("peer skipped: the ladder peer runs on the CPU only, not on {}", device.str());
+  } else if (!flags.peer && !flags.no_peer) {
     want_peer = python_with_torch() &&
                 locate_peer(flags.peer_script, "bench/peers/ladder_peer.py").has_value();
     if (!want_peer)
@@ -140,8 +153,9 @@ int run_ladder(const LadderFlags& flags) {
   nlohmann::json results = nlohmann::json::array();
   for (const int64_t d : depths) {
     torch::manual_seed(0);
-    const at::Tensor a = at::rand({rows, d, flags.width}) * 6 - 3;  // U(-3, 3)
-    const at::Tensor g = at::rand({rows, flags.width}) * 2 - 1;
+    // Drawn on the CPU and moved, so every device times the same numbers.
+    const at::Tensor a = (at::rand({rows, d, flags.width}) * 6 - 3).to(device);  // U(-3, 3)
+    const at::Tensor g = (at::rand({rows, flags.width}) * 2 - 1).to(device);
     const auto fused = ContinuantOptions();
     const auto reference = ContinuantOptions().impl(ContinuantImpl::kReference);
     const auto literal = ContinuantOptions().impl(ContinuantImpl::kLiteral);
@@ -160,13 +174,26 @@ int run_ladder(const LadderFlags& flags) {
       };
     };
     // Kernels alone, into preallocated tensors: forward with the cached reciprocal, then backward.
-    at::Tensor kf = at::empty({rows, flags.width});
+    at::Tensor kf = at::empty({rows, flags.width}, on_device);
     at::Tensor kr = at::empty_like(kf);
     at::Tensor kga = at::empty_like(a);
     auto kernel_forward = [&] {
+#ifdef CEMFRAC_WITH_CUDA
+      if (device.is_cuda()) {
+        kernels::continuant_forward_cuda(a, 0.01, kf, at::Tensor(), at::Tensor());
+        return;
+      }
+#endif
       kernels::continuant_forward_cpu(a, 0.01, kf, at::Tensor(), at::Tensor());
     };
     auto kernel_forward_backward = [&] {
+#ifdef CEMFRAC_WITH_CUDA
+      if (device.is_cuda()) {
+        kernels::continuant_forward_cuda(a, 0.01, kf, kr, at::Tensor());
+        kernels::continuant_backward_cuda(a, kr, at::Tensor(), g, 0.01, false, kga);
+        return;
+      }
+#endif
       kernels::continuant_forward_cpu(a, 0.01, kf, kr, at::Tensor());
       kernels::continuant_backward_cpu(a, kr, at::Tensor(), g, 0.01, false, kga);
     };
@@ -199,14 +226,14 @@ int run_ladder(const LadderFlags& flags) {
       row[name] = {{"forward", {{"best_ms", fwd.best_ms}, {"median_ms", fwd.median_ms}}},
                    {"forward_backward", {{"best_ms", fb.best_ms}, {"median_ms", fb.median_ms}}}};
     };
-    record("fused", time_it(forward(fused), flags.reps),
-           time_it(forward_backward(fused), flags.reps));
-    record("kernel", time_it(kernel_forward, flags.reps),
-           time_it(kernel_forward_backward, flags.reps));
-    record("reference", time_it(forward(reference), flags.reps),
-           time_it(forward_backward(reference), flags.reps));
-    record("literal", time_it(forward(literal), flags.reps),
-           time_it(forward_backward(literal), flags.reps));
+    record("fused", time_it(forward(fused), flags.reps, device),
+           time_it(forward_backward(fused), flags.reps, device));
+    record("kernel", time_it(kernel_forward, flags.reps, device),
+           time_it(kernel_forward_backward, flags.reps, device));
+    record("reference", time_it(forward(reference), flags.reps, device),
+           time_it(forward_backward(reference), flags.reps, device));
+    record("literal", time_it(forward(literal), flags.reps, device),
+           time_it(forward_backward(literal), flags.reps, device));
     if (!peer.is_null()) {
       for (const auto& p : peer["results"]) {
         if (p["depth"].get<int64_t>() != d) continue;
@@ -223,6 +250,7 @@ int run_ladder(const LadderFlags& flags) {
   };
   nlohmann::json report = {
       {"bench", "ladder"},
+      {"device", device.str()},
       {"cpu", read_cpu_features().model_name},
       {"threads", threads},
       {"isa", kernels::continuant_cpu_isa()},
@@ -246,11 +274,11 @@ int run_ladder(const LadderFlags& flags) {
   }
 
   fmt::print(
-      "ladder bench: {} ladders = {} rows x {} (float32), {} threads, ISA {}, best of {} "
+      "ladder bench: {} ladders = {} rows x {} (float32) on {}, {} threads, ISA {}, best of {} "
       "(medians in --json)\n",
-      n, rows, flags.width, threads, kernels::continuant_cpu_isa(), flags.reps);
-  fmt::print("CPU {}; copy bandwidth {:.1f} GB/s (measured now); malloc: {}\n",
-             read_cpu_features().model_name, copy_gbs,
+      n, rows, flags.width, device.str(), threads, kernels::continuant_cpu_isa(), flags.reps);
+  fmt::print("CPU {}; copy bandwidth on {} {:.1f} GB/s (measured now); malloc: {}\n",
+             read_cpu_features().model_name, device.str(), copy_gbs,
              flags.malloc_default ? "glibc default" : "heap kept (no mmap, no trim)");
   if (!peer.is_null()) {
     fmt::print("peer: Python {} + torch {}, {} threads\n", peer["python"].get<std::string>(),
@@ -295,7 +323,7 @@ int run_ladder(const LadderFlags& flags) {
   return 0;
 }
 
-Command add_bench_ladder(CLI::App& bench) {
+Command add_bench_ladder(CLI::App& bench, const GlobalOptions& global) {
   auto flags = std::make_shared<LadderFlags>();
   CLI::App* app = bench.add_subcommand(
       "ladder",
@@ -325,17 +353,19 @@ Command add_bench_ladder(CLI::App& bench) {
   app->add_option("--isa", flags->isa,
                   "Ladder kernel instruction set: auto, baseline (SSE2) or avx2")
       ->capture_default_str();
-  return {app, [flags] { return run_ladder(*flags); }};
+  return {app, [flags, &global] {
+            flags->device = global.device;
+            return run_ladder(*flags);
+          }};
 }
 
 }  // namespace
 
 Command add_bench(CLI::App& root, const GlobalOptions& global) {
-  (void)global;  // --threads is applied in main() before any command runs
   CLI::App* app = root.add_subcommand("bench", "Speed against references measured in the same run");
   app->require_subcommand(1);
   // One entry per benchmark area.
-  std::vector<Command> areas = {add_bench_ladder(*app), add_bench_train(*app, global),
+  std::vector<Command> areas = {add_bench_ladder(*app, global), add_bench_train(*app, global),
                                 add_bench_layers(*app, global), add_bench_generate(*app, global)};
   auto run = [areas] {
     for (const auto& area : areas) {

@@ -1,8 +1,8 @@
 // cemfrac bench layers: forward and forward+backward time of every mixer and FFN kind on its own,
 // at one width and context, against MHA (mixers) and the GELU MLP (FFNs) timed in the same run.
 //
-//   cemfrac bench layers [--json] [--width 512] [--context 256] [--batch 4] [--reps 5]
-//                        [--kinds k1,k2] [--set model.key=value]...
+//   cemfrac [--device cpu|cuda] bench layers [--json] [--width 512] [--context 256] [--batch 4]
+//       [--reps 5] [--kinds k1,k2] [--set model.key=value]...
 //
 // Every kind the registry knows is timed with the model-config defaults at the given shape (heads =
 // width / 64, d_ff = 4 width, RoPE), plus the variants listed in kVariants (CEM at T = 2, 4, the
@@ -16,8 +16,9 @@
 // (its median resists a noisy machine better than a ratio of two bests). Each row also has its
 // kind's forward FLOPs per token (forward_flops_per_token at the context, docs/flops.md), the
 // forward+backward rate 3 x that x tokens / best time, and MFU = that rate / the sgemm rate
-// measured in the run (at::mm n x n x n float32, best of 3, n the geometric mean of tokens, width
-// and d_ff rounded to a multiple of 64).
+// measured in the run on the same device (at::mm n x n x n float32, best of 3, n the geometric mean
+// of tokens, width and d_ff rounded to a multiple of 64). On CUDA every timed call starts and ends
+// on a synchronised device; the meta device is refused (nothing to time).
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -42,6 +43,7 @@
 #include "cemfrac/train/run_config.h"
 #include "cli/bench_util.h"
 #include "cli/commands.h"
+#include "cli/device_util.h"
 #include "cemfrac/core/device.h"
 
 namespace cemfrac::cli {
@@ -132,10 +134,13 @@ struct Subject {
   std::vector<double> forward_ms, forward_backward_ms;
 };
 
+// One call's milliseconds, from a synchronised device to a synchronised device (CUDA).
 template <typename Fn>
-double time_once(Fn&& fn) {
+double time_once(Fn&& fn, const c10::Device& device) {
+  sync_device(device);
   const auto t0 = std::chrono::steady_clock::now();
   fn();
+  sync_device(device);
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
@@ -143,6 +148,7 @@ double time_once(Fn&& fn) {
 // runs once, so that a slow spell of a shared machine hits all rows alike instead of a few of them.
 void time_round_robin(std::vector<Subject>& subjects, const torch::Tensor& x,
                       const torch::Tensor& g, int reps) {
+  const c10::Device device = x.device();
   const torch::Tensor xg = x.clone().requires_grad_();
   auto forward = [&](Subject& s) {
     torch::NoGradGuard no_grad;
@@ -161,9 +167,9 @@ void time_round_robin(std::vector<Subject>& subjects, const torch::Tensor& x,
     forward_backward(s);
   }
   for (int r = 0; r < reps; ++r) {
-    for (Subject& s : subjects) s.forward_ms.push_back(time_once([&] { forward(s); }));
+    for (Subject& s : subjects) s.forward_ms.push_back(time_once([&] { forward(s); }, device));
     for (Subject& s : subjects)
-      s.forward_backward_ms.push_back(time_once([&] { forward_backward(s); }));
+      s.forward_backward_ms.push_back(time_once([&] { forward_backward(s); }, device));
   }
 }
 
@@ -212,8 +218,10 @@ int run_layers(const LayersFlags& flags) {
   for (const std::string& k : ffn_kind_names()) add_kind("ffn", k, kFfnBaseline);
 
   // Build every row's module first (same seed each), then time them all round-robin on one input.
-  const torch::Device device =
-      flags.device.empty() ? torch::Device(torch::kCPU) : parse_device(flags.device, "--device");
+  const torch::Device device = command_device(flags.device, "");
+  CEMFRAC_CHECK(!device.is_meta(),
+                "bench layers: the meta device computes nothing to time; use cpu or "
+                "cuda");
   std::vector<Subject> subjects;
   std::vector<std::unique_ptr<MixerContext>> contexts;
   std::vector<std::unique_ptr<RotaryEmbedding>> rotaries;
@@ -279,8 +287,9 @@ int run_layers(const LayersFlags& flags) {
   const double geo = std::cbrt(tokens * double(base.model.d_model) * double(base.model.d_ff));
   const int n_sgemm =
       static_cast<int>(std::clamp<double>(std::round(geo / 64.0) * 64.0, 64.0, 2048.0));
-  const double sgemm_gflops = measure_sgemm_gflops(n_sgemm, 3);
+  const double sgemm_gflops = measure_matmul_gflops(n_sgemm, 3, device, torch::kFloat32);
   json report = {{"bench", "layers"},
+                 {"device", device.str()},
                  {"cpu", read_cpu_features().model_name},
                  {"blas_core", blas_status().core},
                  {"threads", at::get_num_threads()},
@@ -317,11 +326,11 @@ int run_layers(const LayersFlags& flags) {
     return 0;
   }
   fmt::print(
-      "cemfrac bench layers: width {}, heads {}, d_ff {}, context {}, batch {}, {} threads, best "
-      "of "
-      "{} after a warm-up\nCPU {}; BLAS core {}\n\n",
+      "cemfrac bench layers: width {}, heads {}, d_ff {}, context {}, batch {}, on {}, {} "
+      "threads, best of {} after a warm-up\nCPU {}; BLAS core {}\n\n",
       base.model.d_model, base.model.n_heads, base.model.d_ff, base.model.context, flags.batch,
-      at::get_num_threads(), flags.reps, read_cpu_features().model_name, blas_status().core);
+      device.str(), at::get_num_threads(), flags.reps, read_cpu_features().model_name,
+      blas_status().core);
   fmt::print("{:<6} {:<18} {:<10} {:>10} {:>9} {:>10} {:>9} {:>8} {:>7}\n", "", "kind", "variant",
              "params", "fwd ms", "f+b ms", "f+b us/t", "x base", "MFU");
   for (const json& r : report["rows"]) {
@@ -337,8 +346,8 @@ int run_layers(const LayersFlags& flags) {
       "\nf+b = forward + backward (gradients of x and every parameter); us/t = microseconds per "
       "token;\nx base = f+b time / that of {} (mixers) or {} (FFNs) in this run; MFU = 3 x forward "
       "FLOPs "
-      "(docs/flops.md) / f+b time / sgemm {:.1f} GFLOP/s at {}^3\n",
-      kMixerBaseline, kFfnBaseline, sgemm_gflops, n_sgemm);
+      "(docs/flops.md) / f+b time / float32 matmul on {} {:.1f} GFLOP/s at {}^3 (this run)\n",
+      kMixerBaseline, kFfnBaseline, device.str(), sgemm_gflops, n_sgemm);
   return 0;
 }
 

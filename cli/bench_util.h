@@ -1,4 +1,5 @@
-// What the `cemfrac bench` areas share: the heap policy, the timing loop and integer-list flags.
+// What the `cemfrac bench` areas share: the heap policy, the timing loop (and the device sync it
+// needs on CUDA) and integer-list flags.
 #pragma once
 #include <malloc.h>
 
@@ -11,7 +12,9 @@
 #include <string>
 #include <vector>
 
+#include <c10/core/Device.h>
 #include <fmt/format.h>
+#include <torch/cuda.h>
 
 #include "cemfrac/core/check.h"
 
@@ -71,14 +74,23 @@ inline std::vector<int64_t> parse_int_list(const std::string& text, const char* 
   return out;
 }
 
-// One warm-up call, then `reps` timed calls; best and median.
+// Waits for the device's queued work before a clock is read (CUDA kernels run asynchronously);
+// nothing on the CPU.
+inline void sync_device(const c10::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+// One warm-up call, then `reps` timed calls; best and median. `device` is where fn's work runs:
+// on CUDA each call is timed from a synchronised device to a synchronised device.
 template <typename Fn>
-Timing time_it(Fn&& fn, int reps) {
+Timing time_it(Fn&& fn, int reps, const c10::Device& device = c10::Device(c10::kCPU)) {
   fn();
+  sync_device(device);
   std::vector<double> ms;
   for (int i = 0; i < reps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     fn();
+    sync_device(device);
     ms.push_back(
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }

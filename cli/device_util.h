@@ -18,4 +18,11 @@ inline c10::Device command_device(const GlobalOptions& global,
   return c10::Device(c10::kCPU);
 }
 
+// The same from the flag's text ("" = not given).
+inline c10::Device command_device(const std::string& flag, const std::string& config_device) {
+  GlobalOptions global;
+  global.device = flag;
+  return command_device(global, config_device);
+}
+
 }  // namespace cemfrac::cli

@@ -13,6 +13,7 @@
 #include "cemfrac/tasks/finetune.h"
 #include "cemfrac/tasks/glue.h"
 #include "cli/commands.h"
+#include "cli/device_util.h"
 
 namespace cemfrac::cli {
 
@@ -62,7 +63,8 @@ Command add_finetune(CLI::App& root, const GlobalOptions& global) {
                   "Stop after this many steps with a checkpoint (the schedule still spans all)");
   app->add_flag("--json", f->json, "Print finetune.json's object");
   app->add_flag("--quiet", f->quiet, "No progress line");
-  auto run = [f]() {
+  auto run = [f, &global]() {
+    f->o.device = command_device(global);
     CEMFRAC_CHECK(f->o.task == "brown-genre" || !f->o.data_dir.empty(),
                   "--task {} needs --data DIR (the task's folder of TSV files)", f->o.task);
     CEMFRAC_CHECK(f->o.task != "brown-genre" || f->o.data_dir.empty(),
@@ -92,7 +94,6 @@ Command add_finetune(CLI::App& root, const GlobalOptions& global) {
     }
     return 0;
   };
-  (void)global;
   return {app, run};
 }
 

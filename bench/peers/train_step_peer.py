@@ -16,6 +16,8 @@ threads, BLAS core).
              clip_grad_norm_ -> torch.optim.AdamW.step (two groups: weight decay on matrices, none on
              norms, biases and embeddings; torch's default implementation, i.e. foreach=False in 1.13)
   data       random token ids (seeded), one (micro_batch, seq_len + 1) batch reused every step
+  device     --device (cemfrac passes its own): the model and batch are moved there after the weights
+             load; on CUDA each clock read waits for the device (torch.cuda.synchronize)
   weights    --weights FILE (what `cemfrac bench train` passes): a safetensors file with cemfrac's
              initial weights under cemfrac's names, the batch ("__batch__", int64) and the names of
              the weight-decay group (metadata "decay"); loaded by an explicit name map, so both sides
@@ -589,6 +591,9 @@ def main():
                    help="safetensors file from `cemfrac bench train`: the initial weights under "
                         "cemfrac's names, the batch as __batch__ (int64, (micro_batch, seq_len + 1)) "
                         "and the decay group's names (metadata 'decay', comma-separated)")
+    p.add_argument("--device", default="cpu",
+                   help="where to compute (cpu, cuda, cuda:N); on CUDA the device is synchronised "
+                        "before every clock read, as cemfrac does")
     p.add_argument("--float64", action="store_true",
                    help="compute in float64 (the model is cast before the weights are loaded)")
     args = p.parse_args()
@@ -631,6 +636,16 @@ def main():
         for name, prm in model.named_parameters():
             # Matrices (projections, head) decay; norms, biases and embeddings do not.
             (decay if prm.dim() >= 2 and "wte" not in name and "wpe" not in name else no_decay).append(prm)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        sys.exit(f"train_step_peer.py: --device {args.device}: this torch sees no CUDA device")
+    model.to(device)  # in place: the optimizer groups above hold the same Parameter objects
+    data = data.to(device)
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": t["weight_decay"]},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=t["lr"], betas=(t["beta1"], t["beta2"]), eps=t["adam_eps"])
@@ -647,11 +662,14 @@ def main():
         """One training step; returns its loss, its phases and the wall and CPU seconds of the
         check's own work inside it (which the caller leaves out of the step's times)."""
         opt.zero_grad(set_to_none=True)
+        sync()
         t0 = time.perf_counter()
         logits = model(inputs)
         loss = F.cross_entropy(logits.view(-1, V), targets.view(-1))
+        sync()
         t1 = time.perf_counter()
         loss.backward()
+        sync()
         t2 = time.perf_counter()
         check_s = check_cpu = 0.0
         if not grad_norms:
@@ -667,6 +685,7 @@ def main():
         if t["grad_clip"] > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), t["grad_clip"])
         opt.step()
+        sync()
         t3 = time.perf_counter()
         return loss.item(), (t1 - t0, t2 - t1, t3 - t2 - check_s), (check_s, check_cpu)
 
@@ -676,6 +695,7 @@ def main():
     cpu = []
 
     for _ in range(args.steps):
+        sync()
         c0 = cpu_seconds()
         t0 = time.perf_counter()
         loss, ph, (check_s, check_cpu) = step()
@@ -691,6 +711,7 @@ def main():
         "python": sys.version.split()[0], "torch": torch.__version__,
         "threads": torch.get_num_threads(), "blas_core": blas_core(lib),
         "parameters": n_params, "adamw_foreach": opt.defaults.get("foreach"),
+        "device": str(device),
         "steps": args.steps, "warmup": args.warmup,
         "step_s": times, "median_s": statistics.median(times) if times else 0.0,
         "min_s": min(times) if times else 0.0,

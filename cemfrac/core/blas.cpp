@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <torch/cuda.h>
 #include <dlfcn.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -248,13 +249,23 @@ const BlasStatus& blas_status() {
 }
 
 double measure_sgemm_gflops(int n, int reps) {
-  auto a = at::rand({n, n}, at::kFloat);
-  auto b = at::rand({n, n}, at::kFloat);
-  auto c = at::mm(a, b);  // warm-up: thread pools, page faults
+  return measure_matmul_gflops(n, reps, c10::Device(c10::kCPU), at::kFloat);
+}
+
+double measure_matmul_gflops(int n, int reps, c10::Device device, c10::ScalarType dtype) {
+  const auto opts = at::TensorOptions().device(device).dtype(dtype);
+  auto a = at::rand({n, n}, opts);
+  auto b = at::rand({n, n}, opts);
+  auto sync = [&] {
+    if (device.is_cuda()) torch::cuda::synchronize(device.index());
+  };
+  auto c = at::mm(a, b);  // warm-up: thread pools, page faults, the CUDA context and its kernels
+  sync();
   double best = 1e30;
   for (int r = 0; r < reps; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     at::mm_out(c, a, b);
+    sync();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     best = std::min(best, s);
   }

@@ -9,6 +9,8 @@
 // against a float64 reference; an automatic choice that fails the check steps down to the next
 // core.
 #pragma once
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
 #include <set>
 #include <string>
 #include <vector>
@@ -58,6 +60,12 @@ double sgemm_check_error(int m = 97, int k = 131, int n = 89);
 
 // Measured sgemm rate through at::mm (n x n x n, float32), best of `reps` after one warm-up.
 double measure_sgemm_gflops(int n = 2048, int reps = 3);
+
+// Measured matmul rate through at::mm (n x n x n) of `dtype` on `device` (CPU or CUDA; the device
+// is synchronised around each repetition), best of `reps` after one warm-up. The denominator of a
+// step's MFU in that precision: a bf16 step is measured against a bf16 matmul, never against the
+// float32 sgemm (which would let bf16 MFU pass 100%).
+double measure_matmul_gflops(int n, int reps, c10::Device device, c10::ScalarType dtype);
 
 // Sets LibTorch's intra-op threads and OpenBLAS's threads to n (n <= 0: number of cores).
 int set_threads(int n);

@@ -67,8 +67,15 @@ double scale_of(const at::Tensor& q) {
 
 // ---- The twins' pieces: probabilities, closed-form gradients (ATen ops, differentiable) ---------
 
-at::Tensor repeat_heads(const at::Tensor& t, int64_t H) {  // (B, H_kv, T, .) -> (B, H, T, .)
-  return t.repeat_interleave(H / t.size(1), 1);
+// (B, H_kv, T, X) -> (B, H, T, X), each key/value head repeated for its H / H_kv query heads in a
+// row (repeat_interleave's order), through expand + reshape: sizes that depend on no values, so the
+// meta device runs it (LibTorch 1.13's repeat_interleave has no C++ meta kernel).
+at::Tensor repeat_heads(const at::Tensor& t, int64_t H) {
+  const int64_t H_kv = t.size(1);
+  if (H_kv == H) return t;
+  return t.unsqueeze(2)
+      .expand({t.size(0), H_kv, H / H_kv, t.size(2), t.size(3)})
+      .reshape({t.size(0), H, t.size(2), t.size(3)});
 }
 
 at::Tensor sum_heads(const at::Tensor& t, int64_t H_kv) {  // (B, H, T, .) -> (B, H_kv, T, .)

@@ -242,7 +242,10 @@ FinetuneResult run_finetune(const FinetuneOptions& o) {
   const ClassificationTask task = read_finetune_task(o.task, o.data_dir);
   // With --resume the backbone's architecture and tokenizer come from the run's own checkpoint
   // (its head is set aside by load_model and restored by the trainer).
-  LoadedModel loaded = load_model(o.resume.empty() ? o.checkpoint : o.resume, o.sets);
+  CEMFRAC_CHECK(!o.device.is_meta(),
+                "finetune on the meta device: fine-tuning reads its losses and predictions, which "
+                "the meta device does not compute; use cpu or cuda");
+  LoadedModel loaded = load_model(o.resume.empty() ? o.checkpoint : o.resume, o.sets, o.device);
   CEMFRAC_CHECK(loaded.tokenizer != nullptr,
                 "{} has no tokenizer/ directory: cannot encode text for it", loaded.checkpoint);
   LmModel model = loaded.model;
@@ -258,13 +261,13 @@ FinetuneResult run_finetune(const FinetuneOptions& o) {
                                              &tok);
 
   seed_everything(o.seed);  // the head's initialisation
-  const auto params = model->parameters();
-  const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params[0].device();
+  const torch::Device device = o.device;
   const int64_t outputs = task.regression ? 1 : static_cast<int64_t>(task.labels.size());
   auto head = std::make_shared<ClassifierHeadImpl>(c.d_model, outputs, c.init_std, device);
   model->register_module("cls", head);
   const TokenId eot = tok.eot_id();
-  auto forward = [model, head, eot](const torch::Tensor& x) mutable {
+  auto forward = [model, head, eot, device](const torch::Tensor& batch) mutable {
+    const torch::Tensor x = batch.to(device);           // predict() passes host batches
     const torch::Tensor feats = lm_features(model, x);  // (B, S, D)
     const int64_t S = x.size(1);
     // The last non-padding position: the largest index whose token is not the end-of-text pad.
@@ -302,7 +305,8 @@ FinetuneResult run_finetune(const FinetuneOptions& o) {
   t.train.eval_tokens = 0;
   t.train.checkpoint_every = std::min(per_epoch, t.train.steps);
   t.train.out = o.resume.empty() ? o.out : o.resume;
-  t.train.dyadic = false;  // a pre-trained model's ladder depths are all trained already
+  t.train.dyadic = false;         // a pre-trained model's ladder depths are all trained already
+  t.train.device = device.str();  // as trainer.json records it
   t.data = data;
   if (task.regression) {
     t.loss = [](const torch::Tensor& out, const torch::Tensor& y, int64_t reduction) {

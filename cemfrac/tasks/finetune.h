@@ -105,6 +105,7 @@ struct FinetuneOptions {
   double weight_decay = 0.01;
   int64_t stop_at_step = 0;  // Trainer's stop_at_step (tests)
   bool progress = true;
+  torch::Device device = torch::kCPU;  // where the backbone, the head and every batch compute
 };
 
 struct FinetuneResult {

@@ -29,8 +29,10 @@ TEST(BenchTrainCli, TinyLlamaJsonHasPositiveFields) {
        {"parameters", "matmul_parameters", "tokens_per_step", "flops_per_step", "flops_per_token"})
     EXPECT_GT(j[key].get<double>(), 0) << key;
   EXPECT_EQ(j["tokens_per_step"].get<int64_t>(), 8 * 64);  // tiny-llama: micro-batch 8, context 64
-  for (const char* key : {"at_n_model", "at_2048", "peak"})
+  for (const char* key : {"at_n_model", "at_large", "peak"})
     EXPECT_GT(j["sgemm_gflops"][key].get<double>(), 0) << key;
+  EXPECT_EQ(j["sgemm_gflops"]["n_large"].get<int64_t>(), 2048);  // on the CPU
+  EXPECT_EQ(j["device"], "cpu");
   const auto& cpp = j["cpp"];
   for (const char* key : {"median_s", "min_s", "tokens_per_s", "achieved_gflops", "mfu"})
     EXPECT_GT(cpp[key].get<double>(), 0) << key;
@@ -81,6 +83,57 @@ TEST(BenchTrainCli, ProfileWithNprocIsOneLineError) {
   EXPECT_LT(r.exit_code, 128) << "killed by a signal: " << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_NE(r.err.find("--profile"), std::string::npos) << r.err;
+}
+
+// MFU is taken against the matmul of the step's own precision measured in the same run, and named:
+// the bf16 step against a bf16 matmul (the fp32 sgemm would let it pass 100%), the fp32 step
+// against the fp32 one; --peak-tflops adds the MFU against a stated peak beside them.
+TEST(BenchTrainCli, EachPrecisionsMfuUsesItsOwnMatmulAndSaysSo) {
+  auto r = run_cemfrac({"--threads", "1", "bench", "train", "--config",
+                        test::source_path("configs/tiny-llama.toml"), "--steps", "2", "--warmup",
+                        "0", "--no-peer", "--json", "--precision", "bf16", "--peak-tflops", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["device"], "cpu");
+  EXPECT_EQ(j["stated_peak_tflops"].get<double>(), 2.0);
+  struct Side {
+    const char* key;
+    const char* rates;
+    const char* peak_name;
+  };
+  for (const Side& side :
+       {Side{"cpp", "sgemm_gflops", "float32 matmul on cpu measured in this run"},
+        Side{"cpp_bf16", "bf16_matmul_gflops", "bfloat16 matmul on cpu measured in this run"}}) {
+    SCOPED_TRACE(side.key);
+    const auto& s = j[side.key];
+    const double peak = j[side.rates]["peak"].get<double>();
+    EXPECT_GT(peak, 0);
+    EXPECT_EQ(s["mfu_peak"], side.peak_name);
+    EXPECT_DOUBLE_EQ(s["mfu_peak_gflops"].get<double>(), peak);
+    const double achieved = s["achieved_gflops"].get<double>();
+    EXPECT_NEAR(s["mfu"].get<double>(), achieved / peak, 1e-12 * achieved / peak);
+    EXPECT_NEAR(s["mfu_vs_stated_peak"].get<double>(), achieved / 2000.0, 1e-12 * achieved);
+  }
+  EXPECT_EQ(j["bf16_matmul_gflops"]["n_large"].get<int64_t>(), 2048);
+  EXPECT_TRUE(j.contains("targets"));  // the CPU's targets, on the CPU
+}
+
+// A benchmark honours --device or refuses it in one line; the meta device computes nothing to
+// time, so every bench area refuses it (it used to time the CPU and exit 0).
+TEST(BenchCli, MetaDeviceIsRefusedByEveryTimedArea) {
+  const std::string config = test::source_path("configs/tiny-llama.toml");
+  test::expect_one_line_error(
+      run_cemfrac({"--device", "meta", "bench", "train", "--config", config, "--no-peer"}),
+      "bench train: the meta device computes nothing to time");
+  test::expect_one_line_error(run_cemfrac({"bench", "train", "--config", config, "--no-peer",
+                                           "--set", "train.device=meta"}),
+                              "bench train: the meta device computes nothing to time");
+  test::expect_one_line_error(run_cemfrac({"--device", "meta", "bench", "ladder", "--no-peer",
+                                           "--ladders", "64", "--width", "8", "--depths", "2"}),
+                              "bench ladder: the meta device computes nothing to time");
+  test::expect_one_line_error(
+      run_cemfrac({"--device", "meta", "bench", "layers", "--width", "32", "--context", "8"}),
+      "bench layers: the meta device computes nothing to time");
 }
 
 TEST(BenchTrainCli, BadConfigPathIsOneLineError) {

@@ -401,25 +401,13 @@ TEST_P(MixerContract, MetaDeviceModuleHasTheSameParameters) {
   EXPECT_EQ(parameter_shapes(*real), parameter_shapes(*meta));
 }
 
-// The one known gap of the C++ engine on meta under LibTorch 1.13: the per-head D+LR diagonal's
-// attention runs, off the CPU, the ATen twin of causal_attention_head_diag, whose
-// repeat_interleave has an output size that depends on values (no meta kernel in C++; Python's
-// torch registers one, so from Python the variant runs). The dispatcher operators with Meta
-// kernels (the dispatch work, DESIGN.md "Operators, not functions") remove it.
-const char* const kMetaGap =
-    "cem.dlr = per_head on meta: the attention twin's repeat_interleave has no C++ meta kernel "
-    "in LibTorch 1.13 (lifted by the operators' Meta kernels)";
-bool meta_gap(const ModelConfig& c) {
-  return c.mixer == "cem_attention" && c.cem.dlr == CemDiagonal::kPerHead;
-}
-
 // Nothing is pinned to the CPU (DESIGN.md, "Device is data"): built on the meta device, the layer
 // runs a forward and a backward on a meta input, every trainable parameter gets a meta gradient of
 // its shape, and the output has the input's shape. A tensor the layer made on the CPU (a plain
-// member, a mask, an index) meets the meta input and raises a device mismatch, failing the test.
+// member, a mask, an index) meets the meta input and raises a device mismatch, failing the test;
+// so does an op whose output size depends on values (every kind runs here, per_head D+LR included).
 TEST_P(MixerContract, RunsForwardAndBackwardOnMeta) {
   const ModelConfig& c = GetParam().config;
-  if (meta_gap(c)) GTEST_SKIP() << kMetaGap;
   auto mixer = make_mixer(c, 0, torch::kMeta);
   MixerRunner run(c, *mixer);
   const torch::Tensor x =

@@ -337,6 +337,22 @@ TEST(Finetune, CliHelpAndFineTunedCheckpointInEval) {
 
   const auto bad = test::run_cemfrac({"finetune", "--checkpoint", ckpt, "--task", "mrpc"});
   test::expect_one_line_error(bad, "--task mrpc needs --data DIR");
+
+  // --device is honoured or refused, never ignored: meta (nothing to read losses from) is one line
+  // and leaves no run folder; cpu named explicitly trains there and says so.
+  test::expect_one_line_error(
+      test::run_cemfrac({"--device", "meta", "finetune", "--checkpoint", ckpt, "--task", "mrpc",
+                         "--data", root + "/MRPC", "--out", root + "/meta-run", "--quiet"}),
+      "finetune on the meta device");
+  EXPECT_FALSE(std::filesystem::exists(root + "/meta-run"));
+  const auto cpu =
+      test::run_cemfrac({"--device", "cpu", "finetune", "--checkpoint", ckpt, "--task", "mrpc",
+                         "--data", root + "/MRPC", "--out", root + "/cpu-run", "--epochs", "0.5",
+                         "--batch", "4", "--max-len", "24", "--quiet", "--json"});
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
+  const std::string saved = nlohmann::json::parse(cpu.out)["checkpoint"].get<std::string>();
+  const auto trainer = nlohmann::json::parse(test::read_file(saved + "/trainer.json"));
+  EXPECT_EQ(trainer["run"]["train.device"], "cpu") << trainer.dump();
 }
 
 }  // namespace
