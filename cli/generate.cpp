@@ -164,13 +164,22 @@ Command add_generate(CLI::App& root, const GlobalOptions& global) {
                    static_cast<long long>(total));
       return 0;
     }
-    fmt::print("{}", f->prompt);
-    std::fflush(stdout);
+    // The prompt is echoed once the device has computed something: a meta dry run stops at the
+    // first token (one line on stderr) and prints nothing on stdout.
+    bool echoed = false;
+    auto echo_prompt = [&] {
+      if (echoed) return;
+      echoed = true;
+      fmt::print("{}", f->prompt);
+      std::fflush(stdout);
+    };
+    if (!loaded.model->head_weight().is_meta()) echo_prompt();
     // Print as tokens arrive; decode the whole continuation each time so multi-byte characters
     // split across tokens print once complete.
     std::vector<TokenId> generated;
     std::string printed;
     GenerateResult r = generate(*loaded.model, prompt, options, [&](int64_t token) {
+      echo_prompt();
       generated.push_back(static_cast<TokenId>(token));
       const std::string text = tok.decode(generated);
       if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0) {
@@ -180,6 +189,7 @@ Command add_generate(CLI::App& root, const GlobalOptions& global) {
       }
       return true;
     });
+    echo_prompt();
     const std::string text = tok.decode(generated);
     if (text.size() > printed.size()) fmt::print("{}", text.substr(printed.size()));
     fmt::print("\n");

@@ -234,9 +234,13 @@ Command add_train(CLI::App& root, const GlobalOptions& global) {
     options.progress = !f->quiet;
     options.stop_at_step = f->stop_at_step;
     options.dist = &dist;
+    // A dry run of shapes on the meta device writes nothing: no run folder, no summary (its error,
+    // one line, is the whole report).
+    options.write_files = !device.is_meta();
     Trainer trainer(make_train_model(model), options);  // data, existing run, checkpoint, settings
 
-    if (dist.rank() == 0) write_file_atomic(trainer.run_dir() + "/config.toml", toml);
+    if (dist.rank() == 0 && options.write_files)
+      write_file_atomic(trainer.run_dir() + "/config.toml", toml);
     TrainResult result = trainer.run();
     dist.finish();
     if (dist.rank() != 0) return result.status == TrainStatus::kInterrupted ? kExitInterrupted : 0;

@@ -79,14 +79,19 @@ std::vector<ParamInfo> tagged_parameter_table(const torch::nn::Module& root) {
 }
 
 torch::Tensor init_normal(torch::IntArrayRef shape, double std, torch::Device device) {
-  if (device.is_meta()) ensure_meta_kernels();  // a meta model must run forward and backward
-  torch::Tensor t =
-      torch::empty(shape, torch::TensorOptions().dtype(torch::kFloat32).device(device));
-  if (!t.is_meta()) {
+  if (device.is_meta()) {
+    ensure_meta_kernels();  // a meta model must run forward and backward
+    return torch::empty(shape, torch::TensorOptions().dtype(torch::kFloat32).device(device));
+  }
+  // Drawn from the CPU generator whatever the device, then moved: a seed gives the same weights on
+  // every device (CUDA's generator would draw other numbers), so a GPU run starts where the CPU run
+  // does.
+  torch::Tensor t = torch::empty(shape, torch::TensorOptions().dtype(torch::kFloat32));
+  {
     torch::NoGradGuard no_grad;
     t.normal_(0.0, std);
   }
-  return t;
+  return device.is_cpu() ? t : t.to(device);
 }
 
 torch::Tensor init_constant(torch::IntArrayRef shape, double value, torch::Device device) {

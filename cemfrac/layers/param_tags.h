@@ -88,7 +88,8 @@ void notify_train_step(torch::nn::Module& root, const TrainProgress& progress);
 std::vector<ParamInfo> tagged_parameter_table(const torch::nn::Module& root);
 
 // Initial values. On the meta device (shape-only models, see LmModelImpl) nothing is allocated or
-// drawn; otherwise values come from the default generator, in the order of the calls.
+// drawn; otherwise values come from the default CPU generator, in the order of the calls, on every
+// device (a seed gives the same weights on the CPU and on a GPU).
 torch::Tensor init_normal(torch::IntArrayRef shape, double std, torch::Device device);
 torch::Tensor init_constant(torch::IntArrayRef shape, double value, torch::Device device);
 

@@ -218,8 +218,11 @@ void Optimizer::load_state(const SafetensorsFile& file, const std::string& sourc
 
 double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
   // Sum of squares of every gradient in float64 (on CPU one fused pass that does not depend on the
-  // thread count), added in table order.
+  // thread count), added in table order. Off the CPU the per-gradient sums stay on the device and
+  // are added there in the same order: the step reads one number back (one host sync), not one per
+  // parameter.
   double sum = 0;
+  torch::Tensor device_sum;  // float64 scalar on the gradients' device
   bool any = false;
   for (const torch::Tensor& p : params) {
     const torch::Tensor& g = p.grad();
@@ -229,10 +232,12 @@ double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm)
         (g.scalar_type() == torch::kFloat32 || g.scalar_type() == torch::kFloat64)) {
       sum += kernels::sum_squares_cpu(g);
     } else {
-      sum += g.detach().to(torch::kFloat64).square().sum().item<double>();
+      const torch::Tensor s = g.detach().to(torch::kFloat64).square().sum();
+      device_sum = device_sum.defined() ? device_sum + s.to(device_sum.device()) : s;
     }
   }
   if (!any) return 0.0;
+  if (device_sum.defined()) sum += device_sum.item<double>();
   const double total = std::sqrt(sum);
   if (max_norm > 0 && std::isfinite(total) && total > max_norm) {
     const double scale = max_norm / (total + 1e-6);

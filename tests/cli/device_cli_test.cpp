@@ -81,15 +81,19 @@ TEST(DeviceCli, MetaIsADryRunOfShapes) {
   expect_one_line_error(run_cemfrac({"--threads", "1", "--device", "meta", "train", "--config",
                                      config, "--out", dir + "/meta-run"}),
                         "--device meta is a dry run of shapes");
+  // A dry run writes nothing: no run folder (it used to leave one, its summary.json holding the
+  // dispatcher's backtrace).
+  EXPECT_FALSE(std::filesystem::exists(dir + "/meta-run"));
   const test::RunResult trained = run_cemfrac({"--threads", "1", "train", "--config", config});
   ASSERT_EQ(trained.exit_code, 0) << trained.err;
   expect_one_line_error(run_cemfrac({"--threads", "1", "--device", "meta", "eval", "--checkpoint",
                                      dir + "/run", "--text", config}),
                         "--device meta is a dry run of shapes");
-  expect_one_line_error(
+  const test::RunResult generated =
       run_cemfrac({"--threads", "1", "--device", "meta", "generate", "--checkpoint", dir + "/run",
-                   "--prompt", "doc", "--max-new-tokens", "2"}),
-      "--device meta is a dry run of shapes");
+                   "--prompt", "doc", "--max-new-tokens", "2"});
+  expect_one_line_error(generated, "--device meta is a dry run of shapes");
+  EXPECT_EQ(generated.out, "") << "the prompt is not echoed before the dry run stops";
   // The same checkpoint on the CPU, named explicitly, evaluates.
   const test::RunResult cpu = run_cemfrac({"--threads", "1", "--device", "cpu", "eval",
                                            "--checkpoint", dir + "/run", "--text", config});

@@ -10,19 +10,10 @@
 #include <string>
 
 #include "cemfrac/kernels/kernels.h"
+#include "tests/cuda/cuda_test_util.h"
 
 namespace cemfrac::test {
 namespace {
-
-// Why the CUDA tests cannot run here ("" when they can).
-std::string cuda_unavailable() {
-#ifndef CEMFRAC_WITH_CUDA
-  return "this build has no CUDA kernels (configure with -DCEMFRAC_CUDA=ON against a CUDA LibTorch)";
-#else
-  if (!torch::cuda::is_available()) return "no CUDA device is visible to LibTorch on this machine";
-  return "";
-#endif
-}
 
 TEST(ContinuantCuda, KernelEqualsTheCpuKernel) {
   const std::string why = cuda_unavailable();

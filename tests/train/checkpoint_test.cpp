@@ -3,6 +3,7 @@
 #include "cemfrac/train/checkpoint.h"
 
 #include <gtest/gtest.h>
+#include <torch/cuda.h>
 #include <torch/types.h>
 #include <torch/utils.h>
 
@@ -140,6 +141,24 @@ TEST(Checkpoint, TorchRngStateRoundTrip) {
   set_torch_rng_state(state, "t");
   EXPECT_TRUE(torch::equal(torch::randn({5}), a));
   expect_error([] { set_torch_rng_state("AAAA", "trainer.json"); }, {"trainer.json", "RNG"});
+}
+
+// The GPUs' generator states, as far as a machine without one can check: one state per visible GPU
+// (none here), a saved list of two round-trips through trainer.json exactly, and states of GPUs that
+// are not there are ignored on resume (the run resumes; no value depends on them). The device side
+// (draw, restore, draw the same) is tests/cuda/model_cuda_test.cpp's.
+TEST(Checkpoint, CudaRngStatesRoundTripAndAbsentGpusAreIgnored) {
+  EXPECT_EQ(cuda_rng_states().size(), static_cast<size_t>(torch::cuda::device_count()));
+  ::cemfrac::TrainerState state;
+  state.cuda_rng = {"c3RhdGUtb2YtZ3B1LTA=", "c3RhdGUtb2YtZ3B1LTE="};
+  const nlohmann::json j = trainer_state_to_json(state);
+  EXPECT_EQ(trainer_state_from_json(j, "trainer.json").cuda_rng, state.cuda_rng);
+  nlohmann::json older = j;
+  older.erase("cuda_rng");  // checkpoints written before the field: no states, not an error
+  EXPECT_TRUE(trainer_state_from_json(older, "trainer.json").cuda_rng.empty());
+  if (torch::cuda::device_count() == 0) {
+    EXPECT_NO_THROW(set_cuda_rng_states(state.cuda_rng, "trainer.json"));
+  }
 }
 
 TEST(Checkpoint, Base64) {

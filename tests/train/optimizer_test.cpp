@@ -262,6 +262,27 @@ TEST(Optimizer, ClipNormIsThreadCountIndependentAndExact) {
   EXPECT_NEAR(one, reference, 1e-12 * reference);
 }
 
+// Gradients off the fused CPU path (non-contiguous here; every gradient on a GPU) are summed on
+// their device and read once: the norm equals the float64 one over all of them, mixed with fused
+// ones, and a NaN among them still comes out.
+TEST(Optimizer, ClipNormSumsGradientsOffTheFusedPathOnTheirDevice) {
+  torch::manual_seed(9);
+  torch::Tensor a = torch::zeros({40, 30}, torch::requires_grad());
+  torch::Tensor b = torch::zeros({30, 40}, torch::requires_grad());
+  torch::Tensor c = torch::zeros({50}, torch::requires_grad());
+  a.mutable_grad() = torch::randn({30, 40}).t();  // strided: the device path
+  b.mutable_grad() = torch::randn({40, 30}).t();
+  c.mutable_grad() = torch::randn({50});  // contiguous: the fused CPU kernel
+  ASSERT_FALSE(a.grad().is_contiguous());
+  double reference = 0;
+  for (const torch::Tensor& t : {a, b, c})
+    reference += t.grad().to(torch::kFloat64).square().sum().item<double>();
+  reference = std::sqrt(reference);
+  EXPECT_NEAR(clip_grad_norm({a, b, c}, 0.0), reference, 1e-14 * reference);
+  b.mutable_grad().select(0, 3).select(0, 2).fill_(std::numeric_limits<float>::quiet_NaN());
+  EXPECT_TRUE(std::isnan(clip_grad_norm({a, b, c}, 1.0)));
+}
+
 TEST(Optimizer, ClipGradNormReturnsThePreClipNorm) {
   torch::Tensor a = torch::zeros({2}, torch::requires_grad());
   torch::Tensor b = torch::zeros({1}, torch::requires_grad());
