@@ -76,9 +76,10 @@ def main():
     deps = subprocess.run(["ninja", "-C", build, "-t", "deps"], capture_output=True, text=True, check=True).stdout
     from_prefix = from_torch = 0
     for line in deps.splitlines():
-        path = line.strip()
-        if not path.startswith("/") or line[:1] not in (" ", "\t"):
-            continue
+        if line[:1] not in (" ", "\t") or not line.strip():
+            continue  # "<object>: #deps N, ..." heads each object's list
+        # ninja writes the paths under the build folder relative to it (e.g. a venv inside it).
+        path = os.path.normpath(os.path.join(build, line.strip()))
         for inc in SYSTEM_INCLUDES:
             if path.startswith(inc):
                 rel = path[len(inc):]
@@ -91,7 +92,7 @@ def main():
     if from_prefix == 0 or from_torch == 0:
         fail(f"ninja -t deps lists {from_prefix} header(s) from the prefix and {from_torch} from torch: "
              "was the build run (and with depfiles)?")
-    print(f"check_prefix_build: headers read: {from_prefix} from the prefix, {from_torch} from torch, "
+    print(f"check_prefix_build: header reads: {from_prefix} from the prefix, {from_torch} from torch, "
           "none of theirs from /usr/include or /usr/local/include")
 
     checks = [(os.path.join(build, "tools", "cemfrac"), {"libfmt.so": prefix, "libpcre2-8.so": prefix,

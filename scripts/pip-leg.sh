@@ -4,8 +4,12 @@
 #     installed with --require-hashes; remade only when that file changes. pip's own cache
 #     (~/.cache/pip) keeps the wheels between runs.
 #  2. CMake against that torch with the CUDA build on (-DCEMFRAC_CUDA=ON: this machine's nvcc compiles
-#     the .cu kernels for sm_80 and sm_90 plus PTX), every target built into build-pip, then the whole
-#     ctest suite on the CPU (tests that need a GPU are labelled cuda and skip naming the device).
+#     the .cu kernels for sm_80 and sm_90 plus PTX) and the C++ libraries from the dependency prefix
+#     the GPU machines build from (scripts/gpu-prefix.sh: Debian's packages unpacked into .gpu-prefix),
+#     every target built into build-pip; scripts/check_prefix_build.py then proves that nothing came
+#     from the system's copies (CMake's finds, the headers compiled, the libraries loaded); then the
+#     whole ctest suite on the CPU (tests that need a GPU are labelled cuda and skip naming the
+#     device).
 #  3. The Python leg: a fresh venv, the same pinned packages, `pip install --no-build-isolation .`
 #     configured from scratch in a build directory of its own (build-pip-fresh, removed afterwards),
 #     then python/tests against the installed package from outside the tree. build-pip-fresh holds its
@@ -61,17 +65,26 @@ torch_info=$("$py" -c 'import torch; print(torch.__version__, torch.version.cuda
 stamp "torch $torch_info in $venv"
 
 # ---- 2. CMake, every target, ctest ------------------------------------------------------------------
-prefix="$("$py" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)');$("$py" -m pybind11 --cmakedir)"
+deps="$root/.gpu-prefix"
+"$root/scripts/gpu-prefix.sh" "$deps"
+ckey="$ckey $(cat "$deps/.cemfrac-prefix")"
+torch_root="$("$py" -c 'import os, torch; print(os.path.dirname(torch.__file__))')"
+prefix="$deps/usr;$("$py" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)');$("$py" -m pybind11 --cmakedir)"
 cuda_args=(-DCEMFRAC_CUDA="$cuda")
 [[ "$cuda" == ON ]] && cuda_args+=(-DCMAKE_CUDA_COMPILER="$nvcc")
 if [[ ! -f "$build/build.ninja" || "$(cat "$build/.cemfrac-configured" 2>/dev/null)" != "$ckey" ]]; then
+  rm -f "$build/CMakeCache.txt"  # packages found before (another prefix, the system's) are forgotten
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cuda_args[@]}" \
-    -DCMAKE_PREFIX_PATH="$prefix" \
+    -DCMAKE_PREFIX_PATH="$prefix" -DPKG_CONFIG_EXECUTABLE="$deps/bin/pkg-config" \
     -DCEMFRAC_PYTHON=ON -DCEMFRAC_PYTHON_EXECUTABLE="$py"
   echo "$ckey" >"$build/.cemfrac-configured"
 fi
 cmake --build "$build" -- -j"$(nproc)"
 stamp "built every target in $build"
+"$base_py" "$root/scripts/check_prefix_build.py" "$build" "$deps" "$torch_root"
+# The GPU check's own skip path and report format, on this machine without a GPU.
+"$root/scripts/gpu_check.sh" --build "$build" --python "$py" --out "$build/gpu-check" --no-build
+stamp "scripts/gpu_check.sh --no-build: report in $build/gpu-check"
 ctest_rc=0
 (cd "$build" && ctest --output-on-failure -j"$(nproc)" "$@") || ctest_rc=$?
 stamp "ctest exit $ctest_rc"
