@@ -14,6 +14,7 @@
 #include "cemfrac/tasks/glue.h"
 #include "cli/commands.h"
 #include "cli/device_util.h"
+#include "cli/flag_checks.h"
 
 namespace cemfrac::cli {
 
@@ -52,6 +53,7 @@ Command add_finetune(CLI::App& root, const GlobalOptions& global) {
                   "inputs lose tokens from the end of their longer text")
       ->capture_default_str();
   app->add_option("--seed", f->o.seed, "Head initialisation and data order")
+      ->check(seed_check())
       ->capture_default_str();
   app->add_option("--warmup", f->o.warmup, "Warmup as a fraction of the steps")
       ->capture_default_str();

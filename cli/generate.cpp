@@ -17,6 +17,7 @@
 #include "cemfrac/train/model_loader.h"
 #include "cli/commands.h"
 #include "cli/device_util.h"
+#include "cli/flag_checks.h"
 
 namespace cemfrac::cli {
 namespace {
@@ -83,7 +84,7 @@ Command add_generate(CLI::App& root, const GlobalOptions& global) {
       ->check(CLI::Range(0.0, 100.0));
   app->add_option("--top-k", f->top_k, "Keep the k most likely tokens (0 = all)");
   app->add_option("--top-p", f->top_p, "Nucleus sampling mass in (0, 1] (1 = off)");
-  app->add_option("--seed", f->seed, "Sampling seed");
+  app->add_option("--seed", f->seed, "Sampling seed")->check(seed_check());
   app->add_flag("--no-stop", f->no_stop, "Do not stop at end-of-text");
   app->add_option(
       "--set", f->sets,

@@ -30,6 +30,7 @@
 #include "cemfrac/tasks/gp_experiment.h"
 #include "cemfrac/train/trainer.h"  // TrainingInterrupted
 #include "cli/commands.h"
+#include "cli/flag_checks.h"
 #include "cemfrac/core/format_util.h"
 #include "cli/device_util.h"
 
@@ -147,7 +148,8 @@ Command add_gp(CLI::App& root, const GlobalOptions& global) {
       ->check(CLI::Range(int64_t{0}, int64_t{64}));
   app->add_flag("--no-baseline", flags->no_baseline, "Skip the Llama baseline (mha + swiglu)");
   app->add_option("--seed", flags->seed,
-                  "Seed of the inits, the training stream and the held-out set");
+                  "Seed of the inits, the training stream and the held-out set")
+      ->check(seed_check());
   app->add_option(
       "--out", flags->out,
       "Directory for gp.json and gp-rmse.svg (default runs/gp, --quick: runs/gp-quick)");

@@ -10,6 +10,7 @@
 
 #include "cemfrac/core/check.h"
 #include "cli/commands.h"
+#include "cli/flag_checks.h"
 
 namespace cemfrac::cli {
 namespace {
@@ -80,6 +81,7 @@ Command add_prepare(CLI::App& root, const GlobalOptions& global) {
       ->capture_default_str();
   app->add_option("--seed", flags->options.seed,
                   "Seed of the split (and of SentencePiece training)")
+      ->check(seed_check())
       ->capture_default_str();
   app->add_flag(
       "--force", flags->options.force,

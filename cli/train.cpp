@@ -21,6 +21,7 @@
 #include "cemfrac/train/checkpoint.h"
 #include "cemfrac/train/distributed.h"
 #include "cemfrac/train/run_config.h"
+#include "cemfrac/train/run_dir.h"
 #include "cemfrac/train/trainer.h"
 #include "cli/commands.h"
 #include "cli/device_util.h"
@@ -45,70 +46,6 @@ double training_memory_lower_bound(const RunConfig& config) {
   const double params = V * D + L * (2 * D * D + 2 * D * M);
   const double activations = 2 * B * S * V + L * 4 * B * S * D;
   return 16 * params + 4 * activations;
-}
-
-bool same_directory(const std::string& a, const std::string& b) {
-  std::error_code ec1, ec2;
-  const fs::path pa = fs::weakly_canonical(a, ec1), pb = fs::weakly_canonical(b, ec2);
-  if (ec1 || ec2) return fs::path(a).lexically_normal() == fs::path(b).lexically_normal();
-  return pa == pb;
-}
-
-// Files a fresh run may find in its directory: the lock file, and what `cemfrac compare` writes
-// there before it starts the training (its settings record and the training's log).
-bool may_precede_a_run(const std::string& name) {
-  return name == kDirLockFile || name == "compare-run.json" || name == "train.log";
-}
-
-// A fresh run (no --resume) writes only into a new or empty directory, never over what is there
-// (issue 38 item 3): a live writer is named, an earlier run is pointed at --resume, anything else
-// is listed.
-void check_new_run_dir(const std::string& out, const std::string& data_path) {
-  CEMFRAC_CHECK(!same_directory(out, data_path),
-                "train.out = {} is the dataset directory (data.path): choose another run "
-                "directory",
-                out);
-  std::error_code ec;
-  const fs::file_status status = fs::status(out, ec);
-  if (!fs::exists(status)) {
-    CEMFRAC_CHECK(!fs::is_symlink(fs::symlink_status(out, ec)),
-                  "train.out = {} is a dangling symbolic link: remove it or choose another "
-                  "train.out",
-                  out);
-    return;
-  }
-  CEMFRAC_CHECK(fs::is_directory(status),
-                "train.out = {} exists and is not a directory: choose another train.out", out);
-  if (const auto holder = dir_lock_holder(out))
-    fail("{} is being written by another cemfrac process ({}{}); wait for it to finish or stop it",
-         out, holder->pid > 0 ? fmt::format("pid {}", holder->pid) : std::string("pid unknown"),
-         holder->command.empty() ? "" : ", " + holder->command);
-  CEMFRAC_CHECK(list_checkpoints(out).empty(),
-                "{} already holds checkpoints; pass --resume {} to continue that run or choose "
-                "another train.out",
-                out, out);
-  // A run killed before its first checkpoint (summary.json still "running", its writer gone: the
-  // lock above is free) has nothing to resume: the same command starts it again from step 0.
-  const std::string summary = (fs::path(out) / "summary.json").string();
-  if (fs::is_regular_file(summary, ec)) {
-    const nlohmann::json s = nlohmann::json::parse(read_file(summary), nullptr, false);
-    if (s.is_object() && s.value("status", nlohmann::json()) == "running") return;
-  }
-  std::vector<std::string> found;
-  for (const auto& e : fs::directory_iterator(out, ec)) {
-    const std::string name = e.path().filename().string();
-    if (!may_precede_a_run(name)) found.push_back(name);
-  }
-  CEMFRAC_CHECK(!ec, "cannot list train.out = {}: {}", out, ec.message());
-  if (found.empty()) return;
-  std::sort(found.begin(), found.end());
-  const size_t shown = std::min<size_t>(found.size(), 4);
-  std::string names = fmt::format("{}", fmt::join(found.begin(), found.begin() + shown, ", "));
-  if (found.size() > shown) names += fmt::format(" and {} more", found.size() - shown);
-  fail(
-      "train.out = {} is not empty (it holds {}): a new run writes only into a new or empty "
-      "directory; choose another train.out, or remove what is there",
-      out, names);
 }
 
 }  // namespace
@@ -204,7 +141,10 @@ Command add_train(CLI::App& root, const GlobalOptions& global) {
     }
 
     // Every check that can refuse the command runs before the first write into the run directory.
-    if (resume.empty() && dist.rank() == 0) check_new_run_dir(config.train.out, config.data.path);
+    // The run directory's rule (train/run_dir.h) is the Trainer's too; asked here first so that a
+    // refused folder is named before the data and the model are loaded.
+    if (resume.empty() && dist.rank() == 0)
+      check_new_run_dir(config.train.out, "train.out", config.data.path);
     const std::string tokenizer_dir = config.data.path + "/tokenizer";
     CEMFRAC_CHECK(std::filesystem::exists(config.data.path + "/meta.json"),
                   "data.path '{}' is not a prepared dataset (no meta.json): run cemfrac prepare "

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <cstring>
 
 #include "cemfrac/core/atomic_file.h"
@@ -238,6 +239,17 @@ FinetuneResult run_finetune(const FinetuneOptions& o) {
   CEMFRAC_CHECK(std::isfinite(o.epochs) && o.epochs > 0, "--epochs {}: must be > 0", o.epochs);
   CEMFRAC_CHECK(o.batch >= 1, "--batch {}: must be >= 1", o.batch);
   CEMFRAC_CHECK(o.warmup >= 0 && o.warmup < 1, "--warmup {}: must be in [0, 1)", o.warmup);
+  CEMFRAC_CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0,
+                "--weight-decay {}: must be a finite number >= 0", o.weight_decay);
+  CEMFRAC_CHECK(o.max_len == 0 || o.max_len >= 3,
+                "--max-len {}: must be 0 (the model's context) or 3 or more", o.max_len);
+  CEMFRAC_CHECK(o.stop_at_step >= 0, "--stop-at-step {}: must be >= 0 (0 = run every step)",
+                o.stop_at_step);
+  CEMFRAC_CHECK(o.checkpoint.empty() || o.resume.empty(),
+                "--checkpoint and --resume exclude each other: a resumed fine-tuning run continues "
+                "from its own checkpoint (drop --checkpoint)");
+  CEMFRAC_CHECK(o.resume.empty() || std::filesystem::is_directory(o.resume),
+                "--resume {}: no such directory", o.resume);
   // The data first: a bad file is reported before a model is loaded.
   const ClassificationTask task = read_finetune_task(o.task, o.data_dir);
   // With --resume the backbone's architecture and tokenizer come from the run's own checkpoint
@@ -321,6 +333,8 @@ FinetuneResult run_finetune(const FinetuneOptions& o) {
   t.resume = o.resume;
   t.progress = o.progress;
   t.label = "finetune " + task.name;
+  t.lock_command = "finetune";
+  t.out_key = "--out";
   t.stop_at_step = o.stop_at_step;
   Trainer trainer(std::move(tm), t);
   const TrainResult r = trainer.run();

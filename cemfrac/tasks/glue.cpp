@@ -114,8 +114,14 @@ ClassificationTask read_plain_tsv(const std::string& dir) {
       CEMFRAC_CHECK(f.size() == 2, "{}: {} tab-separated field(s); expected text<TAB>label", where,
                     f.size());
       CEMFRAC_CHECK(!f[0].empty(), "{}: empty text", where);
-      CEMFRAC_CHECK(!f[1].empty(), "{}: empty label", where);
-      rows.push_back({f[0], f[1], where});
+      // A label is its text without surrounding blanks: "pos " and "pos" are one class.
+      const size_t first = f[1].find_first_not_of(" \t\r\v\f");
+      const std::string label =
+          first == std::string::npos
+              ? ""
+              : f[1].substr(first, f[1].find_last_not_of(" \t\r\v\f") - first + 1);
+      CEMFRAC_CHECK(!label.empty(), "{}: empty label", where);
+      rows.push_back({f[0], label, where});
     }
     CEMFRAC_CHECK(!rows.empty(), "{}: no examples", path);
     return rows;
@@ -283,6 +289,16 @@ ClassificationTask read_finetune_task(const std::string& name, const std::string
   task.labels = layout->labels;
   task.train = read_glue_file(name, dir + "/train.tsv");
   task.train.name = "train";
+  if (!layout->regression) {
+    // A training set of one class teaches nothing (every prediction is that class): refused, as
+    // the plain TSV task refuses it.
+    std::set<int64_t> classes;
+    for (const auto& ex : task.train.examples) classes.insert(ex.label);
+    CEMFRAC_CHECK(classes.size() >= 2,
+                  "{}/train.tsv: every example has the label '{}'; classification needs two or "
+                  "more classes",
+                  dir, layout->labels[static_cast<size_t>(*classes.begin())]);
+  }
   for (const std::string& f : layout->eval_files)
     task.evals.push_back(read_glue_file(name, dir + "/" + f + ".tsv"));
   return task;

@@ -157,6 +157,7 @@ GpTrainResult train_gp_model(GpModel& model, const GpTaskOptions& task,
   t.loss = mse_loss();
   t.write_files = checkpoints;
   t.lock_command = "gp";
+  t.require_new_dir = false;  // --checkpoint-dir is a job's working folder (trainer.h)
   t.handle_signals = checkpoints && options.stop_on_signal;
   t.progress = options.progress;
   t.label = options.label;

@@ -22,6 +22,7 @@
 #include "cemfrac/io/safetensors.h"
 #include "cemfrac/layers/cofrgenet/dyadic.h"
 #include "cemfrac/train/distributed.h"
+#include "cemfrac/train/run_dir.h"
 #include "cemfrac/train/token_data.h"
 
 namespace cemfrac {
@@ -253,11 +254,10 @@ Trainer::Trainer(TrainModel model, TrainerOptions options)
   state_.schedule = schedule_;
   if (options_.resume.empty()) {
     if (!options_.write_files) return;
+    // A new run goes only into a new or empty folder (train/run_dir.h), whichever command asks.
+    if (options_.rank == 0 && options_.require_new_dir)
+      check_new_run_dir(t.out, options_.out_key, options_.data_dir);
     lock_run_dir();
-    CEMFRAC_CHECK(list_checkpoints(t.out).empty(),
-                  "{} already holds checkpoints; pass --resume {} to continue that run or choose "
-                  "another train.out",
-                  t.out, t.out);
     return;
   }
   // A resumed run continues in its own directory, whatever train.out says. Its directory is known

@@ -117,6 +117,12 @@ struct TrainerOptions {
   // train.out, or --resume of a live run) is refused with one line naming this process. The
   // command the lock file names as the holder:
   std::string lock_command = "train";
+  // The setting or flag that names train.out, as messages about the run directory name it.
+  std::string out_key = "train.out";
+  // A fresh run's train.out must be new or empty (train/run_dir.h). Off only where the folder is
+  // another command's working folder rather than a run directory: the GP task's --checkpoint-dir,
+  // which is `cemfrac compare`'s job folder (its log, its capture's temporary file).
+  bool require_new_dir = true;
   // Stop after this many completed steps (0 = train.steps), writing a checkpoint as on a signal;
   // the schedule still spans train.steps. For time-boxed runs and resume tests.
   int64_t stop_at_step = 0;

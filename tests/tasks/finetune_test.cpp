@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/types.h>
 
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -200,6 +201,26 @@ ModelConfig kind_config(const Kind& k) {
   return c;
 }
 
+// Labels: blanks around a label are not part of it ("pos " is "pos"), and a classification
+// training set of one class is refused for every task, GLUE's included (SST-2 all 0).
+TEST(Glue, LabelsAreTrimmedAndOneClassTrainingSetsAreRefused) {
+  const std::string root = test::temp_dir("finetune_labels");
+  std::filesystem::create_directories(root + "/tsv");
+  test::write_file(root + "/tsv/train.tsv", "a good film\tpos \na bad film\tneg\nfine\t pos\n");
+  test::write_file(root + "/tsv/dev.tsv", "great\tpos\nawful\tneg\r\n");
+  const ClassificationTask t = read_finetune_task("tsv", root + "/tsv");
+  EXPECT_EQ(t.labels, (std::vector<std::string>{"neg", "pos"}));
+  EXPECT_EQ(t.train.examples[0].label, t.train.examples[2].label);
+  std::filesystem::create_directories(root + "/SST-2");
+  const std::string all_zero = "sentence\tlabel\nhide new secretions \t0\nthe greatest \t0\n";
+  test::write_file(root + "/SST-2/train.tsv", all_zero);
+  test::write_file(root + "/SST-2/dev.tsv", all_zero);
+  const std::string e = error_of([&] { read_finetune_task("sst2", root + "/SST-2"); });
+  EXPECT_NE(e.find("SST-2/train.tsv: every example has the label '0'; classification needs two"),
+            std::string::npos)
+      << e;
+}
+
 TEST(Finetune, FeaturesTimesHeadAreTheForwardLogitsOnEveryModelKind) {
   for (const Kind& k : kKinds) {
     SCOPED_TRACE(k.name);
@@ -240,6 +261,52 @@ std::vector<std::string> metric_lines(const std::string& run) {
     start = end + 1;
   }
   return lines;
+}
+
+// Every finetune flag is checked on its own, before anything is loaded: one line naming it.
+TEST(Finetune, FlagsAreCheckedOneByOne) {
+  const std::string root = test::temp_dir("finetune_flags");
+  write_mrpc_like(root + "/MRPC");
+  torch::manual_seed(9);
+  LmModel pre(kind_config(kKinds[0]));
+  FinetuneOptions o;
+  o.checkpoint = test::save_byte_checkpoint(pre, "finetune_flags_pre");
+  o.task = "mrpc";
+  o.data_dir = root + "/MRPC";
+  o.out = root + "/run";
+  o.progress = false;
+  auto with = [&](auto edit) {
+    FinetuneOptions x = o;
+    edit(x);
+    return error_of([&] { run_finetune(x); });
+  };
+  EXPECT_NE(with([](FinetuneOptions& x) {
+              x.max_len = -5;
+            }).find("--max-len -5: must be 0 (the model's context) or 3 or more"),
+            std::string::npos);
+  EXPECT_NE(with([](FinetuneOptions& x) { x.stop_at_step = -1; }).find("--stop-at-step -1"),
+            std::string::npos);
+  EXPECT_NE(with([](FinetuneOptions& x) {
+              x.weight_decay = std::nan("");
+            }).find("--weight-decay nan: must be a finite number >= 0"),
+            std::string::npos);
+  EXPECT_NE(with([&](FinetuneOptions& x) {
+              x.resume = root;
+            }).find("--checkpoint and --resume exclude each other"),
+            std::string::npos);
+  EXPECT_NE(with([&](FinetuneOptions& x) {
+              x.checkpoint = "";
+              x.resume = root + "/nonexist";
+            }).find("--resume " + root + "/nonexist: no such directory"),
+            std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(o.out)) << "a refused run writes nothing";
+  // Seeds are unsigned: "-1" is refused as typed, never read as 2^64 - 1.
+  test::expect_one_line_error(test::run_cemfrac({"finetune", "--checkpoint", o.checkpoint, "--task",
+                                                 "mrpc", "--data", o.data_dir, "--seed", "-1"}),
+                              "must be a non-negative integer (got -1)");
+  test::expect_one_line_error(test::run_cemfrac({"generate", "--checkpoint", o.checkpoint,
+                                                 "--prompt", "a", "--seed", "-1"}),
+                              "must be a non-negative integer (got -1)");
 }
 
 TEST(Finetune, TrainsThroughTheTrainerResumesExactlyAndLoadsAsAModel) {
@@ -337,6 +404,28 @@ TEST(Finetune, CliHelpAndFineTunedCheckpointInEval) {
 
   const auto bad = test::run_cemfrac({"finetune", "--checkpoint", ckpt, "--task", "mrpc"});
   test::expect_one_line_error(bad, "--task mrpc needs --data DIR");
+
+  // A new fine-tuning run goes only into a new or empty folder, as `train` does (one rule,
+  // train/run_dir.h): a folder with a user's files is refused in one line and left as it was.
+  const std::string mine = root + "/mine";
+  std::filesystem::create_directories(mine);
+  test::write_file(mine + "/summary.json", "{\"mine\": true}\n");
+  test::write_file(mine + "/metrics.jsonl", "mine\n");
+  test::write_file(mine + "/notes.txt", "my notes\n");
+  test::expect_one_line_error(
+      test::run_cemfrac({"finetune", "--checkpoint", ckpt, "--task", "mrpc", "--data",
+                         root + "/MRPC", "--out", mine, "--epochs", "0.5", "--batch", "4",
+                         "--max-len", "24", "--quiet"}),
+      "--out = " + mine + " is not empty (it holds metrics.jsonl, notes.txt, summary.json)");
+  EXPECT_EQ(test::read_file(mine + "/summary.json"), "{\"mine\": true}\n");
+  EXPECT_EQ(test::read_file(mine + "/metrics.jsonl"), "mine\n");
+  EXPECT_FALSE(std::filesystem::exists(mine + "/finetune.json"));
+  EXPECT_FALSE(std::filesystem::exists(mine + "/checkpoints"));
+  // A finished fine-tuning run's folder is pointed at --resume.
+  test::expect_one_line_error(
+      test::run_cemfrac({"finetune", "--checkpoint", ckpt, "--task", "mrpc", "--data",
+                         root + "/MRPC", "--out", root + "/run", "--quiet"}),
+      "already holds checkpoints; pass --resume");
 
   // --device is honoured or refused, never ignored: meta (nothing to read losses from) is one line
   // and leaves no run folder; cpu named explicitly trains there and says so.
