@@ -5,6 +5,8 @@
 #include <torch/utils.h>
 
 #include <cmath>
+#include <map>
+#include <tuple>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -74,6 +76,15 @@ void Optimizer::zero_grad() {
 
 void Optimizer::step() {
   torch::NoGradGuard no_grad;
+  // Tensors off the fused CPU kernel (every tensor on a GPU; a strided one on the CPU) are updated
+  // together, a few multi-tensor ATen ops per batch instead of five kernels per tensor: one batch
+  // per (device, dtype, step count, weight decay), since those set each op's scalars.
+  struct Batch {
+    int64_t step = 0;
+    double wd = 0;
+    std::vector<torch::Tensor> p, g, m, v;
+  };
+  std::map<std::tuple<std::string, int, int64_t, double>, Batch> batches;
   for (const std::string& name : names_) {
     const ParamGroup group = groups_.at(name);
     if (group == ParamGroup::kFrozen) continue;
@@ -95,14 +106,27 @@ void Optimizer::step() {
                               config_.beta2, config_.eps, wd);
       continue;
     }
-    // The same update as ATen ops (torch.optim.AdamW's sequence).
-    const double bc1 = 1.0 - std::pow(config_.beta1, static_cast<double>(s.step));
-    const double bc2 = 1.0 - std::pow(config_.beta2, static_cast<double>(s.step));
-    p.mul_(1.0 - lr_ * wd);
-    s.exp_avg.mul_(config_.beta1).add_(g, 1.0 - config_.beta1);
-    s.exp_avg_sq.mul_(config_.beta2).addcmul_(g, g, 1.0 - config_.beta2);
-    const torch::Tensor denom = (s.exp_avg_sq.sqrt() / std::sqrt(bc2)).add_(config_.eps);
-    p.addcdiv_(s.exp_avg, denom, -lr_ / bc1);
+    Batch& b = batches[{p.device().str(), static_cast<int>(p.scalar_type()), s.step, wd}];
+    b.step = s.step;
+    b.wd = wd;
+    b.p.push_back(p);
+    b.g.push_back(g);
+    b.m.push_back(s.exp_avg);
+    b.v.push_back(s.exp_avg_sq);
+  }
+  // torch.optim.AdamW's sequence, per element the same ops as one tensor at a time.
+  for (auto& [key, b] : batches) {
+    const double bc1 = 1.0 - std::pow(config_.beta1, static_cast<double>(b.step));
+    const double bc2 = 1.0 - std::pow(config_.beta2, static_cast<double>(b.step));
+    if (b.wd != 0) at::_foreach_mul_(b.p, 1.0 - lr_ * b.wd);
+    at::_foreach_mul_(b.m, config_.beta1);
+    at::_foreach_add_(b.m, b.g, 1.0 - config_.beta1);
+    at::_foreach_mul_(b.v, config_.beta2);
+    at::_foreach_addcmul_(b.v, b.g, b.g, 1.0 - config_.beta2);
+    std::vector<torch::Tensor> denom = at::_foreach_sqrt(b.v);
+    at::_foreach_div_(denom, std::sqrt(bc2));
+    at::_foreach_add_(denom, config_.eps);
+    at::_foreach_addcdiv_(b.p, b.m, denom, -lr_ / bc1);
   }
 }
 

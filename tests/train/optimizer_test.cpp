@@ -262,6 +262,57 @@ TEST(Optimizer, ClipNormIsThreadCountIndependentAndExact) {
   EXPECT_NEAR(one, reference, 1e-12 * reference);
 }
 
+// Tensors off the fused CPU kernel are updated in multi-tensor batches (one per step count and
+// weight decay): bit for bit the update of one tensor at a time by torch.optim.AdamW's formulas,
+// here for strided tensors of both groups, one of which starts two steps late (unfrozen then).
+TEST(Optimizer, MultiTensorBatchesEqualOneTensorAtATime) {
+  torch::manual_seed(12);
+  struct Holder : torch::nn::Module {
+    explicit Holder(const std::vector<torch::Tensor>& ts) {
+      for (size_t i = 0; i < ts.size(); ++i) register_parameter("w" + std::to_string(i), ts[i]);
+    }
+  };
+  std::vector<torch::Tensor> params, init;
+  for (int i = 0; i < 4; ++i) {
+    init.push_back(torch::randn({6 + i, 3}));
+    params.push_back(init.back().t().contiguous().t().detach().requires_grad_());  // strided
+    ASSERT_FALSE(params.back().is_contiguous());
+  }
+  Holder h(params);
+  std::vector<ParamInfo> table(4);
+  for (int i = 0; i < 4; ++i) {
+    table[i].name = "w" + std::to_string(i);
+    table[i].group = i % 2 == 0 ? ParamGroup::kDecay : ParamGroup::kNoDecay;
+  }
+  table[3].group = ParamGroup::kFrozen;
+  const AdamWConfig c = config();
+  Optimizer opt(h, table, c);
+  std::vector<torch::Tensor> ref, m(4), v(4);
+  for (const torch::Tensor& t : init) ref.push_back(t.clone());
+  std::vector<int64_t> steps(4, 0);
+  for (int step = 0; step < 5; ++step) {
+    if (step == 2) opt.unfreeze("w3", ParamGroup::kDecay);
+    for (int i = 0; i < 4; ++i) {
+      if (i == 3 && step < 2) continue;
+      const torch::Tensor g = torch::randn(params[i].sizes());
+      params[i].mutable_grad() = g.t().contiguous().t();
+      // The reference: one tensor, torch.optim.AdamW's sequence.
+      if (steps[i]++ == 0) m[i] = torch::zeros_like(g), v[i] = torch::zeros_like(g);
+      const double wd = table[i].group == ParamGroup::kDecay || i == 3 ? c.weight_decay : 0.0;
+      const double bc1 = 1 - std::pow(c.beta1, double(steps[i])),
+                   bc2 = 1 - std::pow(c.beta2, double(steps[i]));
+      if (wd != 0) ref[i].mul_(1.0 - c.lr * wd);
+      m[i].mul_(c.beta1).add_(g, 1.0 - c.beta1);
+      v[i].mul_(c.beta2).addcmul_(g, g, 1.0 - c.beta2);
+      ref[i].addcdiv_(m[i], (v[i].sqrt() / std::sqrt(bc2)).add_(c.eps), -c.lr / bc1);
+    }
+    opt.step();
+    for (auto& p : params) p.mutable_grad().reset();
+  }
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(torch::equal(params[i].detach(), ref[i])) << "w" << i;
+  EXPECT_FALSE(torch::equal(params[3].detach(), init[3])) << "the unfrozen tensor moved";
+}
+
 // Gradients off the fused CPU path (non-contiguous here; every gradient on a GPU) are summed on
 // their device and read once: the norm equals the float64 one over all of them, mixed with fused
 // ones, and a NaN among them still comes out.
