@@ -12,6 +12,7 @@
 
 #include "cemfrac/core/check.h"
 #include "cemfrac/core/clock.h"
+#include "cemfrac/core/input_file.h"
 #include "cemfrac/eval/brown_tasks.h"
 #include "cemfrac/eval/tasks.h"
 #include "cemfrac/train/model_loader.h"
@@ -20,11 +21,17 @@ namespace cemfrac::cli {
 
 int run_eval_task(const EvalTaskArgs& a) {
   const RequestType request = parse_request_type(a.request);
-  std::error_code ec;
-  const bool is_file = std::filesystem::is_regular_file(a.task, ec);
-  CEMFRAC_CHECK(is_file || is_builtin_task(a.task),
-                "--task {}: no such file and no built-in task of that name (built-in: {})", a.task,
-                fmt::join(builtin_task_names(), ", "));
+  // A built-in name, else a file, checked as every input file is (a directory or a FIFO is named
+  // as such, never opened).
+  const bool is_file = !is_builtin_task(a.task) || std::filesystem::exists(a.task);
+  if (is_file) {
+    const std::string problem = input_file_problem(a.task);
+    CEMFRAC_CHECK(problem.empty() || problem != "no such file",
+                  "--task {}: no such file and no built-in task of that name (built-in: {})",
+                  a.task, fmt::join(builtin_task_names(), ", "));
+    CEMFRAC_CHECK(problem.empty(), "--task {}: {}; pass a task file (JSONL) or a built-in name",
+                  a.task, problem);
+  }
   // The task is read (and every line checked) before the model is loaded.
   TaskSet task = is_file ? read_task_file(a.task, request) : builtin_task(a.task);
   CEMFRAC_CHECK(request == RequestType::kAuto || request == task.type,

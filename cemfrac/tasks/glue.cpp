@@ -13,6 +13,7 @@
 
 #include "cemfrac/core/atomic_file.h"
 #include "cemfrac/core/check.h"
+#include "cemfrac/core/input_file.h"
 #include "cemfrac/data/brown.h"
 #include "cemfrac/data/split.h"
 #include "cemfrac/data/text_source.h"  // find_invalid_utf8
@@ -70,8 +71,7 @@ std::vector<std::string> split_tabs(const std::string& line) {
 
 // The file's lines without their line ends (a final newline ends the last line; \r\n accepted).
 std::vector<std::string> file_lines(const std::string& path) {
-  std::error_code ec;
-  CEMFRAC_CHECK(std::filesystem::is_regular_file(path, ec), "{}: no such file", path);
+  check_input_file(path, "");  // as every reader: "is a directory", "is a FIFO", "no such file"
   std::string content = read_file(path);
   if (content.rfind("\xEF\xBB\xBF", 0) == 0) content.erase(0, 3);  // MRPC's files start with a BOM
   if (auto bad = find_invalid_utf8(content)) {

@@ -3,7 +3,9 @@
 #include "cemfrac/eval/brown_tasks.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -102,6 +104,15 @@ TEST(EvalTaskCli, FilesAndBuiltInsScoreEndToEnd) {
   test::expect_one_line_error(
       test::run_cemfrac({"eval", "--checkpoint", ckpt, "--task", "no-such-task"}),
       "no such file and no built-in task");
+  // A task path that is a directory or a FIFO is named as such (the FIFO is never opened).
+  std::filesystem::create_directories(dir + "/a-dir");
+  test::expect_one_line_error(
+      test::run_cemfrac({"eval", "--checkpoint", ckpt, "--task", dir + "/a-dir"}),
+      "a-dir: is a directory, not a file");
+  ASSERT_EQ(mkfifo((dir + "/a-fifo").c_str(), 0600), 0);
+  test::expect_one_line_error(
+      test::run_cemfrac({"eval", "--checkpoint", ckpt, "--task", dir + "/a-fifo"}),
+      "a-fifo: is a FIFO (named pipe), not a regular file");
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include "cemfrac/tasks/finetune.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <torch/types.h>
 
 #include <cmath>
@@ -261,6 +262,22 @@ std::vector<std::string> metric_lines(const std::string& run) {
     start = end + 1;
   }
   return lines;
+}
+
+// The task readers check their files as every reader does (core/input_file.h): a directory or a
+// FIFO where train.tsv should be is named as such (a FIFO is never opened: that would block).
+TEST(Glue, ADirectoryOrAFifoIsNamedAsSuch) {
+  const std::string root = test::temp_dir("finetune_inputs");
+  std::filesystem::create_directories(root + "/dir/train.tsv");
+  std::string e = error_of([&] { read_finetune_task("tsv", root + "/dir"); });
+  EXPECT_NE(e.find("train.tsv: is a directory, not a file"), std::string::npos) << e;
+  std::filesystem::create_directories(root + "/fifo");
+  ASSERT_EQ(mkfifo((root + "/fifo/train.tsv").c_str(), 0600), 0);
+  e = error_of([&] { read_finetune_task("sst2", root + "/fifo"); });
+  EXPECT_NE(e.find("train.tsv: is a FIFO (named pipe), not a regular file"), std::string::npos)
+      << e;
+  e = error_of([&] { read_finetune_task("tsv", root + "/none"); });
+  EXPECT_NE(e.find("none/train.tsv: no such file"), std::string::npos) << e;
 }
 
 // Every finetune flag is checked on its own, before anything is loaded: one line naming it.
