@@ -50,5 +50,8 @@ Command add_gp(CLI::App& root, const GlobalOptions& global);
 Command add_compare(CLI::App& root, const GlobalOptions& global);
 // `cemfrac finetune` (cli/finetune.cpp): a classification head on a checkpoint, GLUE's metrics.
 Command add_finetune(CLI::App& root, const GlobalOptions& global);
+// `cemfrac export` / `cemfrac import` (cli/hf.cpp): Hugging Face transformers directories.
+Command add_export(CLI::App& root, const GlobalOptions& global);
+Command add_import(CLI::App& root, const GlobalOptions& global);
 
 }  // namespace cemfrac::cli

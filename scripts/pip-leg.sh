@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The pip leg (issue 47): cemfrac built and tested against PyTorch from PyPI, the stack a GPU user has.
 #  1. A venv (build-pip/venv, from Debian's python3) with the torch 2.11.0 of scripts/pip-torch.txt,
-#     installed with --require-hashes; remade only when that file changes. pip's own cache
+#     installed with --require-hashes; remade only when that file changes. The interop tests'
+#     transformers (scripts/pip-interop.txt) is added on top, also with --require-hashes. pip's own cache
 #     (~/.cache/pip) keeps the wheels between runs.
 #  2. CMake against that torch with the CUDA build on (-DCEMFRAC_CUDA=ON: this machine's nvcc compiles
 #     the .cu kernels for sm_80 and sm_90 plus PTX) and the C++ libraries from the dependency prefix
@@ -50,6 +51,13 @@ make_venv() {
     -r "$lock" || { rm -rf "$1"; die "installing $lock into $1 failed"; }
 }
 
+# Adds the interop tests' packages (transformers, ...) of scripts/pip-interop.txt to the venv at $1.
+interop="$root/scripts/pip-interop.txt"
+add_interop() {
+  "$1/bin/python" -m pip install -q --disable-pip-version-check --require-hashes --only-binary=:all: \
+    -r "$interop" || die "installing $interop into $1 failed"
+}
+
 # ---- 1. the venv ----------------------------------------------------------------------------------
 mkdir -p "$build"
 venv="$build/venv"
@@ -60,7 +68,15 @@ if [[ "$(cat "$venv/.cemfrac-lock" 2>/dev/null)" != "$key" ]]; then
   make_venv "$venv"
   echo "$key" >"$venv/.cemfrac-lock"
 fi
+# The interop packages do not touch the build: added to the venv in place, with a stamp of their own.
+ikey="$(sha256sum "$interop" | cut -c1-16)"
+if [[ "$(cat "$venv/.cemfrac-interop" 2>/dev/null)" != "$ikey" ]]; then
+  add_interop "$venv"
+  echo "$ikey" >"$venv/.cemfrac-interop"
+fi
 py="$venv/bin/python"
+# Here the interop tests must run: a missing transformers fails them instead of skipping them.
+export CEMFRAC_INTEROP_REQUIRED=1
 torch_info=$("$py" -c 'import torch; print(torch.__version__, torch.version.cuda)')
 stamp "torch $torch_info in $venv"
 
@@ -97,6 +113,7 @@ if [[ "${CEMFRAC_PIP_LEG_PYTHON:-1}" != 0 ]]; then
   trap 'rm -rf "$work" "$elsewhere"' EXIT
   (
     make_venv "$work/venv"
+    add_interop "$work/venv"
     stamp "fresh venv $work/venv"
     cd "$elsewhere"  # outside the tree: nothing from the checkout is importable from here
     unset PYTHONPATH

@@ -132,8 +132,8 @@ int main(int argc, char** argv) {
       cli::add_info(app, global),   cli::add_tokenize(app, global), cli::add_prepare(app, global),
       cli::add_bench(app, global),  cli::add_params(app, global),   cli::add_train(app, global),
       cli::add_launch(app, global), cli::add_eval(app, global),     cli::add_generate(app, global),
-      cli::add_gp(app, global),     cli::add_compare(app, global),
-      cli::add_finetune(app, global),
+      cli::add_gp(app, global),     cli::add_compare(app, global),  cli::add_finetune(app, global),
+      cli::add_export(app, global), cli::add_import(app, global),
   };
 
   // An unknown command is a usage error also with --help or --version after it ("cemfrac finetune

@@ -19,11 +19,16 @@ class _Count:
         if report.skipped:  # a skip, or an xfail (report.wasxfail): either way the test did not pass
             self.skipped.append(report.nodeid)
 
+    def pytest_collectreport(self, report):
+        if report.skipped:  # a whole file skipped while it was collected (pytest.skip at module level)
+            self.skipped.append(report.nodeid)
+
 
 def main():
     count = _Count()
     rc = int(pytest.main(sys.argv[1:], plugins=[count]))
-    if rc == 0 and count.skipped:
+    # A file skipped at collection leaves nothing to run: pytest says 5 (no tests collected).
+    if rc in (0, int(pytest.ExitCode.NO_TESTS_COLLECTED)) and count.skipped:
         print(f"run_pytest: {len(count.skipped)} skipped (exit {SKIP_RETURN_CODE}, reported as skipped): "
               + ", ".join(count.skipped))
         return SKIP_RETURN_CODE
