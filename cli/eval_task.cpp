@@ -100,6 +100,7 @@ int run_eval_task(const EvalTaskArgs& a) {
     case RequestType::kMultipleChoice:
       with_err("acc");
       with_err("acc_norm");
+      with_err("acc_bytes");
       fmt::print("chance       {:.4f}\n", m["chance"].get<double>());
       break;
     case RequestType::kCloze:

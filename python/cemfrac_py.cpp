@@ -31,6 +31,8 @@
 #include "cemfrac/layers/base/rope.h"
 #include "cemfrac/layers/param_tags.h"
 #include "cemfrac/layers/registry.h"
+#include "cemfrac/eval/tasks.h"
+#include "cemfrac/model/generate.h"
 #include "cemfrac/model/layer_factory.h"
 #include "cemfrac/model/lm_model.h"
 #include "cemfrac/model/model_config.h"
@@ -334,6 +336,22 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("a"), py::arg("eps"), py::call_guard<py::gil_scoped_release>());
 
+  m.def(
+      "loglikelihood_request",
+      [](const Tokenizer& t, const std::string& context, const std::string& continuation) {
+        ScoreRequest r = loglikelihood_request(t, context, continuation);
+        return std::make_pair(r.tokens, r.score_from);
+      },
+      py::arg("tokenizer"), py::arg("context"), py::arg("continuation"));
+  m.def(
+      "rolling_requests",
+      [](const Tokenizer& t, const std::string& text, int64_t context, int64_t stride) {
+        std::vector<std::pair<std::vector<int64_t>, int64_t>> out;
+        for (ScoreRequest& r : rolling_requests(t, text, context, stride))
+          out.emplace_back(std::move(r.tokens), r.score_from);
+        return out;
+      },
+      py::arg("tokenizer"), py::arg("text"), py::arg("context"), py::arg("stride") = 0);
   m.def("model_config_fields", &model_config_fields);
   m.def("default_model_config", [] { return to_json(ModelConfig{}).dump(); });
   m.def("mixer_kinds", &mixer_kind_names);
@@ -417,6 +435,52 @@ PYBIND11_MODULE(_C, m) {
       .def(
           "forward", [](Model& mo, const at::Tensor& tokens) { return mo.model->forward(tokens); },
           py::arg("tokens"), py::call_guard<py::gil_scoped_release>())
+      .def(
+          "score",
+          // score_requests (cemfrac/eval/tasks.h), what `cemfrac eval --task` scores with: each
+          // (tokens, score_from) -> (summed log-likelihood of tokens[score_from:], targets,
+          // greedy).
+          [](Model& mo, const std::vector<std::pair<std::vector<int64_t>, int64_t>>& requests,
+             int64_t batch) {
+            std::vector<ScoreRequest> rs;
+            for (const auto& [tokens, from] : requests) rs.push_back({tokens, from});
+            ScoreOptions o;
+            o.context = mo.model->config().context;
+            o.batch = batch;
+            const torch::Device device = mo.model->head_weight().device();
+            LmModel model = mo.model;
+            auto logits = [model, device](const torch::Tensor& x) mutable {
+              return model->forward(x.to(device));
+            };
+            std::vector<std::tuple<double, int64_t, bool>> out;
+            for (const ScoreResult& r : score_requests(logits, rs, o))
+              out.emplace_back(r.loglik, r.tokens, r.greedy);
+            return out;
+          },
+          py::arg("requests"), py::arg("batch") = 8, py::call_guard<py::gil_scoped_release>())
+      .def(
+          "generate",
+          // generate_batch (cemfrac/model/generate.h): the decode cache, one batch, no padding
+          // token in the model; per row the tokens generate() gives that prompt alone.
+          [](Model& mo, const std::vector<std::vector<int64_t>>& prompts, int64_t max_new_tokens,
+             double temperature, int64_t top_k, double top_p, uint64_t seed, int64_t eos_id,
+             int64_t vocab_limit) {
+            GenerateOptions o;
+            o.sampling.temperature = temperature;
+            o.sampling.top_k = top_k;
+            o.sampling.top_p = top_p;
+            o.seed = seed;
+            o.max_new_tokens = max_new_tokens;
+            o.eos_id = eos_id;
+            o.vocab_limit = vocab_limit;
+            std::vector<std::vector<int64_t>> out;
+            for (GenerateResult& r : generate_batch(*mo.model, prompts, o))
+              out.push_back(std::move(r.tokens));
+            return out;
+          },
+          py::arg("prompts"), py::arg("max_new_tokens"), py::arg("temperature") = 0.0,
+          py::arg("top_k") = 0, py::arg("top_p") = 1.0, py::arg("seed") = 0, py::arg("eos_id") = -1,
+          py::arg("vocab_limit") = -1, py::call_guard<py::gil_scoped_release>())
       .def("named_parameters", [](Model& mo) { return named_parameters(*mo.model); })
       .def("named_buffers", [](Model& mo) { return named_buffers(*mo.model); })
       .def("state_buffer_names", [](Model& mo) { return state_buffer_names(*mo.model); })

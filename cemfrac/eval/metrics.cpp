@@ -34,6 +34,12 @@ double bits_per_byte(double sum_loglik, double bytes) {
   return -sum_loglik / bytes / std::log(2.0);
 }
 
+int64_t utf8_characters(std::string_view text) {
+  int64_t n = 0;
+  for (char c : text) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return n;
+}
+
 int64_t harness_word_count(std::string_view text) {
   // Python's \s in a str pattern: Unicode whitespace; for the ASCII range it is " \t\n\r\f\v" and
   // the separators 0x1c..0x1f. Non-ASCII whitespace (U+00A0, U+2003, ...) is not split here; the

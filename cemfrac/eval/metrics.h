@@ -26,6 +26,9 @@ MeanStderr mean_stderr(const std::vector<double>& values);
 double weighted_perplexity(double sum_loglik, double sum_weight);
 // -sum(loglik) / bytes / ln 2.
 double bits_per_byte(double sum_loglik, double bytes);
+// Characters as Python's len(str) counts them: the code points of valid UTF-8 (its bytes that are
+// not continuation bytes 10xxxxxx). The harness's acc_norm divides by this.
+int64_t utf8_characters(std::string_view text);
 // Words as the harness counts them for WikiText: the pieces re.split(r"\s+", text) gives (so a
 // text that starts or ends with whitespace counts one more, empty, piece at that end).
 int64_t harness_word_count(std::string_view text);

@@ -172,6 +172,23 @@ ScoreRequest loglikelihood_request(const Tokenizer& tokenizer, const std::string
   return q;
 }
 
+std::vector<ScoreRequest> rolling_requests(const Tokenizer& tokenizer, const std::string& text,
+                                           int64_t context, int64_t stride) {
+  std::vector<int64_t> ids{tokenizer.eot_id()};
+  const auto body = widen(tokenizer.encode(text));
+  ids.insert(ids.end(), body.begin(), body.end());
+  std::vector<ScoreRequest> out;
+  if (ids.size() < 2) return out;
+  for (const ScoreWindow& w :
+       plan_windows(static_cast<int64_t>(ids.size()), context, stride > 0 ? stride : context)) {
+    ScoreRequest q;
+    q.tokens.assign(ids.begin() + w.begin, ids.begin() + w.end);
+    q.score_from = w.score_from - w.begin;
+    out.push_back(std::move(q));
+  }
+  return out;
+}
+
 nlohmann::json evaluate_task(const TaskSet& task, const Tokenizer& tokenizer,
                              const LogitsFn& logits, const TaskOptions& options) {
   nlohmann::json out;
@@ -191,31 +208,39 @@ nlohmann::json evaluate_task(const TaskSet& task, const Tokenizer& tokenizer,
         chance += 1.0 / static_cast<double>(ex.choices.size());
       }
       const auto res = score_requests(logits, requests, score_options(options));
-      std::vector<double> acc, acc_norm;
+      std::vector<double> acc, acc_norm, acc_bytes;
       for (size_t e = 0; e < task.choice.size(); ++e) {
         const ChoiceExample& ex = task.choice[e];
-        size_t best = 0, best_norm = 0;
-        double best_ll = -INFINITY, best_ll_norm = -INFINITY;
+        // The harness's three readings, each the first maximum on ties (as np.argmax): the summed
+        // log-likelihood; over the choice's length in characters (acc_norm, len(choice) in
+        // Python); over its UTF-8 bytes (acc_bytes). The choice as written, its leading space
+        // included; never over its tokens.
+        size_t best[3] = {0, 0, 0};
+        double best_ll[3] = {-INFINITY, -INFINITY, -INFINITY};
         for (size_t c = 0; c < ex.choices.size(); ++c) {
           const double ll = res[first_request[e] + c].loglik;
-          // The harness's acc_norm: log-likelihood over the choice's length in bytes (the choice
-          // as written, its leading space included), not over its tokens.
-          const double ll_norm = ll / static_cast<double>(ex.choices[c].size());
-          if (ll > best_ll) best_ll = ll, best = c;  // first maximum on ties, as np.argmax
-          if (ll_norm > best_ll_norm) best_ll_norm = ll_norm, best_norm = c;
+          const double v[3] = {ll, ll / static_cast<double>(utf8_characters(ex.choices[c])),
+                               ll / static_cast<double>(ex.choices[c].size())};
+          for (int k = 0; k < 3; ++k)
+            if (v[k] > best_ll[k]) best_ll[k] = v[k], best[k] = c;
         }
-        acc.push_back(static_cast<int64_t>(best) == ex.gold ? 1.0 : 0.0);
-        acc_norm.push_back(static_cast<int64_t>(best_norm) == ex.gold ? 1.0 : 0.0);
+        acc.push_back(static_cast<int64_t>(best[0]) == ex.gold ? 1.0 : 0.0);
+        acc_norm.push_back(static_cast<int64_t>(best[1]) == ex.gold ? 1.0 : 0.0);
+        acc_bytes.push_back(static_cast<int64_t>(best[2]) == ex.gold ? 1.0 : 0.0);
       }
-      const MeanStderr a = mean_stderr(acc), an = mean_stderr(acc_norm);
+      const MeanStderr a = mean_stderr(acc), an = mean_stderr(acc_norm),
+                       ab = mean_stderr(acc_bytes);
       m["acc"] = a.mean;
       m["acc_stderr"] = a.stderr_;
       m["acc_norm"] = an.mean;
       m["acc_norm_stderr"] = an.stderr_;
+      m["acc_bytes"] = ab.mean;
+      m["acc_bytes_stderr"] = ab.stderr_;
       m["chance"] = chance / static_cast<double>(task.choice.size());
       out["protocol"] =
           "multiple choice: each choice's summed log-likelihood given the context; acc = "
-          "argmax is gold, acc_norm = argmax of log-likelihood / UTF-8 bytes of the choice is gold";
+          "argmax is gold, acc_norm = argmax of log-likelihood / characters of the choice is gold, "
+          "acc_bytes = the same over its UTF-8 bytes";
       break;
     }
     case RequestType::kCloze: {
@@ -250,15 +275,9 @@ nlohmann::json evaluate_task(const TaskSet& task, const Tokenizer& tokenizer,
       double words = 0, bytes = 0;
       for (size_t d = 0; d < task.rolling.size(); ++d) {
         const std::string& text = task.rolling[d].text;
-        std::vector<int64_t> ids{tokenizer.eot_id()};
-        const auto body = widen(tokenizer.encode(text));
-        ids.insert(ids.end(), body.begin(), body.end());
-        CEMFRAC_CHECK(ids.size() >= 2, "{}: document {} encodes to no tokens", task.name, d + 1);
-        for (const ScoreWindow& w : plan_windows(static_cast<int64_t>(ids.size()),
-                                                 options.context, stride)) {
-          ScoreRequest q;
-          q.tokens.assign(ids.begin() + w.begin, ids.begin() + w.end);
-          q.score_from = w.score_from - w.begin;
+        std::vector<ScoreRequest> doc = rolling_requests(tokenizer, text, options.context, stride);
+        CEMFRAC_CHECK(!doc.empty(), "{}: document {} encodes to no tokens", task.name, d + 1);
+        for (ScoreRequest& q : doc) {
           requests.push_back(std::move(q));
           doc_of.push_back(d);
         }

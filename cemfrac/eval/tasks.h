@@ -2,11 +2,12 @@
 // metrics (docs/evaluation.md states each definition):
 //   multiple_choice  each choice's summed log-likelihood given the context (loglikelihood
 //                    requests); acc = argmax is gold; acc_norm = argmax of log-likelihood over the
-//                    choice's UTF-8 byte length is gold; both with their standard errors.
+//                    choice's length in characters is gold (Python's len, as the harness);
+//                    acc_bytes the same over its UTF-8 bytes; each with its standard error.
 //   cloze            the target's log-likelihood given the context and whether greedy decoding
 //                    (argmax at every target position) reproduces all of it: acc (exact match, with
-//                    stderr), perplexity = exp(-mean target log-likelihood) as the harness's lambada
-//                    reports it, and the per-token perplexity.
+//                    stderr), perplexity = exp(-mean target log-likelihood) as the harness's
+//                    lambada reports it, and the per-token perplexity.
 //   rolling          loglikelihood_rolling: each document on its own, the end-of-text id in front,
 //                    cut into non-overlapping windows of the model's context (every token scored
 //                    once; stride = context, the harness's windows); word_perplexity,
@@ -66,6 +67,13 @@ std::vector<ScoreResult> score_requests(const LogitsFn& logits,
 ScoreRequest loglikelihood_request(const Tokenizer& tokenizer, const std::string& context,
                                    const std::string& continuation);
 
+// The requests of loglikelihood_rolling for one document: the end-of-text id, then `text`'s tokens,
+// in windows of at most `context` inputs that score every token once (stride 0 = context: the
+// harness's disjoint windows; a smaller stride rescored with more history). Empty when `text`
+// encodes to no tokens.
+std::vector<ScoreRequest> rolling_requests(const Tokenizer& tokenizer, const std::string& text,
+                                           int64_t context, int64_t stride = 0);
+
 struct TaskOptions {
   int64_t context = 0;  // the model's context
   int64_t batch = 8;
@@ -74,7 +82,8 @@ struct TaskOptions {
 };
 
 // Scores a task set; returns {"task", "request", "examples", "requests", "metrics": {...},
-// "protocol"}. Metric keys: multiple_choice acc, acc_stderr, acc_norm, acc_norm_stderr, chance;
+// "protocol"}. Metric keys: multiple_choice acc, acc_stderr, acc_norm, acc_norm_stderr, acc_bytes,
+// acc_bytes_stderr, chance;
 // cloze acc, acc_stderr, perplexity, token_perplexity, mean_loglik; rolling word_perplexity,
 // byte_perplexity, bits_per_byte, token_perplexity, words, bytes, tokens, documents.
 nlohmann::json evaluate_task(const TaskSet& task, const Tokenizer& tokenizer,

@@ -19,7 +19,8 @@ __version__ = _C.version()
 
 from . import ops  # noqa: E402
 from . import layers  # noqa: E402
-from .model import Model, load  # noqa: E402
+from .model import Model, load, loglikelihood_request, rolling_requests  # noqa: E402
 from .tokenizer import Tokenizer  # noqa: E402
 
-__all__ = ["Error", "Model", "Tokenizer", "layers", "load", "ops", "__version__"]
+__all__ = ["Error", "Model", "Tokenizer", "layers", "load", "loglikelihood_request", "ops",
+           "rolling_requests", "__version__"]

@@ -48,6 +48,26 @@ class Model(CppModule):
                                f"(0..{vocab - 1}, model vocab_size {vocab})")
         return self._cpp.forward(tokens)
 
+    def score(self, requests, batch: int = 8):
+        """Log-likelihoods as `cemfrac eval --task` computes them: each request is (tokens,
+        score_from); returns (summed log-likelihood of tokens[score_from:], targets scored, whether
+        every target is the argmax) per request, `batch` rows per forward, without gradients. Build
+        requests with cemfrac.loglikelihood_request / cemfrac.rolling_requests."""
+        return self._cpp.score([(list(map(int, t)), int(f)) for t, f in requests], int(batch))
+
+    def generate(self, prompts, max_new_tokens: int, temperature: float = 0.0, top_k: int = 0,
+                 top_p: float = 1.0, seed: int = 0, stop_at_eot: bool = True):
+        """New tokens after each prompt (lists of ids), decoded as one batch with the decode cache,
+        as `cemfrac generate --prompts` does: temperature 0 is greedy; each row draws from a
+        generator of its own seeded by `seed`. Stops at the end-of-text id (not returned) when
+        stop_at_eot, after max_new_tokens, or when the context is full. Never draws the padding
+        rows beyond the tokenizer's vocabulary."""
+        tok = self.tokenizer
+        eos = tok.eot_id if (stop_at_eot and tok is not None) else -1
+        limit = tok.vocab_size if tok is not None else -1
+        return self._cpp.generate([list(map(int, p)) for p in prompts], int(max_new_tokens),
+                                  float(temperature), int(top_k), float(top_p), int(seed), eos, limit)
+
     def _vocab_size(self) -> int:
         if getattr(self, "_vocab", None) is None:
             self._vocab = int(json.loads(self._cpp.config_json())["vocab_size"])
@@ -64,4 +84,17 @@ def load(path, overrides: Iterable[str] = (), device="cpu") -> Model:
     return Model(_C.Model.load(os.fspath(path), [str(o) for o in overrides], str(device)))
 
 
-__all__ = ["Model", "load"]
+def loglikelihood_request(tokenizer: Tokenizer, context: str, continuation: str):
+    """(tokens, score_from) scoring `continuation` after `context` as `cemfrac eval --task` and the
+    harness do (docs/evaluation.md): trailing whitespace of the context moves to the continuation,
+    the end-of-text id goes in front (cemfrac's documents follow one)."""
+    return _C.loglikelihood_request(tokenizer._t, context, continuation)
+
+
+def rolling_requests(tokenizer: Tokenizer, text: str, context: int, stride: int = 0):
+    """The requests scoring every token of `text` once after the end-of-text id, in windows of at
+    most `context` inputs (stride 0 = context: the harness's loglikelihood_rolling windows)."""
+    return _C.rolling_requests(tokenizer._t, text, int(context), int(stride))
+
+
+__all__ = ["Model", "load", "loglikelihood_request", "rolling_requests"]

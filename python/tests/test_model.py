@@ -99,6 +99,36 @@ def test_parameters_and_state_dict(run):
     assert logits.shape == (1, 3, model.config["vocab_size"])
 
 
+def test_score_and_generate_match_full_forwards(run):
+    """Model.score (what `cemfrac eval --task` scores with) and Model.generate (the batched decode
+    cache) against the definitions: summed float64 log-softmax of full forwards, greedy argmax."""
+    model = cemfrac.load(run["run"])
+    tok = model.tokenizer
+    reqs = [cemfrac.loglikelihood_request(tok, "The jury said ", "it did"),
+            cemfrac.loglikelihood_request(tok, "", "an election")]
+    assert reqs[0][0][0] == tok.eot_id and reqs[1][0] == [tok.eot_id] + tok.encode("an election")
+    # the trailing space moved from the context to the continuation
+    assert reqs[0][0][reqs[0][1]:] == tok.encode(" it did")
+    reqs += cemfrac.rolling_requests(tok, "the jury " * 20, CONTEXT)
+    assert len(reqs) == 2 + math.ceil((1 + 180) / CONTEXT)
+    for (tokens, start), (ll, n, greedy) in zip(reqs, model.score(reqs, batch=2)):
+        with torch.no_grad():
+            x = torch.tensor([tokens[-CONTEXT - 1:][:-1]])
+            lp = torch.log_softmax(model(x).double(), -1)[0]
+        targets = tokens[-CONTEXT - 1:][1:]
+        first = len(targets) - (len(tokens) - start)
+        want = sum(lp[i, targets[i]].item() for i in range(first, len(targets)))
+        assert n == len(tokens) - start and math.isclose(ll, want, rel_tol=1e-5, abs_tol=1e-4)
+        assert greedy == all(int(lp[i].argmax()) == targets[i] for i in range(first, len(targets)))
+    prompts = [tok.encode("The jury"), tok.encode("An")]
+    for prompt, got in zip(prompts, model.generate(prompts, 6, stop_at_eot=False)):
+        seq = list(prompt)
+        with torch.no_grad():
+            for _ in range(6):
+                seq.append(int(model(torch.tensor([seq]))[0, -1, :tok.vocab_size].argmax()))
+        assert got == seq[len(prompt):]
+
+
 def test_tokenizers(run):
     tok = cemfrac.Tokenizer.load(run["data"] / "tokenizer")
     ids = tok.encode("The jury said")

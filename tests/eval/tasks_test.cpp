@@ -18,7 +18,9 @@ namespace {
 
 // Letters a..g are ids 1..7, the end-of-text is 0; a space is merged into the letter after it
 // (" b" is one token), so a text has fewer tokens than bytes and the two lengths differ by the
-// number of spaces: what acc_norm's byte normalisation must see.
+// number of spaces: what acc_norm's length normalisation must see. Bytes of non-ASCII characters
+// (UTF-8 continuation or lead bytes) are skipped like spaces: a text's characters, bytes and
+// tokens all differ.
 class LetterTokenizer : public Tokenizer {
  public:
   std::string id() const override { return "letters"; }
@@ -27,7 +29,7 @@ class LetterTokenizer : public Tokenizer {
   std::vector<TokenId> encode(std::string_view text) const override {
     std::vector<TokenId> ids;
     for (char c : text) {
-      if (c == ' ') continue;
+      if (c == ' ' || static_cast<unsigned char>(c) >= 0x80) continue;  // no token of its own
       CEMFRAC_CHECK(c >= 'a' && c <= 'g', "letters: '{}' is not a..g", c);
       ids.push_back(c - 'a' + 1);
     }
@@ -108,7 +110,27 @@ TEST(Tasks, LongContextsAreCutFromTheLeft) {
   }
 }
 
-TEST(Tasks, MultipleChoiceAccNormDividesByBytesNotTokens) {
+// acc_norm divides by characters (the harness's len(choice)), acc_bytes by UTF-8 bytes: after "a",
+// P = " eçç" (one miss: ln .1 = -2.303; 4 characters -> -0.576, 6 bytes -> -0.384) and Q = " b "
+// (one hit: ln .3 = -1.204; 3 characters = 3 bytes -> -0.401). acc picks Q, acc_norm Q, acc_bytes
+// P.
+TEST(Tasks, MultipleChoiceAccNormDividesByCharactersAccBytesByBytes) {
+  LetterTokenizer tok;
+  TaskSet set;
+  set.name = "planted";
+  set.type = RequestType::kMultipleChoice;
+  set.choice.push_back({"a", {" e\u00e7\u00e7", " b "}, 1});
+  ASSERT_EQ(set.choice[0].choices[0].size(), 6u);
+  ASSERT_LT(kMiss / 4, kHit / 3);
+  ASSERT_GT(kMiss / 6, kHit / 3);
+  auto r = evaluate_task(set, tok, successor_logits, options(8, 2));
+  EXPECT_DOUBLE_EQ(r["metrics"]["acc"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(r["metrics"]["acc_norm"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(r["metrics"]["acc_bytes"].get<double>(), 0.0);
+  EXPECT_EQ(utf8_characters("\u00f1and\u00fa z\u00f6\u00eb \U0001F642"), 11);
+}
+
+TEST(Tasks, MultipleChoiceAccNormDividesByLengthNotTokens) {
   LetterTokenizer tok;
   TaskSet set;
   set.name = "planted";
