@@ -20,6 +20,7 @@
 #include "cemfrac/model/lm_model.h"
 #include "cemfrac/train/checkpoint.h"
 #include "cemfrac/train/distributed.h"
+#include "cemfrac/train/model_loader.h"
 #include "cemfrac/train/run_config.h"
 #include "cemfrac/train/run_dir.h"
 #include "cemfrac/train/trainer.h"
@@ -46,6 +47,24 @@ double training_memory_lower_bound(const RunConfig& config) {
   const double params = V * D + L * (2 * D * D + 2 * D * M);
   const double activations = 2 * B * S * V + L * 4 * B * S * D;
   return 16 * params + 4 * activations;
+}
+
+// "a, b, c and 4 more": the first names of a list.
+std::string some_names(const std::vector<std::string>& names) {
+  constexpr size_t kShown = 4;
+  std::vector<std::string> shown(names.begin(), names.begin() + std::min(names.size(), kShown));
+  std::string out = fmt::format("{}", fmt::join(shown, ", "));
+  if (names.size() > kShown) out += fmt::format(" and {} more", names.size() - kShown);
+  return out;
+}
+
+void print_init_from(const InitFromReport& r) {
+  fmt::print("# init_from {}: {} tensors loaded", r.checkpoint, r.loaded.size());
+  if (!r.fresh.empty())
+    fmt::print("; {} freshly initialised ({})", r.fresh.size(), some_names(r.fresh));
+  if (!r.unused.empty())
+    fmt::print("; {} of the checkpoint unused ({})", r.unused.size(), some_names(r.unused));
+  fmt::print("\n");
 }
 
 }  // namespace
@@ -165,6 +184,11 @@ Command add_train(CLI::App& root, const GlobalOptions& global) {
                   need / (1u << 30), have / (1u << 30));
     seed_everything(config.train.seed);
     LmModel model(config.model, device);
+    if (resume.empty() && !config.train.init_from.empty()) {
+      const InitFromReport init =
+          init_from_checkpoint(*model, config.train.init_from, tokenizer.get());
+      if (dist.rank() == 0) print_init_from(init);
+    }
     TrainerOptions options;
     options.train = config.train;
     options.data_dir = config.data.path;

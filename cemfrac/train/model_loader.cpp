@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <cstdio>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -147,6 +149,56 @@ LoadedModel load_model(const std::string& path, const std::vector<std::string>& 
                   "train.keep_checkpoints, or read after it ends)",
                   path, kAttempts);
   }
+}
+
+InitFromReport init_from_checkpoint(LmModelImpl& model, const std::string& path,
+                                    const Tokenizer* tokenizer) {
+  LoadedModel source = load_model(path, {}, torch::kCPU);
+  InitFromReport r;
+  r.checkpoint = source.checkpoint;
+  if (tokenizer && source.tokenizer)
+    CEMFRAC_CHECK(
+        tokenizer->id() == source.tokenizer->id(),
+        "train.init_from {}: its tokenizer is {} but the data's is {}: the embedding rows "
+        "would mean other tokens",
+        r.checkpoint, source.tokenizer->id(), tokenizer->id());
+  std::map<std::string, torch::Tensor> from;
+  for (const auto& p : source.model->named_parameters()) from[p.key()] = p.value();
+  // A tensor is the same thing in both models only inside a sub-layer of the same kind: a cffn's
+  // w_gate is not a SwiGLU's w_gate, a LayerNorm's weight not an RMSNorm's.
+  const ModelConfig& a = source.model->config();
+  const ModelConfig& b = model.config();
+  auto same_kind = [&](const std::string& name) {
+    int64_t layer = -1;
+    char part[8] = {0};
+    if (std::sscanf(name.c_str(), "blocks.%ld.%4[a-z0-9]", &layer, part) == 2) {
+      if (layer >= a.n_layers) return false;
+      const std::string sub = part;
+      if (sub == "attn") return a.mixer_of(layer) == b.mixer_of(layer);
+      if (sub == "mlp") return a.ffn_of(layer) == b.ffn_of(layer);
+    }
+    return a.norm == b.norm || name.find("norm") == std::string::npos;
+  };
+  torch::NoGradGuard no_grad;
+  for (auto& p : model.named_parameters()) {
+    auto it = from.find(p.key());
+    if (it == from.end() || !same_kind(p.key())) {
+      r.fresh.push_back(p.key());
+      continue;
+    }
+    CEMFRAC_CHECK(it->second.sizes() == p.value().sizes(),
+                  "train.init_from {}: '{}' is [{}] there but [{}] in this model", r.checkpoint,
+                  p.key(), fmt::join(it->second.sizes(), ", "), fmt::join(p.value().sizes(), ", "));
+    if (!p.value().is_meta()) p.value().copy_(it->second);
+    r.loaded.push_back(p.key());
+    from.erase(it);
+  }
+  for (const auto& [name, t] : from) r.unused.push_back(name);
+  CEMFRAC_CHECK(!r.loaded.empty(),
+                "train.init_from {}: none of its tensors is one of this model's (no name in "
+                "common): nothing to start from",
+                r.checkpoint);
+  return r;
 }
 
 }  // namespace cemfrac

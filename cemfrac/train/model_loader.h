@@ -34,6 +34,25 @@ struct LoadedModel {
 LoadedModel load_model(const std::string& path, const std::vector<std::string>& overrides = {},
                        torch::Device device = torch::kCPU);
 
+// train.init_from: a new run that starts from a checkpoint's weights. Every parameter of `model`
+// whose name the checkpoint (a checkpoint or run directory, read as load_model reads it) also has
+// is copied from it, inside sub-layers of the same kind (layer l's attention when both models have
+// the same mixer there, its FFN likewise; norms when the norm kind is the same; embeddings and head
+// always); a name with another shape there is a one-line error naming both shapes; parameters
+// the checkpoint lacks keep their fresh initialisation (e.g. a CoFrGeNet-F FFN started beside a
+// GPT-2's embeddings and attention); checkpoint tensors the model lacks, fine-tuning heads and
+// state buffers (ladder ranges, recorded afresh) are left out. The tokenizers must be the same (the
+// embedding rows are its ids): `tokenizer` is the run's data tokenizer (null = not checked). Fails
+// when no tensor at all fits. On the meta device only names and shapes are checked.
+struct InitFromReport {
+  std::string checkpoint;           // resolved
+  std::vector<std::string> loaded;  // copied from the checkpoint
+  std::vector<std::string> fresh;   // the model's, not in the checkpoint
+  std::vector<std::string> unused;  // the checkpoint's, not in the model
+};
+InitFromReport init_from_checkpoint(LmModelImpl& model, const std::string& path,
+                                    const Tokenizer* tokenizer);
+
 // The checkpoint's config.json with `overrides` applied (the checks of load_model); exposed for
 // tests.
 ModelConfig apply_model_overrides(const nlohmann::json& config_json,

@@ -46,6 +46,7 @@ struct TrainConfig {
   bool dist_overlap = true;          // data parallel: all-reduce gradients during backward
   std::string device = "cpu";        // cpu, cuda, cuda:N, meta (core/device.h); --device wins
   std::string precision = "fp32";    // fp32, or bf16: the forward under autocast (bfloat16)
+  std::string init_from;             // a new run starts from this checkpoint's weights ("" = none)
 
   // OnCheckpoint::kMayChange marks the settings a resumed run may change (train --resume): they
   // alter no parameter update (steps stretches the schedule from the resumed step on, which the
@@ -90,6 +91,10 @@ struct TrainConfig {
     v("precision", precision,
       "fp32, or bf16: forward under autocast (bfloat16 matrix products; float32 weights, "
       "optimizer state and loss)");
+    // Where a run's weights came from: part of its identity (--resume reads its own checkpoint).
+    v("init_from", init_from,
+      "Start a new run from a checkpoint's weights (run or checkpoint directory): tensors of "
+      "same-kind sub-layers by name, the others freshly initialised (\"\" = none)");
   }
 };
 

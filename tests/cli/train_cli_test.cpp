@@ -19,6 +19,9 @@
 #include <sstream>
 #include <thread>
 
+#include "cemfrac/model/lm_model.h"
+#include "cemfrac/train/model_loader.h"
+#include "cemfrac/train/run_config.h"
 #include "tests/test_util.h"
 
 extern char** environ;
@@ -363,6 +366,56 @@ TEST(TrainCli, ImpossibleSizesAndFilesystemErrorsAreOneClearLine) {
   expect_one_line_error(r, "/proc/cemfrac-run");
   EXPECT_EQ(r.err.find("internal error"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("filesystem error"), std::string::npos) << r.err;
+}
+
+// ---- train.init_from: a new run from a checkpoint's weights ----
+
+// A CoFrGeNet-F model started from a SwiGLU run: the embeddings, norms and attention come from the
+// checkpoint bit for bit, the FFN keeps exactly the initialisation a plain run of the seed gives
+// it; the run trains, and its refusals are one line each, with nothing written.
+TEST(TrainCli, InitFromLoadsMatchingTensorsAndKeepsTheRestFresh) {
+  const std::string dir = test::temp_dir("train-cli-init");
+  const std::string base = dir + "/base";
+  ASSERT_EQ(run_cemfrac(train_args(write_config(dir, base, 3))).exit_code, 0);
+
+  const std::string config = write_config(dir, dir + "/unused", 2);
+  RunConfig rc = load_run_config(config, {"model.ffn=cffn", "train.init_from=" + base});
+  torch::manual_seed(rc.train.seed);
+  LmModel model(rc.model);
+  torch::manual_seed(rc.train.seed);
+  LmModel plain(rc.model);
+  const InitFromReport init = init_from_checkpoint(*model, base, nullptr);
+  const LoadedModel source = load_model(base);
+  auto src = source.model->named_parameters();
+  auto fresh = plain->named_parameters();
+  for (const auto& p : model->named_parameters()) {
+    const bool loaded =
+        std::find(init.loaded.begin(), init.loaded.end(), p.key()) != init.loaded.end();
+    EXPECT_EQ(loaded, p.key().find(".mlp.") == std::string::npos) << p.key();
+    EXPECT_TRUE(torch::equal(p.value(), loaded ? src[p.key()] : fresh[p.key()])) << p.key();
+  }
+  EXPECT_EQ(init.unused, (std::vector<std::string>{"blocks.0.mlp.w_down", "blocks.0.mlp.w_gate",
+                                                   "blocks.0.mlp.w_up"}));
+
+  const std::string run = dir + "/cffn";
+  test::RunResult r = run_cemfrac({"--threads", "1", "train", "--config", config, "--out", run,
+                                   "--set", "model.ffn=cffn", "--set", "train.init_from=" + base});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("# init_from " + base), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("freshly initialised (blocks.0.mlp."), std::string::npos) << r.out;
+  EXPECT_NE(test::read_file(run + "/config.toml").find("init_from = \"" + base), std::string::npos);
+
+  const std::pair<std::vector<std::string>, const char*> refused[] = {
+      {{"--set", "train.init_from=" + dir + "/nothing"}, "nothing"},
+      {{"--set", "train.init_from=" + base, "--set", "model.d_ff=48"},
+       "[32, 16] there but [48, 16]"},
+  };
+  for (const auto& [sets, needle] : refused) {
+    std::vector<std::string> args = {"--out", dir + "/refused"};
+    args.insert(args.end(), sets.begin(), sets.end());
+    expect_one_line_error(run_cemfrac(train_args(config, args)), needle);
+    EXPECT_FALSE(fs::exists(dir + "/refused")) << needle;
+  }
 }
 
 }  // namespace
