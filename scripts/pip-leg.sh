@@ -55,7 +55,8 @@ make_venv() {
 interop="$root/scripts/pip-interop.txt"
 add_interop() {
   "$1/bin/python" -m pip install -q --disable-pip-version-check --require-hashes --only-binary=:all: \
-    -r "$interop" || die "installing $interop into $1 failed"
+    --no-binary=sqlitedict,word2number --no-build-isolation -r "$interop" \
+    || die "installing $interop into $1 failed"
 }
 
 # ---- 1. the venv ----------------------------------------------------------------------------------

@@ -12,12 +12,11 @@ scripts/pip-leg.sh runs this with CEMFRAC_INTEROP_REQUIRED=1: there a missing tr
 import json
 import os
 import random
-import subprocess
 
 import pytest
 import torch
 
-from _support import CEMFRAC_EXE, ROOT, U, cemfrac
+from _support import CEMFRAC_EXE, U, cemfrac, cli, tiny_corpus, train_tiny
 
 try:
     import transformers
@@ -33,42 +32,14 @@ CONTEXT = 64
 PROMPTS = ["the jury said", "An election was conducted in the city", "x"]
 
 
-def cli(*args, ok=True):
-    r = subprocess.run([CEMFRAC_EXE, "--threads", "1", *args], capture_output=True, text=True)
-    if ok:
-        assert r.returncode == 0, r.stderr
-    return r
-
-
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     """A small corpus prepared with the byte tokenizer and with a SentencePiece one."""
-    root = tmp_path_factory.mktemp("hf")
-    docs = root / "docs"
-    docs.mkdir()
-    rng = random.Random(0)
-    words = "the jury said it did find that an election was conducted in city of atlanta".split()
-    for i in range(40):
-        text = " ".join(rng.choice(words) for _ in range(rng.randint(20, 60))).capitalize() + ".\n"
-        (docs / f"doc{i:02d}.txt").write_text(text)
-    out = {}
-    for tok in ("byte", "sp:300"):
-        d = root / ("data-" + tok.replace(":", ""))
-        cli("prepare", "--text", str(docs), "--tokenizer", tok, "--out", str(d))
-        out[tok] = d
-    return out
+    return tiny_corpus(tmp_path_factory.mktemp("hf"), ("byte", "sp:300"))
 
 
-def train(tmp_path, data, preset, *sets):
-    """A checkpoint of `preset` after 2 steps at a tiny learning rate from a wide init, so that the
-    logits are far from uniform and greedy decoding does not repeat one token."""
-    out = tmp_path / preset
-    cli("train", "--config", os.path.join(ROOT, "configs", f"{preset}.toml"), "--set", f"data.path={data}",
-        "--set", f"train.out={out}", "--set", "train.steps=2", "--set", "train.micro_batch=2",
-        "--set", "train.eval_every=0", "--set", "train.warmup_steps=1", "--set", "train.lr_max=1e-6",
-        "--set", "train.lr_min=1e-7", "--set", "model.init_std=0.3", "--set", f"model.context={CONTEXT}",
-        "--set", "model.vocab_size=320", *[a for s in sets for a in ("--set", s)])
-    return out
+def train(out, data, preset, *sets):
+    return train_tiny(out / preset, data, preset, *sets, context=CONTEXT)
 
 
 def check_close(ours, hf_model, ids):
