@@ -430,6 +430,18 @@ int run_compare(const CompareOptions& o) {
           p.gp ? fs::exists(gp_result_path(dir))
                : st == "diverged" || (st == "completed" && eval_jobs(p, seed, dir).empty());
     }
+  // Runs whose process was killed outright: summary.json still says "running" but nothing holds
+  // them (train/run_dir.h). The report names them; the same command resumes them.
+  json died = json::array();
+  for (const RunPlan& p : plans) {
+    std::vector<std::string> dirs;
+    for (double lr : p.run->lr)
+      dirs.push_back(fmt::format("lr/{}/lr-{}", p.run->name, lr_text(lr)));
+    for (uint64_t seed : p.run->seeds)
+      dirs.push_back(fmt::format("final/{}/seed-{}", p.run->name, seed));
+    for (const std::string& d : dirs)
+      if (train_status(out + "/" + d) == "died") died.push_back(d);
+  }
   std::string command = "cemfrac";
   if (o.threads > 0) command += fmt::format(" --threads {}", o.threads);
   if (o.flush_denormal) command += " --flush-denormal";
@@ -440,7 +452,7 @@ int run_compare(const CompareOptions& o) {
   if (o.jobs != 1) command += fmt::format(" --jobs {}", o.jobs);
   for (const std::string& t : o.eval_text) command += " --eval-text " + t;
   const std::string commit = o.commit;  // the binary's, not the working directory's
-  const json provenance = {
+  json provenance = {
       {"command", command},
       {"machine", machine_text()},
       {"date", report_date()},
@@ -451,6 +463,8 @@ int run_compare(const CompareOptions& o) {
       {"wall_time",
        format_duration(seconds_since(wall_start)) +
            " (jobs already finished by an earlier invocation were reused, not timed)"}};
+  if (!died.empty())
+    provenance["runs_died"] = died;  // absent when none (reports stay as they were)
   const Report rep =
       make_report(suite, plans, collect_results(suite, plans, out), train_tokens, provenance);
   fs::create_directories(out + "/plots");

@@ -256,6 +256,15 @@ Report make_report(const Suite& suite, const std::vector<RunPlan>& plans, SuiteR
         "and the claims use the seeds finished so far. Run the same command without --report "
         "to go on.\n\n",
         n_done, n_final);
+  const json died = provenance.value("runs_died", json::array());
+  if (!died.empty()) {
+    std::vector<std::string> names;
+    for (const json& d : died) names.push_back("`" + d.get<std::string>() + "`");
+    md += fmt::format(
+        "**Died:** {} (summary.json says running, but no process holds the run: it was killed "
+        "outright). Run the same command without --report to resume {}.\n\n",
+        fmt::format("{}", fmt::join(names, ", ")), died.size() == 1 ? "it" : "them");
+  }
   const bool has_lm = suite.has_task("lm"), has_gp = suite.has_task("gp");
   if (has_lm)
     md += fmt::format(

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "cemfrac/train/run_dir.h"
+
 namespace cemfrac {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -74,8 +76,7 @@ int64_t run_tokens_now(const std::string& dir) {
 }
 
 std::string train_status(const std::string& dir) {
-  const auto s = read_json(dir + "/summary.json");
-  return s ? s->value("status", "") : "";
+  return run_status(dir);
 }
 
 bool has_checkpoint(const std::string& dir) {

@@ -12,9 +12,11 @@
 
 #include "cemfrac/core/check.h"
 #include "cemfrac/core/fields.h"
+#include "cemfrac/core/warn.h"
 #include "cemfrac/io/safetensors.h"
 #include "cemfrac/train/checkpoint.h"
 #include "cemfrac/train/optimizer.h"
+#include "cemfrac/train/run_dir.h"
 #include "cemfrac/train/run_config.h"
 
 namespace cemfrac {
@@ -126,6 +128,15 @@ LoadedModel load_model(const std::string& path, const std::vector<std::string>& 
     if (!run.empty() && !list_checkpoints(run).empty()) rotated_away("no longer exists");
     fail("--checkpoint {}: no such directory", path);
   }
+  // A run directory, or the run of a checkpoint inside one, whose writer was killed outright.
+  const std::string run_dir = run.empty() ? path : run;
+  int64_t died_at = 0;
+  if (run_status(run_dir, &died_at) == "died")
+    warn(
+        "{}: the process training this run died at step {} (summary.json still says \"running\" "
+        "but no process holds {}); reading {} (train --resume {} continues the run)",
+        path, died_at, run_dir, run.empty() ? "its newest complete checkpoint" : "this checkpoint",
+        run_dir);
   // Readers take no lock (core/dir_lock.h): the run writing `path` may rotate a checkpoint away
   // while it is read. A checkpoint that vanished is read again from the run's newest complete one;
   // one named directly is reported as rotated away. An error in a checkpoint that is still there is

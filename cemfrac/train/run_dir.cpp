@@ -81,4 +81,21 @@ void check_new_run_dir(const std::string& out, const std::string& key,
       key, out, names, key);
 }
 
+std::string run_status(const std::string& dir, int64_t* step) {
+  std::error_code ec;
+  const std::string path = (fs::path(dir) / "summary.json").string();
+  if (!fs::is_regular_file(path, ec)) return "";
+  nlohmann::json s;
+  try {
+    s = nlohmann::json::parse(read_file(path), nullptr, false);
+  } catch (const std::exception&) {
+    return "";  // unreadable now (removed while read): no status
+  }
+  if (!s.is_object() || !s.contains("status") || !s["status"].is_string()) return "";
+  if (step && s.contains("step") && s["step"].is_number_integer()) *step = s["step"].get<int64_t>();
+  const std::string status = s["status"].get<std::string>();
+  if (status == "running" && !dir_lock_holder(dir)) return "died";
+  return status;
+}
+
 }  // namespace cemfrac

@@ -5,6 +5,7 @@
 // training state is not a run directory: it lives in a job's folder (TrainerOptions::
 // require_new_dir).
 #pragma once
+#include <cstdint>
 #include <string>
 
 namespace cemfrac {
@@ -17,5 +18,12 @@ namespace cemfrac {
 // (summary.json "running", no live writer) may be started again in its folder.
 void check_new_run_dir(const std::string& out, const std::string& key,
                        const std::string& data_path = "");
+
+// The status a reader must report for the run directory `dir`: what its summary.json says
+// ("completed", "interrupted", ...), except that "running" becomes "died" when no process holds the
+// directory's lock (core/dir_lock.h): the writer was killed outright (SIGKILL, power loss), which
+// leaves "running" behind. The kernel drops a dead process's lock, so this cannot be fooled by a
+// reused pid. "" when there is no readable summary.json. `step` (optional) gets the summary's step.
+std::string run_status(const std::string& dir, int64_t* step = nullptr);
 
 }  // namespace cemfrac

@@ -310,7 +310,16 @@ void Trainer::lock_run_dir() {
   // One writer per run directory (core/dir_lock.h): rank 0 writes, so rank 0 locks. Taken after
   // the checks of the settings and the data, so that a refused run leaves no directory behind.
   if (options_.rank != 0 || !options_.write_files) return;
+  int64_t died_at = 0;
+  previous_status_ = run_status(options_.train.out, &died_at);
   lock_ = DirLock::acquire(options_.train.out, options_.lock_command);
+  if (previous_status_ == "died")
+    warn(
+        "{}: the process that last wrote this run died at step {} (summary.json said \"running\" "
+        "and no process held the directory); {}",
+        options_.train.out, died_at,
+        options_.resume.empty() ? "starting it again from step 0"
+                                : "resuming from its newest complete checkpoint");
 }
 
 json Trainer::run_settings() const {
@@ -471,6 +480,7 @@ void Trainer::write_summary(const std::string& status, const std::string& report
   j["last_checkpoint"] = last_checkpoint_.empty() ? json(nullptr) : json(last_checkpoint_);
   if (!report.empty()) j["report"] = report;
   if (status == "running") j["pid"] = static_cast<int64_t>(::getpid());
+  if (!previous_status_.empty()) j["previous_status"] = previous_status_;
   write_file_atomic((fs::path(options_.train.out) / "summary.json").string(), j.dump(2) + "\n");
 }
 

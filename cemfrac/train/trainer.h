@@ -224,6 +224,10 @@ class Trainer {
   TrainModel model_;
   TrainerOptions options_;
   DirLock lock_;  // the run directory's, while this Trainer may write into it
+  // The directory's status before this Trainer took it (run_status: "died" for a writer killed
+  // outright, "interrupted", ...; "" for a new directory): summary.json records it as
+  // "previous_status" and a died one is named in a warning.
+  std::string previous_status_;
   int64_t seq_len_ = 0;
   int64_t accum_ = 1;
   bool bf16_ = false;            // train.precision = "bf16": the forward under autocast

@@ -22,6 +22,7 @@
 #include "cemfrac/model/lm_model.h"
 #include "cemfrac/train/model_loader.h"
 #include "cemfrac/train/run_config.h"
+#include "cemfrac/train/run_dir.h"
 #include "tests/test_util.h"
 
 extern char** environ;
@@ -171,6 +172,20 @@ TEST(TrainCli, InterruptedRunExitsThreeAndSummaryIsAlwaysTrue) {
   ASSERT_TRUE(p.wait_for([&] { return metrics_lines(run) >= 5; })) << p.err();
   EXPECT_EQ(p.stop(SIGKILL), 128 + SIGKILL);
   EXPECT_EQ(summary(run)["status"], "running");
+  // Nobody holds the run any more: readers call it died, and the next writer records it.
+  EXPECT_EQ(run_status(run), "died");
+  const test::RunResult e =
+      run_cemfrac({"--threads", "1", "eval", "--checkpoint", run, "--data", data_dir() + ":val"});
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  EXPECT_NE(e.err.find("died at step"), std::string::npos) << e.err;
+  const int64_t at = summary(run)["step"].get<int64_t>();
+  const test::RunResult r =
+      run_cemfrac(train_args(write_config(dir, run, at + 2), {"--resume", run}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("died at step " + std::to_string(at)), std::string::npos) << r.err;
+  EXPECT_EQ(summary(run)["status"], "completed");
+  EXPECT_EQ(summary(run)["previous_status"], "died");
+  EXPECT_EQ(run_status(run), "completed");
 }
 
 // ---- crash leftovers (item 14) ----

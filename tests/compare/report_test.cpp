@@ -168,6 +168,15 @@ TEST(CompareReport, PartialReportSaysWhatItHolds) {
   const Report rep =
       make_report(f.suite, f.plans, collect_results(f.suite, f.plans, f.out), 1000, part);
   EXPECT_NE(rep.markdown.find("**Partial report:** 2 of 12 final runs"), std::string::npos);
+  EXPECT_EQ(rep.markdown.find("**Died:**"), std::string::npos);
+  json died = part;
+  died["runs_died"] = {"final/a/seed-2", "lr/b/lr-0.003"};
+  const Report rep_died =
+      make_report(f.suite, f.plans, collect_results(f.suite, f.plans, f.out), 1000, died);
+  EXPECT_NE(rep_died.markdown.find("**Died:** `final/a/seed-2`, `lr/b/lr-0.003` (summary.json "
+                                   "says running, but no process holds the run"),
+            std::string::npos)
+      << rep_died.markdown;
   EXPECT_NE(rep.markdown.find("| a | 1,234,567 | 256 (0.26) | 1 of 3 |"), std::string::npos)
       << rep.markdown;
   // One seed in common: no interval, inconclusive.

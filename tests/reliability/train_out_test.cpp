@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "cemfrac/core/dir_lock.h"
+#include "cemfrac/train/run_dir.h"
 #include "tests/reliability/reliability_util.h"
 #include "tests/test_util.h"
 
@@ -73,6 +74,25 @@ TEST(TrainOut, OnlyANewOrEmptyDirectoryOrAResumedRun) {
   const test::RunResult resumed =
       run_cemfrac(rel::train_args(rel::write_config(dir, empty, 3), {"--resume", empty}));
   EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
+}
+
+// summary.json's "running" is believed only while a process holds the directory's lock.
+TEST(TrainOut, RunStatusCallsARunningRunNobodyHoldsDied) {
+  const std::string dir = test::temp_dir("run-status");
+  EXPECT_EQ(run_status(dir), "");  // no summary.json
+  test::write_file(dir + "/summary.json", R"({"status": "running", "step": 7, "pid": 1})");
+  int64_t step = 0;
+  EXPECT_EQ(run_status(dir, &step), "died");
+  EXPECT_EQ(step, 7);
+  {
+    const DirLock lock = DirLock::acquire(dir, "train");
+    EXPECT_EQ(run_status(dir), "running");
+  }
+  EXPECT_EQ(run_status(dir), "died");
+  test::write_file(dir + "/summary.json", R"({"status": "interrupted", "step": 7})");
+  EXPECT_EQ(run_status(dir), "interrupted");
+  test::write_file(dir + "/summary.json", "{not json");
+  EXPECT_EQ(run_status(dir), "");
 }
 
 }  // namespace
