@@ -12,11 +12,12 @@ scripts/pip-leg.sh runs this with CEMFRAC_INTEROP_REQUIRED=1: there a missing tr
 import json
 import os
 import random
+import subprocess
 
 import pytest
 import torch
 
-from _support import CEMFRAC_EXE, U, cemfrac, cli, tiny_corpus, train_tiny
+from _support import CEMFRAC_EXE, ROOT, U, cemfrac, cli, tiny_corpus, train_tiny
 
 try:
     import transformers
@@ -172,6 +173,20 @@ def test_export_then_import_is_bitwise(tmp_path, data, tok, sets):
         ca.pop("layer_overrides"), cb.pop("layer_overrides")
         assert ca == cb
         assert b.tokenizer.id == a.tokenizer.id
+        # Every command that reads a checkpoint takes the imported one and gives the same numbers.
+        split = f"{data[tok]}:test"
+        la, lb = (json.loads(cli("eval", "--checkpoint", str(d), "--data", split, "--json").stdout)
+                  for d in (run, back))
+        assert la["mean_loss"] == lb["mean_loss"] and la["bits_per_byte"] == lb["bits_per_byte"]
+        ga, gb = (subprocess.run([CEMFRAC_EXE, "--threads", "1", "generate", "--checkpoint", str(d),
+                                  "--prompt", "the jury", "--temperature", "0", "--max-new-tokens", "12"],
+                                 capture_output=True, check=True).stdout for d in (run, back))
+        assert ga == gb and len(ga) > len("the jury")  # bytes: a random model's text need not be UTF-8
+        cli("train", "--config", os.path.join(ROOT, "configs", f"{preset}.toml"), "--set",
+            f"data.path={data[tok]}", "--set", f"train.out={tmp_path / preset / 'more'}", "--set",
+            "train.steps=2", "--set", "train.eval_every=0", "--set", f"model.context={CONTEXT}",
+            "--set", "model.vocab_size=320", "--set", f"train.init_from={back}",
+            *[a for s in sets for a in ("--set", s)])
 
 
 def test_import_refusals(tmp_path):
