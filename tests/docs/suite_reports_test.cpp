@@ -43,6 +43,7 @@ struct CommittedSuite {
 const std::vector<CommittedSuite> kSuites = {
     {"cem", {"--threads", "2"}},
     {"cem-eta", {"--threads", "2"}},
+    {"cem-matched", {"--threads", "2"}},
     {"cofrgenet", {"--threads", "2"}},
     {"gp", {"--threads", "2", "--flush-denormal"}},
 };
