@@ -415,7 +415,9 @@ PYBIND11_MODULE(_C, m) {
           [](const std::string& path, const std::vector<std::string>& overrides,
              const std::string& device) {
             auto out = std::make_shared<Model>();
-            LoadedModel loaded = load_model(path, overrides, parse_device(device, "device"));
+            // Messages name Python's arguments, not the CLI's --checkpoint / --set.
+            LoadedModel loaded = load_model(path, overrides, parse_device(device, "device"),
+                                            {"cemfrac.load: path", "cemfrac.load: override"});
             out->model = loaded.model;
             out->tokenizer = std::shared_ptr<Tokenizer>(std::move(loaded.tokenizer));
             out->checkpoint = loaded.checkpoint;

@@ -48,7 +48,7 @@ std::string grouped_keys(const std::vector<std::string>& keys) {
 
 ModelConfig apply_model_overrides(const nlohmann::json& config_json,
                                   const std::vector<std::string>& overrides,
-                                  const std::string& source) {
+                                  const std::string& source, const std::string& flag) {
   // The fields marked OnCheckpoint::kMayChange where they are declared (visit_fields).
   const std::vector<std::string> allowed = fields_that_may_change_on_checkpoint<ModelConfig>();
   for (const std::string& text : overrides) {
@@ -57,9 +57,9 @@ ModelConfig apply_model_overrides(const nlohmann::json& config_json,
     const std::string field = key.rfind("model.", 0) == 0 ? key.substr(6) : "";
     CEMFRAC_CHECK(eq != std::string::npos &&
                       std::find(allowed.begin(), allowed.end(), field) != allowed.end(),
-                  "--set {}: a checkpoint's architecture is fixed by its config.json; only fields "
+                  "{} {}: a checkpoint's architecture is fixed by its config.json; only fields "
                   "that change no parameter shape can be overridden: {}",
-                  text, grouped_keys(allowed));
+                  flag, text, grouped_keys(allowed));
   }
   ModelConfig config = model_config_from_json(config_json, source);
   if (overrides.empty()) return config;
@@ -67,12 +67,12 @@ ModelConfig apply_model_overrides(const nlohmann::json& config_json,
   // string). Its errors (a wrong type, an unknown name) quote the --set text; the checkpoint is
   // named too, as in the validation error below.
   try {
-    override_model_fields(config, overrides);
+    override_model_fields(config, overrides, flag);
   } catch (const Error& e) {
     fail("{} with {}", source, e.what());
   }
   if (auto p = config.first_problem()) {
-    fail("{} with --set {}: {}", source, fmt::join(overrides, " --set "), p->message);
+    fail("{} with {} {}: {}", source, flag, fmt::join(overrides, " " + flag + " "), p->message);
   }
   return config;
 }
@@ -80,14 +80,14 @@ ModelConfig apply_model_overrides(const nlohmann::json& config_json,
 namespace {
 
 LoadedModel load_resolved(const std::string& checkpoint, const std::vector<std::string>& overrides,
-                          torch::Device device) {
+                          const std::string& flag, torch::Device device) {
   LoadedModel out;
   out.checkpoint = checkpoint;
   LoadOptions options;
   options.optimizer = false;
   Checkpoint ckpt = load_checkpoint(out.checkpoint, options);
   const ModelConfig config =
-      apply_model_overrides(ckpt.config, overrides, out.checkpoint + "/config.json");
+      apply_model_overrides(ckpt.config, overrides, out.checkpoint + "/config.json", flag);
   out.model = LmModel(config, device);
   std::vector<NamedTarget> targets;
   for (const auto& [name, tensor] : parameters_by_name(*out.model, out.model->parameter_table()))
@@ -114,7 +114,7 @@ std::string run_of(const std::string& checkpoint) {
 }  // namespace
 
 LoadedModel load_model(const std::string& path, const std::vector<std::string>& overrides,
-                       torch::Device device) {
+                       torch::Device device, const LoadLabels& labels) {
   // eval and generate take the checkpoint as --checkpoint (resolve_checkpoint names --resume).
   std::error_code ec;
   const std::string run = run_of(path);
@@ -126,7 +126,7 @@ LoadedModel load_model(const std::string& path, const std::vector<std::string>& 
   };
   if (!std::filesystem::is_directory(path, ec)) {
     if (!run.empty() && !list_checkpoints(run).empty()) rotated_away("no longer exists");
-    fail("--checkpoint {}: no such directory", path);
+    fail("{} {}: no such directory", labels.path, path);
   }
   // A run directory, or the run of a checkpoint inside one, whose writer was killed outright.
   const std::string run_dir = run.empty() ? path : run;
@@ -148,7 +148,7 @@ LoadedModel load_model(const std::string& path, const std::vector<std::string>& 
   for (int attempt = 1;; ++attempt) {
     const std::string checkpoint = resolve_checkpoint(path);
     try {
-      LoadedModel out = load_resolved(checkpoint, overrides, device);
+      LoadedModel out = load_resolved(checkpoint, overrides, labels.overrides, device);
       if (std::filesystem::is_directory(checkpoint, ec)) return out;  // read whole, still there
     } catch (const std::exception&) {
       if (std::filesystem::is_directory(checkpoint, ec)) throw;

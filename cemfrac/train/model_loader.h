@@ -23,16 +23,22 @@ struct LoadedModel {
   std::map<std::string, torch::Tensor> head;
 };
 
-// `path` is a checkpoint directory or a run directory (its newest complete checkpoint). Tensors named
-// "cls.<x>" (a fine-tuning head) go to LoadedModel::head; every other tensor must be the model's.
-// `overrides` ("model.cem.steps=4", as --set) change architecture fields that no parameter's shape
-// depends on, before the model is built: only the fields marked OnCheckpoint::kMayChange in their
-// visit_fields() (e.g. model.cem.steps: evaluating a T = 2 model at T = 4, test-time scaling), read
-// as the run config reads --set. Any other key is a one-line error naming it.
-// The model is built on `device` and the checkpoint's tensors are copied there (a checkpoint holds
-// host tensors, so one saved from any device loads on any other; on kMeta only shapes are checked).
+// `path` is a checkpoint directory or a run directory (its newest complete checkpoint). Tensors
+// named "cls.<x>" (a fine-tuning head) go to LoadedModel::head; every other tensor must be the
+// model's. `overrides` ("model.cem.steps=4", as --set) change architecture fields that no
+// parameter's shape depends on, before the model is built: only the fields marked
+// OnCheckpoint::kMayChange in their visit_fields() (e.g. model.cem.steps: evaluating a T = 2 model
+// at T = 4, test-time scaling), read as the run config reads --set. Any other key is a one-line
+// error naming it. The model is built on `device` and the checkpoint's tensors are copied there (a
+// checkpoint holds host tensors, so one saved from any device loads on any other; on kMeta only
+// shapes are checked). How messages name the path and the overrides: the CLI's flags, or Python's
+// cemfrac.load.
+struct LoadLabels {
+  std::string path = "--checkpoint";
+  std::string overrides = "--set";
+};
 LoadedModel load_model(const std::string& path, const std::vector<std::string>& overrides = {},
-                       torch::Device device = torch::kCPU);
+                       torch::Device device = torch::kCPU, const LoadLabels& labels = {});
 
 // train.init_from: a new run that starts from a checkpoint's weights. Every parameter of `model`
 // whose name the checkpoint (a checkpoint or run directory, read as load_model reads it) also has
@@ -57,6 +63,6 @@ InitFromReport init_from_checkpoint(LmModelImpl& model, const std::string& path,
 // tests.
 ModelConfig apply_model_overrides(const nlohmann::json& config_json,
                                   const std::vector<std::string>& overrides,
-                                  const std::string& source);
+                                  const std::string& source, const std::string& flag = "--set");
 
 }  // namespace cemfrac

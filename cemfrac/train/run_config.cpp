@@ -32,10 +32,11 @@ const std::vector<std::string> kSections = {"model", "data", "train", "eval"};
 struct Origin {
   std::string file;
   std::string override_text;  // "section.key=value" when the values come from --set
+  std::string override_flag = "--set";  // how messages name where override_text came from
 };
 
 std::string locate(const toml::source_region& source, const Origin& origin) {
-  if (!origin.override_text.empty()) return "--set " + origin.override_text;
+  if (!origin.override_text.empty()) return origin.override_flag + " " + origin.override_text;
   return fmt::format("{}:{}", origin.file, source.begin.line);
 }
 
@@ -206,7 +207,8 @@ bool is_name(const std::string& s) {
 // "section.key=value" or "section.table.key=value" (a field of a nested table such as model.cem):
 // the value is TOML (20, 3e-4, true, "text", [..]); text that is not TOML is taken as a string, so
 // --set model.mixer=mha works without quotes.
-void apply_override(const std::string& text, Locations& locations, RunConfig& config) {
+void apply_override(const std::string& text, Locations& locations, RunConfig& config,
+                    const std::string& flag = "--set") {
   const size_t eq = text.find('=');
   const std::string lhs = eq == std::string::npos ? text : text.substr(0, eq);
   std::vector<std::string> parts;
@@ -218,13 +220,13 @@ void apply_override(const std::string& text, Locations& locations, RunConfig& co
   }
   CEMFRAC_CHECK(eq != std::string::npos && parts.size() >= 2 &&
                     std::all_of(parts.begin(), parts.end(), is_name),
-                "--set {}: expected section.key=value (e.g. --set train.steps=20)", text);
+                "{} {}: expected section.key=value (e.g. {} train.steps=20)", flag, text, flag);
   const std::string section = parts.front();
   const std::string key = lhs.substr(section.size() + 1);  // dotted: a key of a nested table
   const std::string value = text.substr(eq + 1);
   toml::table doc;
   if (auto parsed =
-          try_parse_toml_text(fmt::format("[{}]\n{} = {}\n", section, key, value), "--set")) {
+          try_parse_toml_text(fmt::format("[{}]\n{} = {}\n", section, key, value), flag)) {
     doc = std::move(*parsed);
   } else {
     toml::table inner{{parts.back(), value}};
@@ -232,7 +234,7 @@ void apply_override(const std::string& text, Locations& locations, RunConfig& co
       inner = toml::table{{parts[i], std::move(inner)}};
     doc = toml::table{{section, std::move(inner)}};
   }
-  read_document(doc, Origin{"", text}, locations, config);
+  read_document(doc, Origin{"", text, flag}, locations, config);
 }
 
 std::optional<ConfigProblem> problem(const std::string& key, std::string message) {
@@ -420,13 +422,14 @@ RunConfig with_overrides(RunConfig config, const std::vector<std::string>& overr
   return config;
 }
 
-void override_model_fields(ModelConfig& model, const std::vector<std::string>& overrides) {
+void override_model_fields(ModelConfig& model, const std::vector<std::string>& overrides,
+                           const std::string& flag) {
   RunConfig config;
   config.model = std::move(model);
   Locations locations;
   for (const std::string& text : overrides) {
-    CEMFRAC_CHECK(text.rfind("model.", 0) == 0, "--set {}: expected model.key=value", text);
-    apply_override(text, locations, config);
+    CEMFRAC_CHECK(text.rfind("model.", 0) == 0, "{} {}: expected model.key=value", flag, text);
+    apply_override(text, locations, config, flag);
   }
   model = std::move(config.model);
 }

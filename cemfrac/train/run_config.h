@@ -125,7 +125,9 @@ RunConfig with_overrides(RunConfig config, const std::vector<std::string>& overr
 // the same reader as the TOML file and --set of a run config; not validated (the caller does).
 // Errors name the --set text. eval / generate use it on a checkpoint's model
 // (train/model_loader.h).
-void override_model_fields(ModelConfig& model, const std::vector<std::string>& overrides);
+// `flag` names where the texts came from in messages ("--set"; Python: "cemfrac.load: override").
+void override_model_fields(ModelConfig& model, const std::vector<std::string>& overrides,
+                           const std::string& flag = "--set");
 // The checks of the [train] section, for a model of `context` positions (<= 0: unknown, seq_len
 // unbounded); run configs and the trainer both apply them (nullopt = valid).
 std::optional<ConfigProblem> train_config_problem(const TrainConfig& train, int64_t context);

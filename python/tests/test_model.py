@@ -145,7 +145,15 @@ def test_errors(run, tmp_path):
         cemfrac.load(missing)
     r = subprocess.run([CEMFRAC_EXE, "eval", "--checkpoint", str(missing), "--data", f"{run['data']}:test"],
                        capture_output=True, text=True)
-    assert "\n" not in str(info.value) and str(info.value) in r.stderr
+    # One line each, naming what the caller wrote: Python's arguments, the CLI's flags.
+    assert "\n" not in str(info.value) and str(info.value).startswith(f"cemfrac.load: path {missing}")
+    assert "--" not in str(info.value) and f"--checkpoint {missing}" in r.stderr
+    for overrides, needle in [(["model.d_model=8"], "cemfrac.load: override model.d_model=8"),
+                              (["model.cem.steps=zero"], "cemfrac.load: override model.cem.steps=zero"),
+                              (["steps"], "cemfrac.load: override steps")]:
+        with pytest.raises(cemfrac.Error) as info:
+            cemfrac.load(run["run"], overrides)
+        assert needle in str(info.value) and "--set" not in str(info.value), str(info.value)
     model = cemfrac.load(run["run"])
     with pytest.raises(cemfrac.Error, match="model input must be int64 token ids"):
         model(torch.zeros(1, 3))
