@@ -33,6 +33,16 @@ def continued_fraction(a: torch.Tensor, eps: float = 0.01, dim: int = -1, backwa
     dim: -2 on an (..., d, L) tensor is the kernel's own layout (no copy); any other dim costs one
       transposing copy of `a` in the forward.
 
+    Overflow and non-finite inputs (docs/layers/ladders.md): the continuants can overflow while f
+    does not (|K_j| grows like prod(|a_k| + 1), e.g. every a_k = 1e30 in float32); the fused kernel
+    then recomputes that ladder on a slow path with a separate exponent per continuant, so for any
+    finite input f is finite whenever K_{d-1} / K̂_d is representable (|f| <= |K_{d-1}| / eps) and the
+    gradient is finite whenever the exact gradient is (mixing zeros and huge values can make the exact
+    gradient itself exceed the dtype: a = (0, 1e30) has df/da_1 = -1e60). impl="reference" and
+    "literal" have no slow path: they give inf or nan there. Non-finite inputs are not guarded: a nan
+    anywhere in a ladder gives nan f and gradients for that ladder only (the others keep their bits);
+    +-inf follows IEEE arithmetic (d = 1: f(+-inf) = +-0; deeper ladders give inf / inf = nan).
+
     Calls from several Python threads run concurrently (the GIL is released).
     """
     return _C.continued_fraction(a, float(eps), int(dim), str(backward), str(impl))

@@ -94,6 +94,22 @@ def test_near_and_at_a_pole_matches_the_documented_clamp():
         assert (f.abs() <= tails(a)[d - 1].abs() / eps * (1 + 1e-12)).all()
 
 
+def test_overflow_and_non_finite_inputs_follow_the_docstring():
+    cf = cemfrac.ops.continued_fraction
+    huge = torch.full((4, 3), 1e30)  # continuants overflow float32, f = 1 / a_1 does not
+    assert torch.allclose(cf(huge), torch.full((4,), 1e-30), rtol=1e-6)
+    assert not torch.isfinite(cf(huge, impl="reference")).any()  # no slow path there
+    a = torch.tensor([0.0, 1e30], requires_grad=True)  # f = 1e30, df/da_1 = -1e60: beyond float32
+    cf(a).backward()
+    assert cf(a.detach()).item() == pytest.approx(1e30, rel=1e-6) and a.grad[0] == -float("inf")
+    x = torch.tensor([[1.0, 2.0], [float("nan"), 2.0], [3.0, 4.0]])  # a nan stays in its ladder
+    out = cf(x)
+    assert torch.isnan(out[1]) and torch.equal(out[[0, 2]], cf(x[[0, 2]]))
+    inf = float("inf")
+    assert cf(torch.tensor([[inf], [-inf]])).tolist() == [0.0, -0.0]  # d = 1: 1 / +-inf
+    assert torch.isnan(cf(torch.tensor([1.0, inf]))).item()  # deeper: inf / inf
+
+
 def test_empty_batch_noncontiguous_and_layouts():
     a = positive((0, 4)).requires_grad_(True)
     f = cf(a)
