@@ -211,6 +211,16 @@ TrainBatch FinetuneData::validation_batch(int64_t k) const {
   return batch_of(validation_, rows);
 }
 
+torch::Tensor pool_last_token(const torch::Tensor& features, const torch::Tensor& tokens,
+                              TokenId pad) {
+  const int64_t S = tokens.size(1);
+  // The last non-padding position: the largest index whose token is not the pad.
+  const torch::Tensor pos =
+      (tokens.ne(pad).to(torch::kInt64) * torch::arange(S, tokens.options().dtype(torch::kInt64)))
+          .argmax(1);  // (B)
+  return features.gather(1, pos.view({-1, 1, 1}).expand({-1, 1, features.size(2)})).squeeze(1);
+}
+
 void predict(const std::function<torch::Tensor(const torch::Tensor&)>& forward,
              const FinetuneData& data, const std::vector<EncodedExample>& examples,
              int64_t batch, bool regression, std::vector<int64_t>* classes,
@@ -280,14 +290,7 @@ FinetuneResult run_finetune(const FinetuneOptions& o) {
   const TokenId eot = tok.eot_id();
   auto forward = [model, head, eot, device](const torch::Tensor& batch) mutable {
     const torch::Tensor x = batch.to(device);           // predict() passes host batches
-    const torch::Tensor feats = lm_features(model, x);  // (B, S, D)
-    const int64_t S = x.size(1);
-    // The last non-padding position: the largest index whose token is not the end-of-text pad.
-    const torch::Tensor pos =
-        (x.ne(eot).to(torch::kInt64) * torch::arange(S, x.options())).argmax(1);  // (B)
-    const torch::Tensor pooled =
-        feats.gather(1, pos.view({-1, 1, 1}).expand({-1, 1, feats.size(2)})).squeeze(1);
-    return head->forward(pooled);
+    return head->forward(pool_last_token(lm_features(model, x), x, eot));
   };
   TrainModel tm;
   tm.module = model.ptr();

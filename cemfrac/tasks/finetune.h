@@ -37,6 +37,12 @@ namespace cemfrac {
 // every model kind.
 torch::Tensor lm_features(LmModel& model, const torch::Tensor& tokens);
 
+// The pooled input of the head: for each row of `tokens` (B, S), the feature (B, S, D) at its last
+// position whose token is not `pad` (the end-of-text id pads rows on the right; every row starts
+// with one, so a row of only padding pools position 0). (B, D).
+torch::Tensor pool_last_token(const torch::Tensor& features, const torch::Tensor& tokens,
+                              TokenId pad);
+
 // The head, registered on the backbone as "cls" so that the backbone's module holds every trained
 // tensor under its checkpoint name.
 class ClassifierHeadImpl : public TaggedModule {

@@ -236,6 +236,73 @@ TEST(Finetune, FeaturesTimesHeadAreTheForwardLogitsOnEveryModelKind) {
   }
 }
 
+// The head reads the last real token's feature. On a model: a padded row pools exactly the feature
+// the unpadded sequence has at its last position (a causal model; pooling one position early or at
+// the padded end gives another vector, which the second half checks the test can see).
+TEST(Finetune, PoolingTakesTheLastNonPaddingTokenOfEveryRow) {
+  const TokenId pad = 0;
+  // Features that name their own position: feature[b, s, :] = 10 b + s.
+  const torch::Tensor pos = torch::arange(6, torch::kFloat32).view({1, 6, 1});
+  const torch::Tensor feats =
+      (pos + 10 * torch::arange(3, torch::kFloat32).view({3, 1, 1})).expand({3, 6, 2}).contiguous();
+  const torch::Tensor tokens = torch::tensor({0, 5, 6, 0, 7, 0,   // pair: last real token at 4
+                                              0, 5, 0, 0, 0, 0,   // short: 1
+                                              0, 5, 6, 7, 8, 9},  // full: 5
+                                             torch::kInt64)
+                                   .view({3, 6});
+  const torch::Tensor pooled = pool_last_token(feats, tokens, pad);
+  EXPECT_TRUE(torch::equal(pooled.select(1, 0), torch::tensor({4.0f, 11.0f, 25.0f}))) << pooled;
+
+  for (const Kind& k : kKinds) {
+    SCOPED_TRACE(k.name);
+    torch::manual_seed(5);
+    LmModel model(kind_config(k));
+    model->eval();
+    torch::NoGradGuard g;
+    const std::vector<int64_t> row = {256, 40, 41, 42, 256, 43, 44};  // eot a a a eot b b
+    torch::Tensor padded = torch::full({1, 11}, 256, torch::kInt64);
+    padded.narrow(1, 0, 7).copy_(torch::tensor(row).view({1, 7}));
+    const torch::Tensor alone = lm_features(model, torch::tensor(row).view({1, 7}));
+    const torch::Tensor got = pool_last_token(lm_features(model, padded), padded, 256);
+    EXPECT_LT(test::rel_err(got, alone.select(1, 6)), 1e-5);
+    EXPECT_GT(test::rel_err(got, alone.select(1, 5)), 1e-3);  // one position early differs
+    EXPECT_GT(test::rel_err(got, lm_features(model, padded).select(1, 10)), 1e-3);  // padded end
+  }
+}
+
+// predict() gives one prediction per example, in order, whatever the batch size: a forward whose
+// argmax is each row's second token (the first is the end-of-text id) must come back unchanged for
+// 7 examples in batches of 1, 3 and 7, and regression scores likewise.
+TEST(Finetune, PredictKeepsEveryExampleInOrder) {
+  std::vector<EncodedExample> examples;
+  for (int64_t i = 0; i < 7; ++i) examples.push_back({{256, (i * 5) % 7, 3}, (i * 5) % 7, 0.0});
+  const auto tok = make_tokenizer("byte");
+  FinetuneData sized("test", false, examples, examples, tok.get());
+  DataLayout layout;
+  layout.seq_len = 4;
+  layout.micro_batch = 1;
+  sized.open(layout);
+  auto forward = [](const torch::Tensor& batch) {
+    return torch::one_hot(batch.select(1, 1), 7).to(torch::kFloat32);  // (B, 7)
+  };
+  for (int64_t b : {1, 3, 7}) {
+    std::vector<int64_t> classes;
+    std::vector<double> scores;
+    predict(forward, sized, examples, b, false, &classes, &scores);
+    ASSERT_EQ(classes.size(), examples.size()) << b;
+    for (size_t i = 0; i < examples.size(); ++i) EXPECT_EQ(classes[i], examples[i].label) << b;
+    classes.clear();
+    predict(
+        [](const torch::Tensor& x) {
+          return x.select(1, 1).to(torch::kFloat32).view({-1, 1});
+        },
+        sized, examples, b, true, &classes, &scores);
+    ASSERT_EQ(scores.size(), examples.size()) << b;
+    for (size_t i = 0; i < examples.size(); ++i)
+      EXPECT_EQ(scores[i], static_cast<double>(examples[i].label)) << b;
+  }
+}
+
 void write_mrpc_like(const std::string& dir) {
   std::filesystem::create_directories(dir);
   std::string rows = "\xEF\xBB\xBFQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n";
