@@ -1,6 +1,6 @@
 // cemfrac info: what this build runs on. Version, LibTorch, threads, the BLAS library and the
-// kernel set
-// ("core") it runs, how that core was chosen, the sgemm check, and the measured sgemm rate.
+// kernel set ("core") it runs, how that core was chosen, the sgemm check, and the measured sgemm
+// rate.
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 

@@ -6,10 +6,9 @@
 //   others to notice on their own (they exit naming the lost rank), then kill what is left, and
 //   exit 1 naming the first failed rank;
 // - SIGINT/SIGTERM to the launcher is forwarded once to every rank (each is in its own process
-// group,
-//   so a terminal's Ctrl-C reaches them only through the launcher): the ranks agree on the step to
-//   stop at and rank 0 saves one checkpoint; ranks that exit 3 (interrupted, as `train`), with
-//   none failed, make the launcher exit 3 too.
+//   group, so a terminal's Ctrl-C reaches them only through the launcher): the ranks agree on the
+//   step to stop at and rank 0 saves one checkpoint; ranks that exit 3 (interrupted, as `train`),
+//   with none failed, make the launcher exit 3 too.
 #include <fmt/format.h>
 #include <signal.h>
 #include <sys/prctl.h>

@@ -1,8 +1,9 @@
 // Tokenizers behind one interface.
 //   byte    256 byte ids + end-of-text (id 256)
 //   gpt2    GPT-2's byte-level BPE from encoder.json + vocab.bpe (ids equal the reference
-//   tokenizer's) sp:N    a SentencePiece model of vocabulary N trained on the training split by
-//   `cemfrac prepare`
+//           tokenizer's)
+//   sp:N    a SentencePiece model of vocabulary N trained on the training split by
+//           `cemfrac prepare`
 // A tokenizer saves itself into a directory (beside prepared data, inside checkpoints) as
 // tokenizer.json (kind and settings) plus the files it needs, and load_tokenizer() reads it back.
 // docs/tokenizers.md describes each kind, its ids and the saved format.

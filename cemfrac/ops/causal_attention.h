@@ -11,9 +11,8 @@
 //     the hidden upper triangle and keeps masked probabilities exact zeros; values that are the
 //     keys (v.is_same(k), CEM) take one gradient for both. Elsewhere the twin; the backward is an
 //     operator too, whose create_graph path is the closed form in tensor ops (second derivatives).
-//   - Anything else (a continuation against a decode cache, other devices): explicit matmuls, the
-//   mask
-//     and a softmax, differentiated by autograd.
+//   - Anything else (a continuation against a decode cache, other devices): explicit matmuls,
+//     the mask and a softmax, differentiated by autograd.
 //   causal_attention_reference: the same function in the plainest ATen ops (the test oracle).
 #pragma once
 #include <ATen/core/Tensor.h>

@@ -60,9 +60,8 @@ GpBatch sample_gp_batch(int64_t batch, const GpTaskOptions& options, at::Generat
                         bool with_oracle);
 
 // The oracle for given observations: out[b, m-1] = E[y_m | y_0..y_{m-1}] = k_m^T (K_m + s^2 I)^-1
-// y_<m for m = 1..N-1, with K_m the kernel over t_0..t_{m-1} and k_m = k(t_<m, t_m). t, y (B, N)
-// float64
-// -> (B, N - 1) float64.
+// y_<m for m = 1..N-1, with K_m the kernel over t_0..t_{m-1} and k_m = k(t_<m, t_m).
+// t, y (B, N) float64 -> (B, N - 1) float64.
 // Fast path: one Cholesky C C^T = K + s^2 I over all N points. The factor of a leading block is the
 // leading block of C, and row m of C below the diagonal is (C_m^-1 k_m)^T, so with z = C^-1 y
 // (forward substitution, whose prefixes depend only on prefixes):

@@ -2,7 +2,8 @@
 //   model.safetensors      the parameters by name (one entry per distinct tensor: tied ones once)
 //   optimizer.safetensors  AdamW moments and step per parameter name (train/optimizer.h)
 //   trainer.json           format + version, step, tokens, RNG state, loader cursor, schedule,
-//   losses config.json            the model architecture: the only source of truth when loading
+//                          losses
+//   config.json            the model architecture: the only source of truth when loading
 //   tokenizer/             Tokenizer::save output (when the run has a tokenizer)
 // The directory is filled under a temporary name beside it and renamed when complete
 // (core/atomic_file.h), so a directory named step-N is always complete; older checkpoints are

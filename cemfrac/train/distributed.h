@@ -15,11 +15,11 @@
 // no-op and training is exactly the one-process code path.
 //
 // Gradients are reduced in buckets by our own code, in one of two ways (train.dist_overlap):
-//   overlapped (default, GradientReducer below): buckets in reverse parameter-table order (the
-//   order
-//     backward produces gradients, as in PyTorch's DDP); autograd hooks on each parameter's
-//     gradient accumulator launch a bucket's asynchronous all-reduce as soon as all its gradients
-//     are final, during the step's last backward pass; the optimizer step waits for all of them.
+//   overlapped (default, GradientReducer below): buckets in reverse parameter-table order
+//     (the order backward produces gradients, as in PyTorch's DDP); autograd hooks on each
+//     parameter's gradient accumulator launch a bucket's asynchronous all-reduce as soon as all its
+//     gradients are final, during the step's last backward pass; the optimizer step waits for all
+//     of them.
 //   after backward (DistContext::allreduce_mean): every bucket all-reduced after the whole
 //   backward.
 // Either way each element is summed once over ranks and then divided by the world size, so the

@@ -1,7 +1,6 @@
 // A run = [model] + [data] + [train] + [eval] sections of a TOML file (configs/*.toml), overridden
-// by
-// `--set section.key=value`, printed at start and saved as config.toml in the run directory. Each
-// field is declared once in its struct's visit_fields() (key, default, help).
+// by `--set section.key=value`, printed at start and saved as config.toml in the run directory.
+// Each field is declared once in its struct's visit_fields() (key, default, help).
 #pragma once
 #include <cstdint>
 #include <optional>

@@ -24,8 +24,8 @@ namespace {
 namespace fs = std::filesystem;
 
 // Directory name -> level (0 = the bottom) from the diagram: the first fenced block after the
-// heading
-// "## Layers of the code"; each line names its directories first ("data/  kernels/  io/   text").
+// heading "## Layers of the code"; each line names its directories first ("data/  kernels/  io/
+// text").
 std::map<std::string, int> levels_from_contributing(const std::string& markdown) {
   std::istringstream in(markdown);
   std::string line;

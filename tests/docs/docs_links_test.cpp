@@ -2,8 +2,7 @@
 //
 // Checked in README.md, CONTRIBUTING.md, docs/**/*.md and the suite reports results/*/results.md:
 // - a Markdown link [text](target) outside code: the file or folder exists, relative to the file
-// that
-//   links; an anchor (#part) into a Markdown file names one of its headings (GitHub's anchors:
+//   that links; an anchor (#part) into a Markdown file names one of its headings (GitHub's anchors:
 //   lower case, punctuation dropped, spaces as -, a repeated heading gets -1, -2, ...);
 // - a path in the text or in code that starts with a top-level folder of the repository (cemfrac/,
 //   docs/, results/, configs/, scripts/, ...): it exists. A path with a placeholder (<suite>, *,

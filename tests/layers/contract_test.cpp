@@ -1,11 +1,11 @@
 // The contract every mixer and FFN kind keeps, checked for every kind the registry knows (a new
 // kind is picked up without editing this file) under one or more tiny configs:
 //   mixers: shapes; causality (bitwise outputs and exactly-zero gradients towards the future);
-//   batch
-//           independence; every trainable parameter gets a finite, non-zero gradient; determinism
-//           of init and forward; decoding through the state (chunks and single tokens) equals the
-//           full forward; the meta-device module has the same parameters and runs a forward and
-//           a backward on a meta input (nothing pinned to the CPU); and, in a whole model,
+//           batch independence; every trainable parameter gets a finite, non-zero gradient;
+//           determinism of init and forward; decoding through the state (chunks and single tokens)
+//           equals the full forward; the meta-device module has the same parameters and runs a
+//           forward and a backward on a meta input (nothing pinned to the CPU); and, in a whole
+//           model,
 //           cached decoding gives the full forward's logits in float32 and float64, and the model
 //           learns one batch.
 //   FFNs:   shapes; position-wise (bitwise); gradients; determinism; meta device; a whole model

@@ -1,7 +1,7 @@
 // Frequency scaling of RoPE for long contexts, as a nested table of the model config
 // (`model.rope_scaling = { type = "llama3", factor = 32.0, ... }`). "llama3" is the scheme of
-// Meta's Llama 3.1 / 3.2 releases: with wavelength lambda_i = 2 pi / w_i of each rotary frequency
-// w_i,
+// Meta's Llama 3.1 / 3.2 releases: with wavelength lambda_i = 2 pi / w_i of each rotary
+// frequency w_i,
 //   lambda_i < C / high_freq_factor   ->  w_i unchanged            (short wavelengths: local order)
 //   lambda_i > C / low_freq_factor    ->  w_i / factor             (long wavelengths: stretched)
 //   otherwise                         ->  (1 - s) w_i / factor + s w_i,

@@ -14,13 +14,11 @@
 //   eta_raw (1)       eta = softplus(eta_raw), when learnable (not frozen, no preconditioner)
 //   lambda_raw (1)    lambda = softplus(lambda_raw) of the proximal term (cem.prox = learned)
 //   delta (H, D)      D+LR diagonal per head (dlr = per_head); (D) when shared
-//   precond.p (D), precond.u (D, r), precond.v (D, r)   the preconditioner (precond.v absent when
-//   psd)
+//   precond.p (D), precond.u (D, r), precond.v (D, r)   the preconditioner (v absent when psd)
 // Reports to MixerContext::observer, for full sequences without a state (cemfrac eval
 // --cem-energy):
-//   "energy.<t>"  (B, N) the energy E_i before step 1 (t = 0) and after step t; observing it costs
-//   one
-//                 energy per step and takes the direct loop.
+//   "energy.<t>"  (B, N) the energy E_i before step 1 (t = 0) and after step t; observing it
+//                 costs one energy per step and takes the direct loop.
 // Decode state: K (after RoPE) of every position seen, (B, H, T, d_h): half of MHA's K + V; plus
 // the inputs h (B, T, D) under D+LR and, only for the naive RoPE ablation, the unrotated keys.
 #pragma once

@@ -12,8 +12,7 @@
 //   w_g (M, D)        the gate projection, applied to h only
 //   eta_raw (1)       eta = softplus(eta_raw), when learnable
 //   lambda_raw (1)    lambda = softplus(lambda_raw) of the proximal term (cem.prox = learned)
-//   precond.p (D), precond.u (D, r), precond.v (D, r)   the preconditioner (precond.v absent when
-//   psd)
+//   precond.p (D), precond.u (D, r), precond.v (D, r)   the preconditioner (v absent when psd)
 // Reports to its observer (FfnImpl::set_observer; cemfrac eval --cem-energy): "energy.<t>" (B, N),
 // the energy before step 1 (t = 0) and after step t; observing it costs one energy per step.
 #pragma once
