@@ -1,4 +1,5 @@
-// Every link and every repository path the Markdown docs cite resolves.
+// Every link and every repository path the Markdown docs cite resolves, and every test they cite
+// exists (missing_cited_tests).
 //
 // Checked in README.md, CONTRIBUTING.md, docs/**/*.md and the suite reports results/*/results.md:
 // - a Markdown link [text](target) outside code: the file or folder exists, relative to the file
@@ -16,6 +17,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -216,6 +218,84 @@ std::string joined(const std::vector<std::string>& v) {
   std::string s;
   for (const auto& x : v) s += x + "\n";
   return s;
+}
+
+// The tests the docs cite exist. A cited test is `Suite.Name` in backticks (`Suite.Name...` cites
+// every test whose name starts so; `Suite.*` cites the suite), or a bare `CamelCaseName` of three
+// or more words in backticks with "test" in the 60 characters before it. The defined tests are the
+// TEST / TEST_F / TEST_P lines of the .cpp files under `root`/tests. docs/history/ is left out: it
+// records what was, under the names of its day. Returns "file:line: ..." per missing test.
+std::vector<std::string> missing_cited_tests(const fs::path& root) {
+  std::set<std::pair<std::string, std::string>> defined;
+  std::set<std::string> suites, names;
+  static const std::regex test_line(R"(TEST(?:_F|_P)?\(\s*(\w+),\s*(\w+)\))");
+  if (fs::is_directory(root / "tests"))
+    for (const auto& e : fs::recursive_directory_iterator(root / "tests")) {
+      if (!e.is_regular_file() || e.path().extension() != ".cpp") continue;
+      const std::string text = read_file(e.path().string());
+      for (std::sregex_iterator it(text.begin(), text.end(), test_line), end; it != end; ++it) {
+        defined.insert({(*it)[1], (*it)[2]});
+        suites.insert((*it)[1]);
+        names.insert((*it)[2]);
+      }
+    }
+  static const std::regex code(R"(`([^`\n]+)`)");
+  static const std::regex dotted(R"(\b([A-Z][A-Za-z0-9]+)\.([A-Z][A-Za-z0-9]+|\*)(\.\.\.)?)");
+  static const std::regex bare(R"(^[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*){2,}$)");
+  std::vector<std::string> bad;
+  for (const fs::path& file : doc_files(root)) {
+    const std::string rel = fs::relative(file, root).string();
+    if (rel.rfind("docs/history/", 0) == 0 || rel.rfind("results/", 0) == 0) continue;
+    const std::string text = read_file(file.string());
+    for (std::sregex_iterator it(text.begin(), text.end(), code), end; it != end; ++it) {
+      const std::string inner = (*it)[1];
+      const size_t at = static_cast<size_t>(it->position(0));
+      const int line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + at, '\n'));
+      auto missing = [&](const std::string& what) {
+        bad.push_back(rel + ":" + std::to_string(line) +
+                      ": cites a test that does not exist: " + what);
+      };
+      bool any_dotted = false;
+      for (std::sregex_iterator d(inner.begin(), inner.end(), dotted), dend; d != dend; ++d) {
+        any_dotted = true;
+        const std::string suite = (*d)[1], name = (*d)[2];
+        if (!suites.count(suite)) continue;  // not a test suite: a type, a file, a method
+        bool found = false;
+        for (const auto& [s, n] : defined)
+          found = found || (s == suite && (name == "*" || n == name ||
+                                           ((*d)[3].matched && n.rfind(name, 0) == 0)));
+        if (!found) missing(suite + "." + name);
+      }
+      std::string before = text.substr(at >= 60 ? at - 60 : 0, at >= 60 ? 60 : at);
+      std::transform(before.begin(), before.end(), before.begin(), ::tolower);
+      if (!any_dotted && std::regex_match(inner, bare) &&
+          before.find("test") != std::string::npos && !names.count(inner))
+        missing(inner);
+    }
+  }
+  return bad;
+}
+
+TEST(DocsLinks, EveryTestTheDocsCiteExists) {
+  const auto bad = missing_cited_tests(source_path(""));
+  EXPECT_TRUE(bad.empty()) << joined(bad);
+}
+
+TEST(DocsLinks, FindsPlantedCitationsOfMissingTests) {
+  const fs::path root = temp_dir("docs-tests");
+  fs::create_directories(root / "tests/x");
+  fs::create_directories(root / "docs/history");
+  write_file((root / "tests/x/a_test.cpp").string(),
+             "TEST(Alpha, DoesOneThing) {}\nTEST_P(Alpha, DoesAnotherThingWell) {}\n");
+  write_file((root / "docs/history/old.md").string(), "test `Alpha.Gone`\n");  // history: skipped
+  write_file((root / "docs/a.md").string(),
+             "`Alpha.DoesOneThing`, `Alpha.DoesAnother...`, `Alpha.*`, `LmModel.forward`, a type "
+             "`CompositeExplicitAutograd`, the test `DoesOneThing`\n"
+             "`Alpha.DoesNothing` and, tested by `SomethingNeverWritten`.\n");
+  const auto bad = missing_cited_tests(root);
+  ASSERT_EQ(bad.size(), 2u) << joined(bad);
+  EXPECT_EQ(bad[0], "docs/a.md:2: cites a test that does not exist: Alpha.DoesNothing");
+  EXPECT_EQ(bad[1], "docs/a.md:2: cites a test that does not exist: SomethingNeverWritten");
 }
 
 TEST(DocsLinks, EveryLinkAndPathInTheDocsResolves) {
