@@ -1,4 +1,4 @@
-// Google Benchmark for the continued-fraction ladder (issue 4): the fused op against the ATen
+// Google Benchmark for the continued-fraction ladder: the fused op against the ATen
 // reference and the literal ladder, forward and forward+backward, args = rows x ladder_depth x
 // n_ladders. Bytes reported are the bytes that must move (forward: a in, f out; forward+backward: a
 // in twice, f out, upstream gradient in, grad a out), so bytes_per_second compares directly with a
@@ -72,7 +72,7 @@ void BM_Continuant_ForwardBackward_Kernel(benchmark::State& state) {
 }
 
 void ladder_args(benchmark::internal::Benchmark* b) {
-  // 2^20 ladders (the paper-sized case of issue 4) at each depth, plus a small L2-resident case.
+  // 2^20 ladders (the paper-sized case) at each depth, plus a small L2-resident case.
   for (int64_t d : {1, 2, 4, 6, 8}) b->Args({1024, d, 1024});
   b->Args({16, 8, 1031});
   b->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -1,4 +1,4 @@
-// cemfrac bench generate: prefill and decode speed of greedy generation (issue 19), through the
+// cemfrac bench generate: prefill and decode speed of greedy generation, through the
 // library's batched path (generate_batch, what `cemfrac generate --prompts` runs), against a
 // PyTorch eager peer with a KV cache in the same run.
 //
@@ -74,7 +74,7 @@ using nlohmann::json;
 
 constexpr const char* kPython = kPeerPython;
 constexpr const char* kPeerRelPath = "bench/peers/decode_peer.py";
-constexpr double kTargetDecodeRatio = 3.0;  // issue 19: decode at batch 1 >= 3x the peer
+constexpr double kTargetDecodeRatio = 3.0;  // the target: decode at batch 1 >= 3x the peer
 // The peer's logits (last prompt position and first decoded position, every row of the largest
 // batch) must be within kPeerLogitRtol x the largest |logit| of cemfrac's. Both compute the same
 // float32 function in another op order (fused vs explicit attention, other GEMM shapes): each

@@ -1,4 +1,4 @@
-// cemfrac bench train --nproc N: data-parallel scaling on this machine (issue 15). Three real
+// cemfrac bench train --nproc N: data-parallel scaling on this machine. Three real
 // training runs of the same config and the same global batch (N x micro_batch x seq_len tokens per
 // step):
 //   dp      N ranks x 1 thread   (cemfrac launch --nproc N -- --threads 1 train ...)
@@ -176,7 +176,7 @@ int run_train_bench_nproc(const std::string& config, const std::vector<std::stri
       "overlapped with backward (train.dist_overlap = {})\n",
       cases[0].allreduce_ms, cases[0].exposed_ms, 100 * overlap, rc.train.dist_overlap);
   fmt::print(
-      "(issue 15 targets: >= 1.8x over 1x1 and not slower than 1x{}; measure on a quiet "
+      "(targets: >= 1.8x over 1x1 and not slower than 1x{}; measure on a quiet "
       "machine)\n",
       nproc);
   return 0;

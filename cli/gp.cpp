@@ -1,5 +1,5 @@
 // cemfrac gp: the CEM paper's synthetic experiment, Gaussian-process in-context regression, RMSE
-// against the recursion depth T (issue 7; docs/gp.md).
+// against the recursion depth T (docs/gp.md).
 //
 //   cemfrac gp [--steps 1,2,4,8] [--variants fixed,iterate,...] [--train-steps N] [--batch B] [--lr
 //   X] [--eval-seqs S] [--layers L]

@@ -1,4 +1,4 @@
-// cemfrac._C: the Python binding (issue 16; docs/python.md). Thin: every computation is the
+// cemfrac._C: the Python binding (docs/python.md). Thin: every computation is the
 // library's own code, in the same process and the same LibTorch as torch (Debian's python3-torch
 // loads the system libtorch). The Python package (python/cemfrac/*.py) builds torch.nn.Modules
 // around these handles: their nn.Parameters are the C++ modules' parameter tensors themselves (same

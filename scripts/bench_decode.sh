@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Decode speed of `cemfrac generate` on small presets, for a before/after comparison on a quiet machine
-# (issue 17: the KV cache preallocated to the context instead of concatenated per token).
+# (the KV cache preallocated to the context instead of concatenated per token).
 #
 #   scripts/bench_decode.sh CEMFRAC_BINARY [OUT_DIR] [PRESET...]
 #
@@ -14,7 +14,7 @@
 # back to back, with the same CEMFRAC_THREADS, and compare the rows. The generated text of the two
 # binaries should be identical (greedy): the script keeps it in OUT_DIR/<preset>.txt to diff.
 # Settings (environment): SHORT=8 LONG=200 REPS=3 CEMFRAC_THREADS (default: all cores) DATA=data/brown.
-# `cemfrac bench generate` (issue 19) times prefill and decode separately, in process, at several
+# `cemfrac bench generate` times prefill and decode separately, in process, at several
 # batch sizes and against a PyTorch peer; this script stays for whole-process before/after timing.
 set -euo pipefail
 

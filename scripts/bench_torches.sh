@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The same benchmark rows against both torches of CI (issue 47), in one window on one machine: the
+# The same benchmark rows against both torches of CI, in one window on one machine: the
 # host leg's build (Debian's LibTorch 1.13, OpenBLAS 0.3.21; build/) and the pip leg's (torch
 # 2.11.0+cu130 from PyPI, which carries its own BLAS; build-pip/), each against the PyTorch eager peer
 # of its own torch (the peers run under the build's interpreter, cli/peer_util.h). The builds alternate

@@ -5,8 +5,8 @@
 # validation and test splits, and print a Markdown table (parameters, val/test perplexity and bits
 # per byte, training tokens/s, largest gradient norm).
 #
-#   scripts/compare.sh cem        # Llama baseline + the CEM variants (issue 6)
-#   scripts/compare.sh cofrgenet  # GPT-2 baseline + the CoFrGeNet variants and their baselines (issue 5)
+#   scripts/compare.sh cem        # Llama baseline + the CEM variants
+#   scripts/compare.sh cofrgenet  # GPT-2 baseline + the CoFrGeNet variants and their baselines
 #   scripts/compare.sh cem --set train.steps=400   # extra overrides go to every run
 #
 # Every model gets the same shape (D 256, L 4, H 4, context 128), the same data order and seed, the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The pip leg (issue 47): cemfrac built and tested against PyTorch from PyPI, the stack a GPU user has.
+# The pip leg: cemfrac built and tested against PyTorch from PyPI, the stack a GPU user has.
 #  1. A venv (build-pip/venv, from Debian's python3) with the torch 2.11.0 of scripts/pip-torch.txt,
 #     installed with --require-hashes; remade only when that file changes. The interop tests'
 #     transformers (scripts/pip-interop.txt) is added on top, also with --require-hashes. pip's own cache

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Kill soak (issue 38; docs/formats.md, "One writer per directory"): a tiny-llama run with
+# Kill soak (docs/formats.md, "One writer per directory"): a tiny-llama run with
 # train.checkpoint_every = 1 and train.keep_checkpoints = 2 is killed with SIGKILL at a random moment
 # KILLS times in a row (default 50), each time resumed the documented way (--resume RUN), then run
 # to the end; its last checkpoint's model.safetensors and optimizer.safetensors and its losses must

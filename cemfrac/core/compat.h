@@ -1,8 +1,8 @@
 // The few API differences between LibTorch 1.13 (Debian 12's libtorch-dev) and LibTorch 2.x (Debian
-// 13's 2.6, measured in issue 35; PyPI's 2.11.0+cu130, the pip leg, scripts/pip-leg.sh) live here and
+// 13's 2.6, measured once; PyPI's 2.11.0+cu130, the pip leg, scripts/pip-leg.sh) live here and
 // nowhere else (and in CMakeLists.txt where the difference is in the build: torch's fmt, libtorch.so). Code calls
 // the cemfrac::compat names. The top-level CMakeLists.txt checks the version it finds (1.13 or 2.x) and
-// says which one it builds against. Measured differences (1.13.1 vs 2.6.0, issue 35):
+// says which one it builds against. Measured differences (1.13.1 vs 2.6.0):
 // - <torch/linalg.h> is not shipped by Debian's 2.6: code calls the ATen functions
 //   (at::linalg_cholesky, at::linalg_solve, at::linalg_solve_triangular), the same in both versions.
 // - c10::MemoryReportingInfoBase::reportMemoryUsage takes the two totals as int64_t (1.13) or size_t

@@ -74,7 +74,7 @@ torch::Tensor LmModelImpl::forward(const torch::Tensor& tokens, DecodeState* sta
                 "model input must be int64 token ids of shape (batch, length), got {} of {} dims",
                 std::string(c10::toString(tokens.scalar_type())), tokens.dim());
   // Ids on another device would be read through the wrong pointer (meta ids on a CPU model gave
-  // finite, made-up logits): the caller moves them (issue 38, item 5).
+  // finite, made-up logits): the caller moves them.
   CEMFRAC_CHECK(tokens.device() == wte_->weight.device(),
                 "model input is on {} but the model is on {}; move the token ids there (e.g. "
                 "tokens.to(\"{}\"))",

@@ -1,4 +1,4 @@
-// The GP in-context regression experiment (issue 7; CEM spec §5.3; docs/gp.md): train CEM
+// The GP in-context regression experiment (CEM spec §5.3; docs/gp.md): train CEM
 // models at each T (and a Llama baseline) on fresh GP batches with an MSE loss, evaluate them on
 // one fixed held-out set against the noisy targets and against the exact posterior mean (the
 // oracle), and evaluate the model trained at one T (2 by default) at every other T (test-time

@@ -65,7 +65,7 @@ struct TrainerState {
   // The training losses of the last kRecentLosses steps, oldest first ([] in older checkpoints):
   // TrainResult::recent_loss, the mean over them, survives a resume exactly.
   std::vector<double> recent_losses;
-  // Binds the parts of one checkpoint (issue 38 item 8): save_checkpoint derives it from the rest
+  // Binds the parts of one checkpoint: save_checkpoint derives it from the rest
   // of the state (a hash without the wall time: another run or step gets another id, a resumed
   // run the uninterrupted one's) and writes it here and into the metadata ("save_id") of every
   // safetensors file of the checkpoint; load_checkpoint refuses a part whose id differs. "" in

@@ -1,4 +1,4 @@
-// The trainer's data-parallel steps (issue 15), kept apart from trainer.cpp: the rank layout, the
+// The trainer's data-parallel steps, kept apart from trainer.cpp: the rank layout, the
 // start-of-run checks and parameter broadcast, and the per-step gradient and loss reduction. The
 // collectives themselves are in train/distributed.cpp.
 #include <fmt/format.h>

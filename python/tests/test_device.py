@@ -1,4 +1,4 @@
-"""The device as data from Python (issue 36; issue 38 item 5): every layer class and a model follow
+"""The device as data from Python: every layer class and a model follow
 .to("meta") and run forward and backward there (shapes only); inputs or ids on another device than
 the module's are a clear error, never read through the wrong pointer; cemfrac.load(device=)."""
 import pytest
@@ -54,7 +54,7 @@ def test_model_on_meta_and_ids_on_another_device():
     torch.manual_seed(0)
     model = cemfrac.Model.from_config(TINY_MODEL)
     ids = torch.tensor([[1, 2, 3, 4]])
-    # Issue 38 item 5: meta ids on a CPU model gave finite, made-up logits.
+    # Meta ids on a CPU model gave finite, made-up logits.
     with pytest.raises(cemfrac.Error, match="model input is on meta but the model is on cpu"):
         model(ids.to("meta"))
     model.to("meta")

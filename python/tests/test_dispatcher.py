@@ -1,6 +1,6 @@
 """The fused ops as dispatcher operators: torch.ops.cemfrac.* exist once cemfrac is imported, are the
 functions cemfrac.ops calls, are differentiable twice (gradcheck + gradgradcheck in float64, the
-Hessian equal to a plain PyTorch ladder's: issue 38 item 4), run on the meta device, and under
+Hessian equal to a plain PyTorch ladder's), run on the meta device, and under
 PyTorch 2.x pass torch.library.opcheck."""
 import pytest
 import torch

@@ -219,14 +219,14 @@ def test_shape_and_dtype_errors():
 
 
 def test_non_finite_options_are_named():
-    # JSON has no NaN: the option is named (issue 38 item 10), not "options are not valid JSON".
+    # JSON has no NaN: the option is named, not "options are not valid JSON".
     for value in (float("nan"), float("inf"), torch.tensor(float("nan"))):
         with pytest.raises(cemfrac.Error, match="option 'eps' = .*: must be a finite number"):
             cemfrac.layers.Cffn(d_model=8, eps=value)
 
 
 def test_cem_attention_on_an_empty_batch():
-    # 0 rows in, 0 rows out, as Mha (issue 38 item 10: it was "cannot reshape tensor of 0 elements").
+    # 0 rows in, 0 rows out, as Mha (it was "cannot reshape tensor of 0 elements").
     for cls in (cemfrac.layers.CemAttention, cemfrac.layers.Mha):
         layer = cls(d_model=16, n_heads=2).double()
         x = torch.randn(0, 4, 16, dtype=torch.float64, requires_grad=True)

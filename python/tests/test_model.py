@@ -159,7 +159,7 @@ def test_errors(run, tmp_path):
         model(torch.zeros(1, 3))
     with pytest.raises(cemfrac.Error, match="sequence too long"):
         model(torch.zeros(1, CONTEXT + 1, dtype=torch.int64))
-    # Ids outside the vocabulary are named (issue 38 item 10), not "index out of range in self".
+    # Ids outside the vocabulary are named, not "index out of range in self".
     vocab = model.config["vocab_size"]
     for bad in (vocab, 5000 + vocab, -1):
         with pytest.raises(cemfrac.Error, match=f"token id {bad} is outside the vocabulary"):

@@ -1,6 +1,6 @@
 // `cemfrac bench train --peer`: the PyTorch peer (bench/peers/train_step_peer.py) starts from
 // cemfrac's initial weights and batch, so both sides' step-0 losses and gradient norms agree to
-// float32 rounding, for every layer kind the peer writes (issue 19), and with --check-float64 to
+// float32 rounding, for every layer kind the peer writes, and with --check-float64 to
 // 1e-9 in float64; `cemfrac bench generate --peer`: the decode peer (bench/peers/decode_peer.py)
 // gives cemfrac's logits and greedy tokens. Tiny configs, no timing claims. Skipped when
 // /usr/bin/python3 cannot import torch (Debian: python3-torch).

@@ -19,7 +19,7 @@ TEST(Cli, NoCommand) {
 
 TEST(Cli, UnknownCommand) {
   expect_one_line_error(run_cemfrac({"trian"}), "unknown command 'trian'");
-  // Also with --help or --version after it: exit 2, never the top-level help (issue 38 item 16).
+  // Also with --help or --version after it: exit 2, never the top-level help.
   for (const char* flag : {"--help", "-h", "--version"}) {
     const test::RunResult r = run_cemfrac({"--threads", "1", "fine-tune", flag});
     expect_one_line_error(r, "unknown command 'fine-tune'");

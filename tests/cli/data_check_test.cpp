@@ -1,4 +1,4 @@
-// What train, eval and generate check before they use outside data (issue 14): every shard a
+// What train, eval and generate check before they use outside data: every shard a
 // command opens is checked (header, tokenizer identity, end-of-text id, every token id, token CRC)
 // before the first step; weights are finite and of the model's dtype; padding ids are never
 // sampled; bad flags are refused before anything runs. Each failure is one line with a non-zero

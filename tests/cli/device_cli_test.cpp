@@ -1,4 +1,4 @@
-// The device as data from the command line (issue 36): --device and train.device are read and
+// The device as data from the command line: --device and train.device are read and
 // checked once (an unknown name, or cuda without CUDA, is one line before any work); on the meta
 // device a command runs its shapes up to the first value it must read and then says so in one
 // line; a checkpoint written on the CPU loads on another device; train.precision is validated and

@@ -112,7 +112,7 @@ bool has_temporary(const std::string& run) {
   return false;
 }
 
-// ---- refused commands write nothing (issue 14 item 4) ----
+// ---- refused commands write nothing ----
 
 TEST(TrainCli, ARefusedTrainWritesNothing) {
   const std::string dir = test::temp_dir("train-cli-refuse");

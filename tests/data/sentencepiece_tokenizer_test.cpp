@@ -89,7 +89,7 @@ TEST(SentencePieceTokenizer, RoundTripsTheBrownText) {
   EXPECT_GT(static_cast<double>(bytes) / tokens, 3.0);
 }
 
-// Item 7 of issue 14: encode() hands SentencePiece bounded pieces. Cut where SentencePiece starts a
+// encode() hands SentencePiece bounded pieces. Cut where SentencePiece starts a
 // piece anyway, the ids equal one unbounded call: checked on Brown text with 64-byte pieces (a cut
 // every few words) and through encode() itself on a text longer than one chunk.
 TEST(SentencePieceTokenizer, BoundedPiecesGiveTheWholeTextIds) {

@@ -1,4 +1,4 @@
-// Data-parallel training (issue 15) on localhost: 2 ranks of the real cemfrac executable on a tiny
+// Data-parallel training on localhost: 2 ranks of the real cemfrac executable on a tiny
 // model, through `cemfrac launch`, directly with torchrun's variables, and through torchrun itself
 // when it is installed. Ports are never fixed: the launcher's store takes a free port from the OS,
 // and the tests that start ranks by hand ask the OS for one.
@@ -538,8 +538,8 @@ TEST(Distributed, SigintToTheLauncherStopsAllRanksWithOneCheckpoint) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   kill(launcher.pid, SIGINT);
   ASSERT_TRUE(launcher.wait(60)) << launcher.stderr_text();
-  // Every rank was interrupted (exit 3, checkpoint saved): the launcher exits 3 as `train` does
-  // (issue 38 item 15), not 1 naming rank 1 as failed.
+  // Every rank was interrupted (exit 3, checkpoint saved): the launcher exits 3 as `train` does,
+  // not 1 naming rank 1 as failed.
   EXPECT_EQ(launcher.exit_code(), 3) << launcher.stderr_text();
   EXPECT_EQ(launcher.stderr_text().find("exited with code 3"), std::string::npos)
       << launcher.stderr_text();

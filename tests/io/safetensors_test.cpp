@@ -201,7 +201,7 @@ TEST(Safetensors, LoadIntoReportsMissingExtraAndMismatchedByName) {
   EXPECT_EQ(x.sum().item<double>(), 0.0) << "nothing is copied when the names do not match";
 }
 
-// Item 9 of issue 14: another dtype is refused by name, never converted.
+// Another dtype is refused by name, never converted.
 TEST(Safetensors, LoadIntoRefusesAnotherDtype) {
   TensorMap file;
   file["w"] = torch::arange(6, torch::kInt32).reshape({2, 3});

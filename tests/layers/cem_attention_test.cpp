@@ -268,7 +268,7 @@ TEST(CemAttention, ZeroDiagonalEqualsPlain) {
 }
 
 // A batch of 0 rows gives 0 rows (as Mha does), for every variant and step count, and so
-// does its backward (issue 38 item 10: it was "cannot reshape tensor of 0 elements").
+// does its backward (it was "cannot reshape tensor of 0 elements").
 TEST(CemAttention, EmptyBatchGivesAnEmptyOutput) {
   for (const Variant& v : variants()) {
     for (int64_t steps : {1, 3}) {

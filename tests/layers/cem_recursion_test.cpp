@@ -1,4 +1,4 @@
-// The recursion options of the CEM sub-layers (issue 20; docs/layers/cem.md §8), float64,
+// The recursion options of the CEM sub-layers (docs/layers/cem.md §8), float64,
 // N = 6, D = 8, H = 2, d_h = 4, M = 10:
 //   cem.recursion_keys = iterate  step t's keys and values from the iterates x^(t);
 //   cem.prox                      + 1/2 lambda |x - h|^2 in both energies;

@@ -106,7 +106,7 @@ TEST_P(Generate, SameSeedSameTokensOtherSeedOthers) {
   EXPECT_NE(generate(*model_, prompt, o).tokens, a.tokens);
 }
 
-// Item 3 of issue 14: with vocab_limit (the tokenizer's vocabulary inside a padded model), no id at
+// With vocab_limit (the tokenizer's vocabulary inside a padded model), no id at
 // or above it is ever drawn, greedy or sampled; an untrained model would draw one within a few
 // steps.
 TEST_P(Generate, NeverDrawsPaddingIds) {

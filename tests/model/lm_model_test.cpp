@@ -301,7 +301,7 @@ TEST(LmModel, EveryPresetRunsForwardAndBackwardOnMeta) {
 }
 
 // Ids on another device than the model's are an error, never read through the wrong pointer (meta
-// ids on a CPU model gave finite, made-up logits: issue 38, item 5).
+// ids on a CPU model gave finite, made-up logits).
 TEST(LmModel, IdsOnAnotherDeviceAreAnError) {
   LmModel model(test::tiny_model(11, 8, 6));
   const torch::Tensor meta_ids =

@@ -89,7 +89,7 @@ TEST(ParamsCli, ErrorsAreOneLine) {
   EXPECT_NE(missing.err.find("/nonexistent.toml"), std::string::npos) << missing.err;
 }
 
-// Item 7 of issue 14: absurd sizes are one error before anything is built (the old code allocated
+// Absurd sizes are one error before anything is built (the old code allocated
 // over 5 GB of module objects for n_layers = 100000000), and counting a large config allocates no
 // tensor memory: a CAttnU model of context 16384 once built l^2/2 host indices (2.7 GB) even on the
 // meta device. Run under a 1.5 GB data limit (RLIMIT_DATA covers malloc and anonymous mmap).

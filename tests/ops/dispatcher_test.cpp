@@ -2,7 +2,7 @@
 // Meta, CompositeExplicitAutograd (ATen twin) and Autograd kernel; calling an operator through the
 // dispatcher gives the raw kernel's bits; Meta gives shapes and dtypes; the Autograd kernel's
 // gradient is the closed form, and its second derivative is exact (float64 central differences of
-// the first derivative: issue 38 item 4).
+// the first derivative).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/autograd.h>

@@ -1,4 +1,4 @@
-// Checkpoints under faults and races (issue 38 items 8, 9, 14): the parts of one checkpoint are
+// Checkpoints under faults and races: the parts of one checkpoint are
 // bound together (save id, directory step), rotation converges after a removal cut short,
 // summary.json is true while a run goes, and a reader racing a writer that rotates its
 // checkpoints away reads the newest complete one or says the one it was given was rotated away.

@@ -1,4 +1,4 @@
-// Every input path is treated alike (issue 38 items 7, 11, 12, 13): a directory, a FIFO or a
+// Every input path is treated alike: a directory, a FIFO or a
 // dangling link where a file is expected is refused at once with one line saying which it is
 // (a FIFO never blocks the command), `prepare --text DIR` names a *.txt entry it cannot read
 // instead of skipping it, and `generate` checks every sampling option before any output.

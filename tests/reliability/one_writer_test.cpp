@@ -1,4 +1,4 @@
-// One writer per directory (issue 38 item 1), as users meet it: a second `train` into a live run
+// One writer per directory, as users meet it: a second `train` into a live run
 // directory, `--resume` of a live run, `prepare --out` and `gp --one --checkpoint-dir` into a
 // directory another process writes are refused with one line naming the holder's pid, and write
 // nothing. The holder is either a real concurrent `cemfrac train` or this test process holding the

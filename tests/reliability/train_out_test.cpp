@@ -1,7 +1,7 @@
-// `train --out DIR` writes only into a new or empty directory, or continues a run with --resume
-// (issue 38 item 3): a directory holding the user's files, a finished run kept without its
-// checkpoints, the dataset directory, a file or a dangling link are refused naming what is there,
-// and nothing in them changes.
+// `train --out DIR` writes only into a new or empty directory, or continues a run with --resume:
+// a directory holding the user's files, a finished run kept without its checkpoints, the dataset
+// directory, a file or a dangling link are refused naming what is there, and nothing in them
+// changes.
 #include <gtest/gtest.h>
 
 #include <filesystem>

@@ -1,4 +1,4 @@
-// The GP task (issue 7, docs/gp.md): the sampler's covariance is the kernel's, the Cholesky oracle
+// The GP task (docs/gp.md): the sampler's covariance is the kernel's, the Cholesky oracle
 // equals one linear solve per prefix, the model is causal, the test-time-scaling copy is the same
 // model, a short training lowers the held-out RMSE, and the experiment's rows, JSON and SVG.
 #include <ATen/CPUGeneratorImpl.h>
@@ -238,7 +238,7 @@ TEST(GpExperiment, RowsJsonAndSvg) {
   EXPECT_EQ(again.rows[1].eval.rmse_posterior, r.rows[1].eval.rmse_posterior);
 }
 
-// Issue 20: --variants trains each reading at each T. At T = 1 a variant's training would repeat
+// --variants trains each reading at each T. At T = 1 a variant's training would repeat
 // the first variant's exactly (same function, weights and batches): the test trains one alone and
 // gets the copied row's numbers bit for bit, which is what justifies the copy.
 TEST(GpExperiment, VariantsAreRowsAndShareTheTOneModel) {
@@ -281,7 +281,7 @@ TEST(GpExperiment, VariantsAreRowsAndShareTheTOneModel) {
   }
 }
 
-// The validation set (issue 18): its stream comes after the three of every earlier run, so adding
+// The validation set: its stream comes after the three of every earlier run, so adding
 // it changes no init, no training batch and no held-out set; it is a different set from the
 // held-out one; and without it the JSON has no trace of it (earlier gp.json files keep their exact
 // form).

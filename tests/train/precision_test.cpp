@@ -1,4 +1,4 @@
-// train.precision = "bf16" (issue 36): the forward under autocast with float32 master weights,
+// train.precision = "bf16": the forward under autocast with float32 master weights,
 // optimizer state and loss tracks the float32 run within a derived bound.
 //
 // The bound. Under autocast every matrix product takes operands rounded to bfloat16 (8 significant
