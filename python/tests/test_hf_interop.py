@@ -187,6 +187,14 @@ def test_export_then_import_is_bitwise(tmp_path, data, tok, sets):
             "train.steps=2", "--set", "train.eval_every=0", "--set", f"model.context={CONTEXT}",
             "--set", "model.vocab_size=320", "--set", f"train.init_from={back}",
             *[a for s in sets for a in ("--set", s)])
+        tsv = tmp_path / preset / "tsv"
+        tsv.mkdir()
+        rows = "".join(f"the jury {'said' if i % 2 else 'did'} it\t{i % 2}\n" for i in range(8))
+        (tsv / "train.tsv").write_text(rows)
+        (tsv / "dev.tsv").write_text(rows)
+        cli("finetune", "--checkpoint", str(back), "--task", "tsv", "--data", str(tsv), "--out",
+            str(tmp_path / preset / "ft"), "--epochs", "1", "--batch", "4")
+        assert (tmp_path / preset / "ft" / "finetune.json").exists()
 
 
 def test_import_refusals(tmp_path):
