@@ -3,7 +3,6 @@
 import json
 import math
 import os
-import random
 import struct
 import subprocess
 
@@ -11,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from _support import CEMFRAC_EXE, ROOT, cemfrac
+from _support import CEMFRAC_EXE, ROOT, cemfrac, tiny_corpus
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CEMFRAC_EXE), reason=f"no {CEMFRAC_EXE}")
 CONTEXT = 32
@@ -27,15 +26,7 @@ def cli(*args):
 def run(tmp_path_factory):
     """A byte-tokenized corpus of synthetic documents, and a tiny Llama trained on it for 4 steps."""
     root = tmp_path_factory.mktemp("model")
-    docs = root / "docs"
-    docs.mkdir()
-    rng = random.Random(0)
-    words = "the jury said it did find that an election was conducted in city of atlanta".split()
-    for i in range(40):
-        text = " ".join(rng.choice(words) for _ in range(rng.randint(20, 60))).capitalize() + ".\n"
-        (docs / f"doc{i:02d}.txt").write_text(text)
-    data = root / "data"
-    cli("prepare", "--text", str(docs), "--tokenizer", "byte", "--out", str(data))
+    data = tiny_corpus(root)["byte"]
     out = root / "run"
     cli("train", "--config", os.path.join(ROOT, "configs", "tiny-llama.toml"),
         "--set", f"data.path={data}", "--set", f"train.out={out}", "--set", "train.steps=4",
