@@ -8,7 +8,7 @@
 
 #include "cemfrac/core/blas.h"
 #include "cemfrac/core/compat.h"
-#include "cemfrac/train/distributed.h"
+#include "cemfrac/dist/env.h"
 #include "cli/build_info.h"
 #include "cli/commands.h"
 

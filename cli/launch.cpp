@@ -22,7 +22,7 @@
 #include <thread>
 
 #include "cemfrac/core/check.h"
-#include "cemfrac/train/distributed.h"
+#include "cemfrac/dist/process_group.h"
 #include "cli/commands.h"
 
 namespace cemfrac::cli {

@@ -19,7 +19,7 @@
 #include "cemfrac/data/tokenizer.h"
 #include "cemfrac/model/lm_model.h"
 #include "cemfrac/train/checkpoint.h"
-#include "cemfrac/train/distributed.h"
+#include "cemfrac/dist/data_parallel.h"
 #include "cemfrac/train/model_loader.h"
 #include "cemfrac/train/run_config.h"
 #include "cemfrac/train/run_dir.h"
@@ -66,6 +66,19 @@ void print_init_from(const InitFromReport& r) {
     fmt::print("; {} of the checkpoint unused ({})", r.unused.size(), some_names(r.unused));
   fmt::print("\n");
 }
+
+// The run's all-reduce time, step by step, for the closing line (and `bench train --nproc`, which
+// reads that line).
+struct ReduceTotals : ReduceObserver {
+  double seconds = 0;
+  double exposed_seconds = 0;
+  int64_t steps = 0;
+  void on_step_reduced(const ReduceTiming& t) override {
+    seconds += t.seconds;
+    exposed_seconds += t.exposed_seconds;
+    ++steps;
+  }
+};
 
 }  // namespace
 
@@ -148,7 +161,10 @@ Command add_train(CLI::App& root, const GlobalOptions& global) {
                     "NCCL process group, not built yet; a meta dry run is one process)",
                     global.device.empty() ? "train.device" : "--device", config.train.device);
     }
-    DistContext dist(dist_env, dist_options);
+    const std::unique_ptr<DataParallel> dp = make_data_parallel(dist_env, dist_options, device);
+    DataParallel& dist = *dp;
+    ReduceTotals reduce_totals;
+    dist.set_observer(&reduce_totals);
     if (dist.rank() == 0) {
       fmt::print("# resolved run config ({}{})\n{}\n", f->config,
                  sets.empty() ? "" : fmt::format(", {} override(s)", sets.size()), toml);
@@ -212,13 +228,13 @@ Command add_train(CLI::App& root, const GlobalOptions& global) {
                result.step, result.tokens, result.elapsed_s, result.last_loss,
                result.last_val_loss ? fmt::format(", val_loss {:.4f}", *result.last_val_loss) : "");
     if (!result.last_checkpoint.empty()) fmt::print("checkpoint: {}\n", result.last_checkpoint);
-    if (dist.active() && dist.reduce_steps() > 0) {
-      const double steps = static_cast<double>(dist.reduce_steps());
+    if (dist.active() && reduce_totals.steps > 0) {
+      const double steps = static_cast<double>(reduce_totals.steps);
       fmt::print(
           "data parallel: all-reduce {:.3f} s in {} steps ({:.2f} ms/step), exposed {:.2f} "
           "ms/step (waiting after backward; {})\n",
-          dist.reduce_seconds(), dist.reduce_steps(), 1e3 * dist.reduce_seconds() / steps,
-          1e3 * dist.exposed_reduce_seconds() / steps,
+          reduce_totals.seconds, reduce_totals.steps, 1e3 * reduce_totals.seconds / steps,
+          1e3 * reduce_totals.exposed_seconds / steps,
           config.train.dist_overlap ? "overlapped with backward" : "not overlapped");
     }
     if (result.status == TrainStatus::kInterrupted) {

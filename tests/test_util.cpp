@@ -79,10 +79,15 @@ void expect_one_line_error(const RunResult& r, const std::string& needle) {
 }
 
 RunResult run_cemfrac(const std::vector<std::string>& args, const std::string& stdin_text) {
+  return run_program(CEMFRAC_EXE, args, stdin_text);
+}
+
+RunResult run_program(const std::string& exe, const std::vector<std::string>& args,
+                      const std::string& stdin_text) {
   const std::string dir = temp_dir("run");
   const std::string in = dir + "/stdin", out = dir + "/stdout", err = dir + "/stderr";
   write_file(in, stdin_text);
-  std::string cmd = shell_quote(CEMFRAC_EXE);
+  std::string cmd = shell_quote(exe);
   for (const auto& a : args) cmd += " " + shell_quote(a);
   cmd += " <" + shell_quote(in) + " >" + shell_quote(out) + " 2>" + shell_quote(err);
   const int status = std::system(cmd.c_str());

@@ -16,6 +16,9 @@ struct RunResult {
 
 // Runs the built cemfrac executable with `args` (each passed as one argument), optional stdin text.
 RunResult run_cemfrac(const std::vector<std::string>& args, const std::string& stdin_text = "");
+// The same with another executable (a test build of the CLI, e.g. cemfrac_faults).
+RunResult run_program(const std::string& exe, const std::vector<std::string>& args,
+                      const std::string& stdin_text = "");
 
 // Expects a failed run that printed exactly one line on stderr, "cemfrac: error: ...", containing
 // `needle`, and exited non-zero without a signal.

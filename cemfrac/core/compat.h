@@ -57,7 +57,7 @@ class AutocastGuard {
 
 }  // namespace cemfrac::compat
 
-// c10d (distributed): only cemfrac/train/distributed.cpp defines CEMFRAC_COMPAT_C10D before
+// c10d (distributed): only cemfrac/dist/process_group.cpp defines CEMFRAC_COMPAT_C10D before
 // including this header, with USE_C10D_GLOO set for that file by CMake. Differences handled here:
 // - LibTorch 1.13: ProcessGroupGloo derives from c10d::ProcessGroup; 2.x: from c10d::Backend (the
 //   collectives we call, allreduce / broadcast / barrier returning intrusive_ptr<c10d::Work>, are

@@ -54,7 +54,7 @@ class TokenLoader {
   Batch next();
 
   // Moves the cursor past `n` windows without reading them (data parallel: the windows other ranks
-  // read, see train/distributed.h).
+  // read, see dist/data_parallel.h).
   void skip(int64_t n);
 
   LoaderState state() const { return state_; }

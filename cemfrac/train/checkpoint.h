@@ -61,7 +61,7 @@ struct TrainerState {
   // ...) and the safe ones (steps, log_every, ...), as {"train.key": value}; {} in older
   // checkpoints.
   nlohmann::json run = nlohmann::json::object();
-  int64_t world_size = 1;  // data-parallel ranks of the run (train/distributed.h); 1 when absent
+  int64_t world_size = 1;  // data-parallel ranks of the run (dist/data_parallel.h); 1 when absent
   // The training losses of the last kRecentLosses steps, oldest first ([] in older checkpoints):
   // TrainResult::recent_loss, the mean over them, survives a resume exactly.
   std::vector<double> recent_losses;

@@ -21,7 +21,7 @@
 #include "cemfrac/core/warn.h"
 #include "cemfrac/io/safetensors.h"
 #include "cemfrac/layers/cofrgenet/dyadic.h"
-#include "cemfrac/train/distributed.h"
+#include "cemfrac/dist/data_parallel.h"
 #include "cemfrac/train/run_dir.h"
 #include "cemfrac/train/token_data.h"
 
@@ -418,7 +418,7 @@ double Trainer::train_step(double* grad_norm) {
     // means; dividing before backward makes the accumulated gradient that mean's gradient.
     const torch::Tensor loss = loss_(output, batch.targets.to(model_.device), at::Reduction::Mean);
     // Overlapped all-reduce: only the last micro-batch's backward launches communication.
-    if (reducer_ && a == accum_ - 1) reducer_->arm(state_.step + 1);
+    if (distributed() && a == accum_ - 1) options_.dist->before_last_backward(state_.step + 1);
     (loss / static_cast<double>(accum_)).backward();
     loss_sum += loss.item<double>();
   }

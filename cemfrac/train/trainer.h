@@ -42,8 +42,7 @@
 
 namespace cemfrac {
 
-class DistContext;      // train/distributed.h
-class GradientReducer;  // train/distributed.h
+class DataParallel;  // dist/data_parallel.h
 
 // What the trainer needs of a model.
 struct TrainModel {
@@ -102,10 +101,10 @@ struct TrainerOptions {
   std::string resume;       // "" = fresh run; a run directory (newest checkpoint) or a checkpoint
   int64_t rank = 0;         // set from `dist` when given; rank 0 writes files
   int64_t world_size = 1;
-  // Data parallel (train/distributed.h): null or world 1 = one process. Each rank reads its block
+  // Data parallel (dist/data_parallel.h): null or world 1 = one process. Each rank reads its block
   // of every global batch of world x micro_batch x accumulation windows (train.tokens_per_step is
   // the global batch); gradients are averaged over ranks before clipping.
-  DistContext* dist = nullptr;
+  DataParallel* dist = nullptr;
   bool handle_signals = true;  // SIGINT/SIGTERM: finish the step, checkpoint, return kInterrupted
   bool progress = true;        // progress line on stderr
   std::string label;           // prefix of the progress line ("<label>: step k/N | ..."), or none
@@ -219,7 +218,6 @@ class Trainer {
   double reduce_step(double loss_sum, bool stop);
   bool stop_requested() const;  // the signal flag, agreed by all ranks
   bool stop_agreed_ = false;
-  std::unique_ptr<GradientReducer> reducer_;  // train.dist_overlap: armed before the last backward
 
   TrainModel model_;
   TrainerOptions options_;

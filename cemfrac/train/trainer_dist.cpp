@@ -1,10 +1,10 @@
 // The trainer's data-parallel steps, kept apart from trainer.cpp: the rank layout, the
 // start-of-run checks and parameter broadcast, and the per-step gradient and loss reduction. The
-// collectives themselves are in train/distributed.cpp.
+// collectives themselves are behind dist/data_parallel.h.
 #include <fmt/format.h>
 
 #include "cemfrac/core/compat.h"
-#include "cemfrac/train/distributed.h"
+#include "cemfrac/dist/data_parallel.h"
 #include "cemfrac/train/trainer.h"
 
 namespace cemfrac {
@@ -42,7 +42,7 @@ bool Trainer::distributed() const {
 }
 
 void Trainer::start_data_parallel() {
-  DistContext& d = *options_.dist;
+  DataParallel& d = *options_.dist;
   d.check_same("run config hash",
                run_fingerprint(model_.config, options_.train, *data_, options_.stop_at_step));
   d.check_same("checkpoint step", std::to_string(state_.step));
@@ -51,25 +51,16 @@ void Trainer::start_data_parallel() {
     tensors.push_back(tensor);
   for (const auto& [name, tensor] : model_.buffers) tensors.push_back(tensor);
   d.broadcast_from_rank0(tensors, "parameters");
-  if (options_.train.dist_overlap) {
-    std::vector<torch::Tensor> params;
-    for (const auto& [name, tensor] : parameters_by_name(*model_.module, model_.params))
-      params.push_back(tensor);
-    reducer_ = std::make_unique<GradientReducer>(d, params);
-  }
+  std::vector<torch::Tensor> params;
+  for (const auto& [name, tensor] : parameters_by_name(*model_.module, model_.params))
+    params.push_back(tensor);
+  d.attach_gradients(params, options_.train.dist_overlap);
 }
 
 double Trainer::reduce_step(double loss_sum, bool stop) {
-  DistContext& d = *options_.dist;
-  if (reducer_) {
-    reducer_->finish();  // launched during backward
-  } else {
-    std::vector<torch::Tensor> grads;
-    for (const torch::Tensor& p : optimizer_->trainable()) grads.push_back(p.grad());
-    d.fault_point(state_.step + 1, grads);
-    d.allreduce_mean(grads, "gradients");
-  }
-  const std::vector<double> sums = d.allreduce_sum({loss_sum, stop ? 1.0 : 0.0}, "loss");
+  DataParallel& d = *options_.dist;
+  d.reduce_gradients();  // with train.dist_overlap, launched during the last backward
+  const std::vector<double> sums = d.allreduce_sum({loss_sum, stop ? 1.0 : 0.0}, "loss", true);
   stop_agreed_ = sums[1] > 0;
   return sums[0];
 }

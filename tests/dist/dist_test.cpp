@@ -33,7 +33,7 @@
 #include "cemfrac/core/clock.h"
 #include "cemfrac/model/lm_model.h"
 #include "cemfrac/train/checkpoint.h"
-#include "cemfrac/train/distributed.h"
+#include "cemfrac/dist/process_group.h"
 #include "tests/model_test_util.h"
 #include "tests/test_util.h"
 
@@ -116,6 +116,12 @@ std::vector<std::string> launch(int nproc, std::vector<std::string> args,
   a.push_back("--");
   a.insert(a.end(), args.begin(), args.end());
   return a;
+}
+
+// The CLI built with tests/dist/fault_injection.cpp, which reads CEMFRAC_FAULT (launch re-runs the
+// same executable for every rank).
+test::RunResult run_faulty(const std::vector<std::string>& args) {
+  return test::run_program(CEMFRAC_FAULTS_EXE, args);
 }
 
 // The validation losses of metrics.jsonl (lines that have one).
@@ -350,7 +356,7 @@ TEST(Distributed, OverlappedReducerGivesTheMeanOfTheAccumulatedGradients) {
       for (int micro = 0; micro < 2; ++micro) {
         const torch::Tensor tokens = torch::randint(0, c.vocab_size, {2, 9}, torch::kInt64);
         const torch::Tensor logits = model->forward(tokens.narrow(1, 0, 8));
-        if (micro == 1) reducer.arm(1);
+        if (micro == 1) reducer.arm();
         (torch::cross_entropy_loss(logits.reshape({-1, c.vocab_size}),
                                    tokens.narrow(1, 1, 8).reshape({-1})) /
          2)
@@ -421,9 +427,8 @@ TEST(Distributed, KilledRankStopsTheOthersNamingIt) {
   const std::string run = test::temp_dir("dist_kill") + "/run";
   setenv("CEMFRAC_FAULT", "1:3:kill", 1);
   const auto start = Clock::now();
-  auto r =
-      test::run_cemfrac(launch(2, train_args(data, run, 50, {"--set", "train.checkpoint_every=1"}),
-                               {"--collective-timeout", "60", "--grace", "20"}));
+  auto r = run_faulty(launch(2, train_args(data, run, 50, {"--set", "train.checkpoint_every=1"}),
+                             {"--collective-timeout", "60", "--grace", "20"}));
   unsetenv("CEMFRAC_FAULT");
   // Well under the 60 s collective timeout (process start-up on a loaded machine takes seconds).
   EXPECT_LT(seconds_since(start), 45.0) << "a dead peer must be noticed at once, not by a timeout";
@@ -445,7 +450,7 @@ TEST(Distributed, HungRankIsDetectedByTheCollectiveTimeout) {
   const std::string run = test::temp_dir("dist_hang") + "/run";
   setenv("CEMFRAC_FAULT", "1:2:hang", 1);
   const auto start = Clock::now();
-  auto r = test::run_cemfrac(
+  auto r = run_faulty(
       launch(2, train_args(data, run, 50), {"--collective-timeout", "2", "--grace", "1"}));
   unsetenv("CEMFRAC_FAULT");
   EXPECT_LT(seconds_since(start), 45.0);
@@ -461,7 +466,7 @@ TEST(Distributed, NonFiniteGradientOnOneRankStopsEveryRank) {
   const std::string data = prepared_data();
   const std::string run = test::temp_dir("dist_nan") + "/run";
   setenv("CEMFRAC_FAULT", "1:2:nan", 1);
-  auto r = test::run_cemfrac(launch(2, train_args(data, run, 50), {"--grace", "20"}));
+  auto r = run_faulty(launch(2, train_args(data, run, 50), {"--grace", "20"}));
   unsetenv("CEMFRAC_FAULT");
   EXPECT_NE(r.exit_code, 0);
   // Both ranks see the same reduced gradient and stop at the same step with the same report.
@@ -471,6 +476,18 @@ TEST(Distributed, NonFiniteGradientOnOneRankStopsEveryRank) {
     ++count;
   EXPECT_EQ(count, 2u) << r.err;
   EXPECT_EQ(json::parse(test::read_file(run + "/summary.json"))["status"], "diverged");
+}
+
+// The fault injection is a test executable's decorator: the cemfrac binary ignores CEMFRAC_FAULT
+// and trains to the end.
+TEST(Distributed, TheCemfracBinaryHasNoFaultInjection) {
+  const std::string data = prepared_data();
+  const std::string run = test::temp_dir("dist_nofault") + "/run";
+  setenv("CEMFRAC_FAULT", "1:2:kill", 1);
+  auto r = test::run_cemfrac(launch(2, train_args(data, run, 4), {"--grace", "20"}));
+  unsetenv("CEMFRAC_FAULT");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(test::read_file(run + "/summary.json"))["status"], "completed");
 }
 
 TEST(Distributed, WrongStorePortFailsWithinTheTimeout) {

@@ -1,7 +1,7 @@
-// c10d plumbing for data-parallel training (see distributed.h). The only file that includes c10d
+// c10d plumbing for data-parallel training (see process_group.h). The only file that includes c10d
 // headers; CMake gives it USE_C10D_GLOO.
 #define CEMFRAC_COMPAT_C10D 1
-#include "cemfrac/train/distributed.h"
+#include "cemfrac/dist/process_group.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -40,27 +40,6 @@ Ms to_ms(double seconds) {
 std::string first_line(const std::string& s) {
   std::string line = s.substr(0, s.find('\n'));
   return line.size() > 300 ? line.substr(0, 300) + "..." : line;
-}
-
-int64_t env_int(const char* name, int64_t fallback, int64_t lo, int64_t hi) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char* end = nullptr;
-  errno = 0;
-  const long long x = std::strtoll(v, &end, 10);
-  CEMFRAC_CHECK(errno == 0 && end != v && *end == '\0' && x >= lo && x <= hi,
-                "environment variable {}='{}' is not an integer in [{}, {}]", name, v, lo, hi);
-  return x;
-}
-
-double env_seconds(const char* name, double fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char* end = nullptr;
-  const double x = std::strtod(v, &end);
-  CEMFRAC_CHECK(end != v && *end == '\0' && x > 0 && x < 1e7,
-                "environment variable {}='{}' is not a positive number of seconds", name, v);
-  return x;
 }
 
 bool is_loopback(const std::string& addr) {
@@ -127,28 +106,6 @@ std::vector<std::vector<torch::Tensor>> buckets(const std::vector<torch::Tensor>
   return out;
 }
 
-struct Fault {
-  int64_t rank = -1;
-  int64_t step = -1;
-  std::string action;
-};
-
-Fault fault_from_environment() {
-  Fault f;
-  const char* v = std::getenv("CEMFRAC_FAULT");
-  if (v == nullptr || *v == '\0') return f;
-  long long r = -1, s = -1;
-  char action[16] = {0};
-  CEMFRAC_CHECK(std::sscanf(v, "%lld:%lld:%15s", &r, &s, action) == 3,
-                "CEMFRAC_FAULT='{}' is not RANK:STEP:kill|hang|nan", v);
-  f.rank = r;
-  f.step = s;
-  f.action = action;
-  CEMFRAC_CHECK(f.action == "kill" || f.action == "hang" || f.action == "nan",
-                "CEMFRAC_FAULT='{}' is not RANK:STEP:kill|hang|nan", v);
-  return f;
-}
-
 // SIGINT/SIGTERM blocked in this thread while it lives, so that threads started meanwhile (Gloo's
 // I/O loop, the heartbeat) inherit the mask: the stop signals then reach only the main thread, and
 // no Gloo socket call is interrupted by them.
@@ -169,36 +126,6 @@ class BlockStopSignals {
 
 }  // namespace
 
-bool env_flag_true(const char* value) {
-  if (value == nullptr) return false;
-  const std::string v = value;
-  return v == "1" || v == "True" || v == "true" || v == "TRUE" || v == "yes";
-}
-
-DistEnv dist_env_from_environment() {
-  DistEnv e;
-  e.world_size = env_int("WORLD_SIZE", 1, 1, 1 << 20);
-  e.rank = env_int("RANK", 0, 0, e.world_size - 1);
-  e.local_world_size = env_int("LOCAL_WORLD_SIZE", e.world_size, 1, 1 << 20);
-  e.local_rank = env_int("LOCAL_RANK", e.rank, 0, 1 << 20);
-  if (const char* a = std::getenv("MASTER_ADDR"); a && *a) e.master_addr = a;
-  e.port = static_cast<int>(env_int("MASTER_PORT", e.world_size > 1 ? -1 : 29500, 1, 65535));
-  CEMFRAC_CHECK(e.world_size == 1 || e.port > 0,
-                "WORLD_SIZE={} but MASTER_PORT is not set (torchrun's variables: MASTER_ADDR, "
-                "MASTER_PORT, RANK, WORLD_SIZE; or use cemfrac launch)",
-                e.world_size);
-  e.agent_store = env_flag_true(std::getenv("TORCHELASTIC_USE_AGENT_STORE"));
-  e.restart_count = env_int("TORCHELASTIC_RESTART_COUNT", 0, 0, 1 << 30);
-  return e;
-}
-
-DistOptions dist_options_from_environment() {
-  DistOptions o;
-  o.connect_timeout_s = env_seconds("CEMFRAC_CONNECT_TIMEOUT", o.connect_timeout_s);
-  o.collective_timeout_s = env_seconds("CEMFRAC_COLLECTIVE_TIMEOUT", o.collective_timeout_s);
-  return o;
-}
-
 bool dist_has_gloo() {
   return true;
 }
@@ -214,10 +141,17 @@ struct DistContext::Impl {
   std::string backend = "gloo";
   int64_t seq = 0;  // collectives started, for telling a hung peer from a slow one
   bool broken = false;
-  double reduce_s = 0;
-  double exposed_s = 0;
-  int64_t reduce_steps = 0;
-  Fault fault;
+  // Gloo for CPU tensors; for CUDA tensors NCCL, with `side` (Gloo) for the scalars and the hash
+  // check. On the CPU side is pg.
+  compat::C10dBackendPtr side;
+  // This step's reductions so far (seconds, exposed seconds), reported at its end.
+  ReduceTiming step_timing;
+  ReduceObserver* observer = nullptr;
+
+  void add_timing(double seconds, double exposed) {
+    step_timing.seconds += seconds;
+    step_timing.exposed_seconds += exposed;
+  }
   // Shared with the heartbeat thread, which may outlive this object when it is detached.
   std::shared_ptr<std::atomic<bool>> stop_heartbeat = std::make_shared<std::atomic<bool>>(false);
   std::thread heartbeat;
@@ -304,14 +238,21 @@ struct DistContext::Impl {
   }
 };
 
-DistContext::DistContext(const DistEnv& env, const DistOptions& options)
+DistContext::DistContext(const DistEnv& env, const DistOptions& options,
+                         const torch::Device& device)
     : env_(env), options_(options) {
   if (!active()) return;
+  CEMFRAC_CHECK(!device.is_cuda() || compat::kHaveNccl,
+                "rank {} of {}: data-parallel training on {} needs NCCL, and this LibTorch ({}) "
+                "was built without it",
+                env.rank, env.world_size, device.str(), compat::torch_version());
+  CEMFRAC_CHECK(device.is_cpu() || device.is_cuda(),
+                "rank {} of {}: data-parallel training runs on cpu or cuda, not {}", env.rank,
+                env.world_size, device.str());
   BlockStopSignals block;
   impl_ = std::make_unique<Impl>();
   impl_->env = env;
   impl_->options = options;
-  impl_->fault = fault_from_environment();
   const bool server = env.rank == 0 && !env.agent_store;
   try {
     compat::QuietTorchLogs quiet;
@@ -335,7 +276,15 @@ DistContext::DistContext(const DistEnv& env, const DistOptions& options)
     impl_->store->wait(joined, to_ms(options.connect_timeout_s));
     impl_->pg = compat::make_c10d_backend(
         impl_->store, static_cast<int>(env.rank), static_cast<int>(env.world_size),
-        to_ms(options.collective_timeout_s), c10::Device(c10::kCPU), gloo_device(env));
+        to_ms(options.collective_timeout_s), device, gloo_device(env));
+    impl_->backend = device.is_cuda() ? "nccl" : "gloo";
+    impl_->side =
+        device.is_cuda()
+            ? compat::make_c10d_backend(
+                  c10::make_intrusive<c10d::PrefixStore>("side", impl_->store),
+                  static_cast<int>(env.rank), static_cast<int>(env.world_size),
+                  to_ms(options.collective_timeout_s), c10::Device(c10::kCPU), gloo_device(env))
+            : impl_->pg;
   } catch (const std::exception& e) {
     impl_->broken = true;
     impl_->stop();
@@ -350,6 +299,7 @@ DistContext::~DistContext() {
   if (impl_->broken) {
     // A failed Gloo group can block in its destructor on a peer that never answers: leave it.
     (void)impl_->pg.release();
+    (void)impl_->side.release();
     (void)impl_->store.release();
   }
 }
@@ -415,8 +365,8 @@ void DistContext::broadcast_from_rank0(const std::vector<torch::Tensor>& tensors
     c10d::AllreduceOptions omin, omax;
     omin.reduceOp = c10d::ReduceOp::MIN;
     omax.reduceOp = c10d::ReduceOp::MAX;
-    m.pg->allreduce(a, omin)->wait();
-    m.pg->allreduce(b, omax)->wait();
+    m.side->allreduce(a, omin)->wait();
+    m.side->allreduce(b, omax)->wait();
   });
   CEMFRAC_CHECK(lo.item<int64_t>() == hi.item<int64_t>(),
                 "rank {} of {}: the {} differ across ranks after the broadcast from rank 0",
@@ -451,60 +401,58 @@ void DistContext::allreduce_mean(const std::vector<torch::Tensor>& tensors,
     });
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  m.reduce_s += s;
-  m.exposed_s += s;
+  m.add_timing(s, s);
 }
 
 std::vector<double> DistContext::allreduce_sum(const std::vector<double>& values,
-                                               const std::string& what, bool timed) {
+                                               const std::string& what, bool end_of_step) {
   if (!active()) return values;
   Impl& m = *impl_;
   torch::Tensor t = torch::tensor(values, torch::kFloat64);
   const auto start = std::chrono::steady_clock::now();
   m.collective("all-reduce of " + what, [&] {
     std::vector<torch::Tensor> v{t};
-    m.pg->allreduce(v)->wait();
+    m.side->allreduce(v)->wait();
   });
-  if (!timed) return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  m.reduce_s += s;
-  m.exposed_s += s;
-  m.reduce_steps += 1;
+  if (end_of_step) {
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    m.add_timing(s, s);
+    if (m.observer != nullptr) m.observer->on_step_reduced(m.step_timing);
+    m.step_timing = ReduceTiming{};
+  }
   return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
 }
 
-double DistContext::reduce_seconds() const {
-  return active() ? impl_->reduce_s : 0.0;
+void DistContext::set_observer(ReduceObserver* observer) {
+  if (active()) impl_->observer = observer;
 }
-double DistContext::exposed_reduce_seconds() const {
-  return active() ? impl_->exposed_s : 0.0;
+
+void DistContext::attach_gradients(const std::vector<torch::Tensor>& params, bool overlap) {
+  attached_ = params;
+  reducer_ = overlap ? std::make_unique<GradientReducer>(*this, params) : nullptr;
 }
-int64_t DistContext::reduce_steps() const {
-  return active() ? impl_->reduce_steps : 0;
+
+void DistContext::before_last_backward(int64_t /*step*/) {
+  if (reducer_) reducer_->arm();
+}
+
+void DistContext::reduce_gradients() {
+  if (!active()) return;
+  if (reducer_) {
+    reducer_->finish();
+    return;
+  }
+  std::vector<torch::Tensor> grads;
+  for (const torch::Tensor& p : attached_)
+    if (p.requires_grad() && p.grad().defined()) grads.push_back(p.grad());
+  allreduce_mean(grads, "gradients");
 }
 
 void DistContext::barrier(const std::string& what) {
   if (!active()) return;
   Impl& m = *impl_;
-  m.collective(what, [&] { m.pg->barrier()->wait(); });
-}
-
-void DistContext::fault_point(int64_t step, const std::vector<torch::Tensor>& grads) {
-  if (!active()) return;
-  const Fault& f = impl_->fault;
-  if (f.rank != env_.rank || f.step != step) return;
-  if (f.action == "kill") std::raise(SIGKILL);
-  if (f.action == "hang") {
-    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
-  }
-  if (f.action == "nan") {
-    for (const torch::Tensor& g : grads) {
-      if (!g.defined()) continue;
-      torch::NoGradGuard no_grad;
-      g.fill_(std::numeric_limits<float>::quiet_NaN());
-      break;
-    }
-  }
+  m.collective(what, [&] { m.side->barrier()->wait(); });
 }
 
 void DistContext::finish() {
@@ -532,11 +480,10 @@ struct GradientReducer::State : std::enable_shared_from_this<GradientReducer::St
 
   // One step's state (arm .. finish).
   bool armed = false;
-  int64_t step = 0;
   std::vector<char> ready;
   std::vector<int64_t> waiting;  // per bucket: parameters not ready yet
   size_t next = 0;               // next bucket to launch
-  bool fault_checked = false;
+  bool launched_any = false;
   std::vector<Launched> launched;
   std::exception_ptr error;  // a launch that failed inside a hook, rethrown by finish()
   Clock::time_point first_launch;
@@ -563,10 +510,9 @@ struct GradientReducer::State : std::enable_shared_from_this<GradientReducer::St
       if (p.requires_grad() && p.grad().defined()) grads.push_back(p.grad());
     }
     if (grads.empty()) return;
-    if (!fault_checked) {
-      fault_checked = true;
+    if (!launched_any) {
+      launched_any = true;
       first_launch = Clock::now();
-      dist->fault_point(step, grads);
     }
     DistContext::Impl& m = *dist->impl_;
     torch::NoGradGuard no_grad;
@@ -651,12 +597,11 @@ int64_t GradientReducer::buckets() const {
   return static_cast<int64_t>(state_->bucket_params.size());
 }
 
-void GradientReducer::arm(int64_t step) {
+void GradientReducer::arm() {
   State& s = *state_;
   if (!s.dist->active()) return;
   CEMFRAC_CHECK(!s.armed, "GradientReducer::arm: the last step was not finished");
   s.armed = true;
-  s.step = step;
   s.ready.assign(s.params.size(), 0);
   s.waiting.assign(s.bucket_params.size(), 0);
   for (size_t i = 0; i < s.params.size(); ++i) {
@@ -664,7 +609,7 @@ void GradientReducer::arm(int64_t step) {
     if (s.params[i].requires_grad()) ++s.waiting[s.bucket_of[i]];
   }
   s.next = 0;
-  s.fault_checked = false;
+  s.launched_any = false;
   s.launched.clear();
   s.error = nullptr;
   s.last_done->store(0);
@@ -681,7 +626,6 @@ void GradientReducer::finish() {
   if (s.error) std::rethrow_exception(s.error);
   // What backward did not complete (no gradient, or no hook), in bucket order.
   while (s.next < s.bucket_params.size()) s.launch(s.next++);
-  if (!s.fault_checked) s.dist->fault_point(s.step, {});
   torch::NoGradGuard no_grad;
   const double world = static_cast<double>(s.dist->world_size());
   for (State::Launched& l : s.launched) {
@@ -704,8 +648,7 @@ void GradientReducer::finish() {
     const auto until = done > 0 ? std::min(start, Clock::time_point(Clock::duration(done))) : start;
     overlapped = std::max(0.0, std::chrono::duration<double>(until - s.first_launch).count());
   }
-  m.exposed_s += exposed;
-  m.reduce_s += exposed + overlapped;
+  m.add_timing(exposed + overlapped, exposed);
   s.launched.clear();
 }
 
