@@ -100,8 +100,8 @@ Command add_launch(CLI::App& root, const GlobalOptions& global) {
 
     std::vector<std::string> argv_s;
     argv_s.push_back("/proc/self/exe");
-    // The launcher's --device reaches every rank (each then checks it; cuda ranks would take
-    // cuda:LOCAL_RANK once the NCCL process group exists: docs/formats.md, "Device").
+    // The launcher's --device reaches every rank (each then checks it; with cuda each rank takes
+    // cuda:LOCAL_RANK: dist/env.h, data_parallel_device).
     if (!global.device.empty()) argv_s.insert(argv_s.end(), {"--device", global.device});
     for (const auto& a : f->command) argv_s.push_back(a);
 

@@ -3,6 +3,7 @@
 // and runs the trainer (metrics, progress, checkpoints, NaN guard, SIGINT/SIGTERM checkpoint and
 // exit code kExitInterrupted; --resume continues a run exactly, in its own directory).
 #include <fmt/format.h>
+#include <torch/cuda.h>
 #include <fmt/ranges.h>
 
 #include <unistd.h>
@@ -20,6 +21,7 @@
 #include "cemfrac/model/lm_model.h"
 #include "cemfrac/train/checkpoint.h"
 #include "cemfrac/dist/data_parallel.h"
+#include "cemfrac/dist/env.h"
 #include "cemfrac/train/model_loader.h"
 #include "cemfrac/train/run_config.h"
 #include "cemfrac/train/run_dir.h"
@@ -154,13 +156,11 @@ Command add_train(CLI::App& root, const GlobalOptions& global) {
     if (f->connect_timeout > 0) dist_options.connect_timeout_s = f->connect_timeout;
     if (f->collective_timeout > 0) dist_options.collective_timeout_s = f->collective_timeout;
     const DistEnv dist_env = dist_env_from_environment();
-    if (dist_env.world_size > 1) {
-      // Gloo reduces host tensors; CUDA ranks need NCCL, which is the CUDA issue's work.
-      CEMFRAC_CHECK(device.is_cpu(),
-                    "{} = {}: data-parallel training runs on cpu only so far (cuda ranks need the "
-                    "NCCL process group, not built yet; a meta dry run is one process)",
-                    global.device.empty() ? "train.device" : "--device", config.train.device);
-    }
+    // Each CUDA rank takes its own GPU; config.train.device keeps what was asked ("cuda"), so
+    // that every rank's run config, which they compare, is the same.
+    if (dist_env.world_size > 1)
+      device = data_parallel_device(device, config.train.device != "cuda", dist_env,
+                                    device.is_cuda() ? torch::cuda::device_count() : 0);
     const std::unique_ptr<DataParallel> dp = make_data_parallel(dist_env, dist_options, device);
     DataParallel& dist = *dp;
     ReduceTotals reduce_totals;

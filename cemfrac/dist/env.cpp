@@ -32,6 +32,28 @@ double env_seconds(const char* name, double fallback) {
 
 }  // namespace
 
+c10::Device data_parallel_device(const c10::Device& device, bool index_given, const DistEnv& env,
+                                 int64_t visible_gpus) {
+  if (device.is_cpu()) return device;
+  CEMFRAC_CHECK(device.is_cuda(),
+                "rank {} of {}: data-parallel ranks run on cpu or cuda, not {} (a meta dry run "
+                "is one process: run it without launch or torchrun)",
+                env.rank, env.world_size, device.str());
+  if (index_given) {
+    CEMFRAC_CHECK(env.local_world_size == 1,
+                  "rank {} of {}: {} names one GPU for all {} ranks on this machine; give cuda "
+                  "(each rank takes cuda:LOCAL_RANK) or set CUDA_VISIBLE_DEVICES per rank",
+                  env.rank, env.world_size, device.str(), env.local_world_size);
+    return device;
+  }
+  CEMFRAC_CHECK(env.local_rank < visible_gpus,
+                "rank {} of {}: LOCAL_RANK {} needs cuda:{}, but only {} GPU(s) are visible; "
+                "start at most {} rank(s) per machine",
+                env.rank, env.world_size, env.local_rank, env.local_rank, visible_gpus,
+                visible_gpus);
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
+}
+
 bool env_flag_true(const char* value) {
   if (value == nullptr) return false;
   const std::string v = value;

@@ -12,6 +12,8 @@
 //
 // No c10d header is needed to read them (dist/process_group.h is the one place that uses c10d).
 #pragma once
+#include <c10/core/Device.h>
+
 #include <cstdint>
 #include <string>
 
@@ -36,10 +38,22 @@ struct DistOptions {
   double connect_timeout_s = 60;     // reaching the store and meeting every rank
   double collective_timeout_s = 60;  // one collective (a hung peer is reported after this)
   int64_t bucket_bytes = 25 << 20;   // gradient all-reduce bucket size
+  // World size 1 normally makes no store and no group (the one-process path). true: make both
+  // anyway, a group of one rank (what a one-GPU cluster job of torchrun runs; the cuda tests use it
+  // to run the NCCL path on a single GPU).
+  bool group_for_one_rank = false;
 };
 
 // CEMFRAC_CONNECT_TIMEOUT / CEMFRAC_COLLECTIVE_TIMEOUT (seconds, > 0) over the defaults.
 DistOptions dist_options_from_environment();
+
+// The device a data-parallel rank trains on (world size > 1), from the one the command was given:
+// cpu stays cpu; cuda, written without an index, becomes cuda:LOCAL_RANK (torchrun's convention: one
+// GPU per local rank), which must be one of the `visible_gpus`; an explicit cuda:N is kept only
+// with one rank per machine (else every rank would share GPU N). meta (a one-process dry run) and
+// anything else are refused in one line.
+c10::Device data_parallel_device(const c10::Device& device, bool index_given, const DistEnv& env,
+                                 int64_t visible_gpus);
 
 // "True", "true", "1", "yes" -> true (TORCHELASTIC_USE_AGENT_STORE is Python's str(True)).
 bool env_flag_true(const char* value);

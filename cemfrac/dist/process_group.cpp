@@ -240,7 +240,7 @@ struct DistContext::Impl {
 
 DistContext::DistContext(const DistEnv& env, const DistOptions& options,
                          const torch::Device& device)
-    : env_(env), options_(options) {
+    : env_(env), options_(options), grouped_(env.world_size > 1 || options.group_for_one_rank) {
   if (!active()) return;
   CEMFRAC_CHECK(!device.is_cuda() || compat::kHaveNccl,
                 "rank {} of {}: data-parallel training on {} needs NCCL, and this LibTorch ({}) "

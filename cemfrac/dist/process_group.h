@@ -43,7 +43,8 @@ class DistContext final : public DataParallel {
   DistContext(const DistContext&) = delete;
   DistContext& operator=(const DistContext&) = delete;
 
-  bool active() const override { return env_.world_size > 1; }
+  // World size > 1, or DistOptions::group_for_one_rank.
+  bool active() const override { return grouped_; }
   int64_t rank() const override { return env_.rank; }
   int64_t world_size() const override { return env_.world_size; }
   const DistEnv& env() const { return env_; }
@@ -75,6 +76,7 @@ class DistContext final : public DataParallel {
   friend class GradientReducer;
   DistEnv env_;
   DistOptions options_;
+  bool grouped_ = false;
   std::unique_ptr<Impl> impl_;
   std::vector<torch::Tensor> attached_;
   std::unique_ptr<GradientReducer> reducer_;

@@ -779,9 +779,47 @@ at::Tensor causal_attention_reference(const at::Tensor& q, const at::Tensor& k, 
   return at::matmul(at::softmax(scores, -1), vv);
 }
 
+#ifdef CEMFRAC_WITH_CUDA
+// CUDA (LibTorch 2.x): ATen's scaled_dot_product_attention, whose flash and memory-efficient
+// kernels never build the (B, H, N, N) probabilities, differentiated by its own autograd.
+// Registered for AutogradCUDA (training) and CUDA (below autograd, e.g. under NoGradGuard), so
+// the CPU's Autograd kernel and its saved probabilities are not used on CUDA. float64 (the
+// gradient checks' dtype, second order included) keeps the twin: SDPA's fast backward kernels are
+// not differentiable again. Grouped-query heads are repeated first (repeat_heads), which keeps
+// SDPA on its fast kernels. Returns the operator's merged-heads layout (B, N, H, d_h) as a view.
+at::Tensor attention_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  check_qkv(q, k, v, "cemfrac::causal_attention");
+  const int64_t H = q.size(1);
+  const at::Tensor vv = v.is_same(k) ? repeat_heads(k, H) : repeat_heads(v, H);
+  return at::scaled_dot_product_attention(q, repeat_heads(k, H), vv, /*attn_mask=*/{},
+                                          /*dropout_p=*/0.0, /*is_causal=*/true)
+      .transpose(1, 2);
+}
+
+at::Tensor attention_autograd_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  if (q.scalar_type() == at::kDouble) return attention_autograd(q, k, v);
+  return attention_sdpa(q, k, v);
+}
+
+at::Tensor attention_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  if (q.scalar_type() == at::kDouble) return attention_twin(q, k, v);
+  return attention_sdpa(q, k, v);
+}
+#endif
+
 extern const bool kCausalAttentionKernels = true;  // ops/library.cpp's link anchor
 
 }  // namespace cemfrac
+
+#ifdef CEMFRAC_WITH_CUDA
+TORCH_LIBRARY_IMPL(cemfrac, CUDA, m) {
+  m.impl("causal_attention", &cemfrac::attention_cuda);
+}
+
+TORCH_LIBRARY_IMPL(cemfrac, AutogradCUDA, m) {
+  m.impl("causal_attention", &cemfrac::attention_autograd_cuda);
+}
+#endif
 
 TORCH_LIBRARY_IMPL(cemfrac, CPU, m) {
   m.impl("causal_attention", &cemfrac::attention_cpu);

@@ -9,8 +9,10 @@
 //   - Full sequences (offset 0, T = N): the operator cemfrac::causal_attention (ops/library.h); on
 //     the CPU in float32/64 the fused kernel (kernels/cpu/attention_cpu.cpp), which skips most of
 //     the hidden upper triangle and keeps masked probabilities exact zeros; values that are the
-//     keys (v.is_same(k), CEM) take one gradient for both. Elsewhere the twin; the backward is an
-//     operator too, whose create_graph path is the closed form in tensor ops (second derivatives).
+//     keys (v.is_same(k), CEM) take one gradient for both. On CUDA (float32, bfloat16, float16)
+//     ATen's scaled_dot_product_attention, differentiated by its own autograd (no (B, H, N, N)
+//     matrix). Elsewhere the twin; the backward is an operator too, whose create_graph path is
+//     the closed form in tensor ops (second derivatives).
 //   - Anything else (a continuation against a decode cache, other devices): explicit matmuls,
 //     the mask and a softmax, differentiated by autograd.
 //   causal_attention_reference: the same function in the plainest ATen ops (the test oracle).

@@ -674,3 +674,63 @@ TEST(Distributed, EnvironmentErrorsNameTheVariable) {
 
 }  // namespace
 }  // namespace cemfrac
+
+namespace cemfrac {
+namespace {
+
+// Where each rank trains: cuda without an index is one GPU per local rank, as torchrun's users
+// expect; a named GPU shared by several local ranks, a local rank beyond the visible GPUs and a
+// meta dry run are refused in one line naming the rank.
+TEST(Distributed, EachCudaRankTakesItsLocalRanksGpu) {
+  DistEnv env;
+  env.rank = 3;
+  env.world_size = 4;
+  env.local_rank = 1;
+  env.local_world_size = 2;
+  EXPECT_EQ(data_parallel_device(c10::Device(c10::kCPU), false, env, 0), c10::Device(c10::kCPU));
+  EXPECT_EQ(data_parallel_device(c10::Device(c10::kCUDA, 0), false, env, 2),
+            c10::Device(c10::kCUDA, 1));
+  try {
+    data_parallel_device(c10::Device(c10::kCUDA, 0), false, env, 1);
+    ADD_FAILURE() << "a local rank beyond the visible GPUs was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "rank 3 of 4: LOCAL_RANK 1 needs cuda:1, but only 1 GPU(s) are visible"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    data_parallel_device(c10::Device(c10::kCUDA, 1), true, env, 2);
+    ADD_FAILURE() << "one named GPU for two local ranks was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cuda:1 names one GPU for all 2 ranks on this machine"),
+              std::string::npos)
+        << e.what();
+  }
+  env.local_world_size = 1;
+  EXPECT_EQ(data_parallel_device(c10::Device(c10::kCUDA, 1), true, env, 2),
+            c10::Device(c10::kCUDA, 1));
+  try {
+    data_parallel_device(c10::Device(c10::kMeta), false, env, 0);
+    ADD_FAILURE() << "meta was accepted for a data-parallel rank";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("data-parallel ranks run on cpu or cuda, not meta"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// The same refusal through launch: every rank stops before it connects, and launch names it.
+TEST(Distributed, MetaDeviceWithSeveralRanksIsOneLinePerRank) {
+  const std::string run = test::temp_dir("dist_meta") + "/run";
+  auto r = test::run_cemfrac({"--device", "meta", "launch", "--nproc", "2", "--", "--threads", "1",
+                              "train", "--config", test::source_path("configs/tiny-llama.toml"),
+                              "--quiet", "--out", run});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("data-parallel ranks run on cpu or cuda, not meta"), std::string::npos)
+      << r.err;
+  EXPECT_FALSE(fs::exists(run)) << "a refused run left a folder behind";
+}
+
+}  // namespace
+}  // namespace cemfrac
