@@ -23,6 +23,7 @@
 #include "cemfrac/dist/data_parallel.h"
 #include "cemfrac/dist/env.h"
 #include "cemfrac/train/model_loader.h"
+#include "cemfrac/train/optimizer.h"
 #include "cemfrac/train/run_config.h"
 #include "cemfrac/train/run_dir.h"
 #include "cemfrac/train/trainer.h"
@@ -218,6 +219,13 @@ Command add_train(CLI::App& root, const GlobalOptions& global) {
     // one line, is the whole report).
     options.write_files = !device.is_meta();
     Trainer trainer(make_train_model(model), options);  // data, existing run, checkpoint, settings
+    if (dist.rank() == 0 && dist.active() && config.train.shard_optimizer) {
+      const ShardedStateBytes b = sharded_state_bytes(model->parameter_table(), dist.world_size());
+      fmt::print(
+          "# optimizer state sharded over {} ranks (train.shard_optimizer): AdamW moments {:.2f} "
+          "MiB on the most loaded rank instead of {:.2f} MiB\n",
+          dist.world_size(), b.largest_shard / 1048576.0, b.whole / 1048576.0);
+    }
 
     if (dist.rank() == 0 && options.write_files)
       write_file_atomic(trainer.run_dir() + "/config.toml", toml);

@@ -57,6 +57,14 @@ class DataParallel {
   virtual void check_same(const std::string& what, const std::string& value) = 0;
   virtual void broadcast_from_rank0(const std::vector<torch::Tensor>& tensors,
                                     const std::string& what) = 0;
+  // Every tensor overwritten with rank `root`'s (bucketed; no check). Counted in the step's
+  // timing.
+  virtual void broadcast(const std::vector<torch::Tensor>& tensors, int64_t root,
+                         const std::string& what) = 0;
+  // Rank `from` sends its tensors to rank 0, which receives them into its own (the same shapes and
+  // dtypes, in the same order); every other rank returns at once. from = 0: nothing to do.
+  virtual void send_to_rank0(const std::vector<torch::Tensor>& tensors, int64_t from,
+                             const std::string& what) = 0;
   // The parameters whose gradients reduce_gradients() averages (those with requires_grad and a
   // gradient at that time). overlap: their buckets are all-reduced during the backward pass that
   // follows before_last_backward(), as soon as each bucket's gradients are final; otherwise all at

@@ -86,6 +86,21 @@ uint64_t bytes_hash(const std::vector<torch::Tensor>& tensors) {
   return h;
 }
 
+// One contiguous 1-D tensor of the bucket's values, and back.
+torch::Tensor flatten(const std::vector<torch::Tensor>& bucket) {
+  std::vector<torch::Tensor> v;
+  for (const auto& t : bucket) v.push_back(t.detach().reshape({-1}));
+  return torch::cat(v);
+}
+void unflatten(const torch::Tensor& flat, const std::vector<torch::Tensor>& bucket) {
+  torch::NoGradGuard no_grad;
+  int64_t offset = 0;
+  for (const auto& t : bucket) {
+    t.detach().copy_(flat.narrow(0, offset, t.numel()).view_as(t));
+    offset += t.numel();
+  }
+}
+
 // Consecutive runs of defined tensors of one dtype and device, each at most `bytes` (a single
 // larger tensor makes its own bucket).
 std::vector<std::vector<torch::Tensor>> buckets(const std::vector<torch::Tensor>& tensors,
@@ -335,28 +350,47 @@ void DistContext::check_same(const std::string& what, const std::string& value) 
                   env_.rank, env_.world_size, r, what, values[r], values[0]);
 }
 
+void DistContext::broadcast(const std::vector<torch::Tensor>& tensors, int64_t root,
+                            const std::string& what) {
+  if (!active()) return;
+  Impl& m = *impl_;
+  const auto start = std::chrono::steady_clock::now();
+  for (const auto& bucket : buckets(tensors, options_.bucket_bytes)) {
+    m.collective("broadcast of " + what, [&] {
+      std::vector<torch::Tensor> flat{flatten(bucket)};
+      c10d::BroadcastOptions o;
+      o.rootRank = static_cast<int64_t>(root);
+      m.pg->broadcast(flat, o)->wait();
+      unflatten(flat[0], bucket);
+    });
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  m.add_timing(s, s);
+}
+
+void DistContext::send_to_rank0(const std::vector<torch::Tensor>& tensors, int64_t from,
+                                const std::string& what) {
+  if (!active() || from == 0 || (env_.rank != 0 && env_.rank != from)) return;
+  Impl& m = *impl_;
+  for (const auto& bucket : buckets(tensors, options_.bucket_bytes)) {
+    m.collective(fmt::format("sending {} from rank {} to rank 0", what, from), [&] {
+      std::vector<torch::Tensor> flat{flatten(bucket)};
+      if (env_.rank == from) {
+        m.pg->send(flat, 0, 0)->wait();
+      } else {
+        m.pg->recv(flat, static_cast<int>(from), 0)->wait();
+        unflatten(flat[0], bucket);
+      }
+    });
+  }
+}
+
 void DistContext::broadcast_from_rank0(const std::vector<torch::Tensor>& tensors,
                                        const std::string& what) {
   if (!active()) return;
   Impl& m = *impl_;
-  for (const auto& bucket : buckets(tensors, options_.bucket_bytes)) {
-    m.collective("broadcast of " + what, [&] {
-      std::vector<torch::Tensor> flat{torch::cat([&] {
-        std::vector<torch::Tensor> v;
-        for (const auto& t : bucket) v.push_back(t.detach().reshape({-1}));
-        return v;
-      }())};
-      c10d::BroadcastOptions o;
-      o.rootRank = 0;
-      m.pg->broadcast(flat, o)->wait();
-      torch::NoGradGuard no_grad;
-      int64_t offset = 0;
-      for (const auto& t : bucket) {
-        t.detach().copy_(flat[0].narrow(0, offset, t.numel()).view_as(t));
-        offset += t.numel();
-      }
-    });
-  }
+  broadcast(tensors, 0, what);
+  m.step_timing = ReduceTiming{};  // start of the run, not a step
   // Equal bytes everywhere: min and max of the hash over ranks agree.
   const auto h = static_cast<int64_t>(bytes_hash(tensors));
   torch::Tensor lo = torch::full({1}, h, torch::kInt64), hi = lo.clone();

@@ -56,6 +56,10 @@ class DistContext final : public DataParallel {
   // Bucketed; the byte check is a min/max all-reduce of a hash of every tensor.
   void broadcast_from_rank0(const std::vector<torch::Tensor>& tensors,
                             const std::string& what) override;
+  void broadcast(const std::vector<torch::Tensor>& tensors, int64_t root,
+                 const std::string& what) override;
+  void send_to_rank0(const std::vector<torch::Tensor>& tensors, int64_t from,
+                     const std::string& what) override;
   // overlap: a GradientReducer (below) over `params`; else allreduce_mean in reduce_gradients().
   void attach_gradients(const std::vector<torch::Tensor>& params, bool overlap) override;
   void before_last_backward(int64_t step) override;

@@ -4,7 +4,9 @@
 #include <torch/types.h>
 #include <torch/utils.h>
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <map>
 #include <tuple>
 #include <nlohmann/json.hpp>
@@ -87,7 +89,7 @@ void Optimizer::step() {
   std::map<std::tuple<std::string, int, int64_t, double>, Batch> batches;
   for (const std::string& name : names_) {
     const ParamGroup group = groups_.at(name);
-    if (group == ParamGroup::kFrozen) continue;
+    if (group == ParamGroup::kFrozen || !owns(name)) continue;
     torch::Tensor p = params_.at(name);
     const torch::Tensor& g = p.grad();
     if (!g.defined()) continue;
@@ -139,6 +141,45 @@ void Optimizer::unfreeze(const std::string& name, ParamGroup group) {
   params_.at(name).set_requires_grad(true);
   state_.erase(name);  // its moments start fresh at its first update
   it->second = group;
+}
+
+void Optimizer::set_owned(const std::set<std::string>& names) {
+  for (const std::string& name : names)
+    CEMFRAC_CHECK(groups_.count(name), "set_owned: no parameter named '{}'", name);
+  owned_ = names;
+  for (auto it = state_.begin(); it != state_.end();)
+    it = owns(it->first) ? std::next(it) : state_.erase(it);
+}
+
+std::vector<int64_t> shard_by_size(const std::vector<int64_t>& sizes, int64_t parts) {
+  CEMFRAC_CHECK(parts >= 1, "shard_by_size: {} parts", parts);
+  std::vector<size_t> order(sizes.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return sizes[a] > sizes[b]; });
+  std::vector<int64_t> load(static_cast<size_t>(parts), 0), owner(sizes.size(), 0);
+  for (size_t i : order) {
+    const auto least = std::min_element(load.begin(), load.end()) - load.begin();
+    owner[i] = least;
+    load[static_cast<size_t>(least)] += sizes[i];
+  }
+  return owner;
+}
+
+ShardedStateBytes sharded_state_bytes(const std::vector<ParamInfo>& params, int64_t parts,
+                                      int64_t element_bytes) {
+  std::vector<int64_t> sizes;
+  for (const ParamInfo& p : params) sizes.push_back(p.numel);
+  const std::vector<int64_t> owner = shard_by_size(sizes, parts);
+  std::vector<int64_t> per_rank(static_cast<size_t>(parts), 0);
+  ShardedStateBytes b;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const int64_t bytes = 2 * sizes[i] * element_bytes;
+    b.whole += bytes;
+    per_rank[static_cast<size_t>(owner[i])] += bytes;
+  }
+  b.largest_shard = *std::max_element(per_rank.begin(), per_rank.end());
+  return b;
 }
 
 bool Optimizer::is_frozen(const std::string& name) const {
@@ -238,6 +279,7 @@ void Optimizer::load_state(const SafetensorsFile& file, const std::string& sourc
       problems.empty(), "{} does not match the model's parameters: {}", source,
       fmt::join(problems.begin(), problems.begin() + std::min<size_t>(problems.size(), 6), "; "));
   state_ = std::move(loaded);
+  if (owned_) set_owned(*owned_);
 }
 
 double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {

@@ -11,6 +11,11 @@
 // parameter. The set of unfrozen parameters is saved with the optimizer state, so a resumed run has
 // the same groups.
 //
+// Data-parallel sharding (ZeRO stage 1, train.shard_optimizer): set_owned(names) restricts updates
+// and state to the parameters this rank owns; the others keep their values until the trainer
+// overwrites them with their owners' (dist/data_parallel.h broadcast). shard_by_size decides the
+// owners, the same way on every rank.
+//
 // Optimizer state is saved by parameter name (never by index): for each parameter with state,
 // "<name>.exp_avg", "<name>.exp_avg_sq" (parameter's shape and dtype) and "<name>.step" (I64
 // scalar).
@@ -19,6 +24,8 @@
 
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -66,6 +73,11 @@ class Optimizer {
   // parameters, missing moments and shape mismatches.
   void load_state(const SafetensorsFile& file, const std::string& source);
 
+  // Only these parameters are updated and keep state from now on (state of the others is
+  // dropped: a resumed rank loads the whole state, then keeps its share).
+  void set_owned(const std::set<std::string>& names);
+  bool owns(const std::string& name) const { return !owned_ || owned_->count(name) > 0; }
+
   // Number of parameters that have AdamW state (those updated at least once since their last
   // unfreeze).
   size_t num_states() const { return state_.size(); }
@@ -82,7 +94,21 @@ class Optimizer {
   std::map<std::string, Moments> state_;
   AdamWConfig config_;
   double lr_ = 0;
+  std::optional<std::set<std::string>> owned_;  // unset: every parameter
 };
+
+// Owners of items of the given sizes among `parts` ranks: largest first, each to the rank with the
+// smallest total so far (the lowest rank on ties). Deterministic, so every rank computes the same.
+std::vector<int64_t> shard_by_size(const std::vector<int64_t>& sizes, int64_t parts);
+
+// AdamW's two moments for every parameter of the table (bytes of `element_bytes` each, float32 = 4),
+// whole and on the most loaded of `parts` ranks under shard_by_size: what sharding saves per rank.
+struct ShardedStateBytes {
+  int64_t whole = 0;
+  int64_t largest_shard = 0;
+};
+ShardedStateBytes sharded_state_bytes(const std::vector<ParamInfo>& params, int64_t parts,
+                                      int64_t element_bytes = 4);
 
 // Scales all gradients so their global L2 norm is at most max_norm (max_norm <= 0: no clipping) and
 // returns the norm before clipping (NaN/Inf when a gradient is not finite; then nothing is scaled).

@@ -43,6 +43,7 @@ struct TrainConfig {
   std::string out = "runs/default";  // run directory
   bool dyadic = true;                // CoFrGeNet ladder depth i trains from step ceil(t (1 - 2^-i))
   bool dist_overlap = true;          // data parallel: all-reduce gradients during backward
+  bool shard_optimizer = false;      // data parallel: AdamW state sharded over ranks (ZeRO-1)
   std::string device = "cpu";        // cpu, cuda, cuda:N, meta (core/device.h); --device wins
   std::string precision = "fp32";    // fp32, or bf16: the forward under autocast (bfloat16)
   std::string init_from;             // a new run starts from this checkpoint's weights ("" = none)
@@ -80,6 +81,11 @@ struct TrainConfig {
     // The same bits either way (tests/dist): only when communication happens changes.
     v("dist_overlap", dist_overlap,
       "Data parallel: all-reduce gradient buckets during backward (false: after backward)",
+      kMayChange);
+    // The same bits either way (tests/dist), and checkpoints always hold the whole state.
+    v("shard_optimizer", shard_optimizer,
+      "Data parallel: each rank keeps the AdamW state of its share of the parameters and "
+      "broadcasts the ones it updated (ZeRO stage 1); the same steps as without",
       kMayChange);
     // Checkpoints hold host tensors, so a run resumes on any device (the global --device flag
     // overrides this; a data-parallel rank r on cuda takes cuda:LOCAL_RANK).

@@ -430,12 +430,14 @@ double Trainer::train_step(double* grad_norm) {
 }
 
 std::string Trainer::write_checkpoint() {
-  if (options_.rank != 0 || !options_.write_files) return last_checkpoint_;
+  if (!options_.write_files) return last_checkpoint_;
+  TensorMap optimizer_state = optimizer_state_to_save();  // with sharding, every rank takes part
+  if (options_.rank != 0) return last_checkpoint_;
   CheckpointContents c;
   for (const auto& [name, tensor] : parameters_by_name(*model_.module, model_.params))
     c.model[name] = tensor;
   for (const auto& [name, tensor] : model_.buffers) c.buffers[name] = tensor;
-  c.optimizer = optimizer_->state_tensors();
+  c.optimizer = std::move(optimizer_state);
   c.optimizer_metadata = optimizer_->state_metadata();
   state_.torch_rng = torch_rng_state();
   state_.cuda_rng = cuda_rng_states();
@@ -567,6 +569,7 @@ TrainResult Trainer::run_loop() {
       throw TrainingDiverged(report, state_.step + 1);
     }
     optimizer_->step();
+    if (!shards_.empty()) broadcast_updated_parameters();
     const double step_s = seconds_since(step_start);
     state_.step += 1;
     state_.tokens += tokens_per_step_;

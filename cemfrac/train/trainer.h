@@ -218,6 +218,12 @@ class Trainer {
   double reduce_step(double loss_sum, bool stop);
   bool stop_requested() const;  // the signal flag, agreed by all ranks
   bool stop_agreed_ = false;
+  // train.shard_optimizer (trainer_dist.cpp): the parameters each rank owns, by rank, in table
+  // order. After each step every owner broadcasts what it updated; a checkpoint gathers the whole
+  // AdamW state on rank 0.
+  std::vector<std::vector<std::string>> shards_;
+  void broadcast_updated_parameters();
+  TensorMap optimizer_state_to_save();
 
   TrainModel model_;
   TrainerOptions options_;

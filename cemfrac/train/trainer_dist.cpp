@@ -5,7 +5,11 @@
 
 #include "cemfrac/core/compat.h"
 #include "cemfrac/dist/data_parallel.h"
+#include "cemfrac/train/optimizer.h"
 #include "cemfrac/train/trainer.h"
+
+#include <map>
+#include <set>
 
 namespace cemfrac {
 namespace {
@@ -55,6 +59,68 @@ void Trainer::start_data_parallel() {
   for (const auto& [name, tensor] : parameters_by_name(*model_.module, model_.params))
     params.push_back(tensor);
   d.attach_gradients(params, options_.train.dist_overlap);
+  if (options_.train.shard_optimizer) {
+    std::vector<int64_t> sizes;
+    for (const ParamInfo& info : model_.params) sizes.push_back(info.numel);
+    const std::vector<int64_t> owner = shard_by_size(sizes, d.world_size());
+    shards_.assign(static_cast<size_t>(d.world_size()), {});
+    for (size_t i = 0; i < owner.size(); ++i)
+      shards_[static_cast<size_t>(owner[i])].push_back(model_.params[i].name);
+    const auto& mine = shards_[static_cast<size_t>(d.rank())];
+    optimizer_->set_owned(std::set<std::string>(mine.begin(), mine.end()));
+  }
+}
+
+void Trainer::broadcast_updated_parameters() {
+  DataParallel& d = *options_.dist;
+  const auto by_name = parameters_by_name(*model_.module, model_.params);
+  for (size_t r = 0; r < shards_.size(); ++r) {
+    std::vector<torch::Tensor> updated;
+    for (const std::string& name : shards_[r])
+      if (!optimizer_->is_frozen(name)) updated.push_back(by_name.at(name));
+    d.broadcast(updated, static_cast<int64_t>(r), "updated parameters");
+  }
+}
+
+TensorMap Trainer::optimizer_state_to_save() {
+  if (shards_.empty()) return optimizer_->state_tensors();
+  DataParallel& d = *options_.dist;
+  TensorMap mine = optimizer_->state_tensors();
+  // Which parameters have state (on their owner) and at which step: a sum over ranks, since
+  // every parameter has one owner.
+  std::vector<double> steps;
+  for (const ParamInfo& info : model_.params) {
+    auto it = mine.find(info.name + ".step");
+    steps.push_back(it == mine.end() ? 0.0 : static_cast<double>(it->second.item<int64_t>()));
+  }
+  steps = d.allreduce_sum(steps, "optimizer state steps", false);
+  std::map<std::string, int64_t> step_of;
+  for (size_t i = 0; i < steps.size(); ++i)
+    if (steps[i] > 0) step_of[model_.params[i].name] = static_cast<int64_t>(steps[i]);
+  const auto by_name = parameters_by_name(*model_.module, model_.params);
+  TensorMap all;
+  for (size_t r = 0; r < shards_.size(); ++r) {
+    std::vector<torch::Tensor> moments;
+    std::vector<std::string> keys;
+    for (const std::string& name : shards_[r]) {
+      if (!step_of.count(name)) continue;
+      for (const char* part : {".exp_avg", ".exp_avg_sq"}) {
+        const std::string key = name + part;
+        auto it = mine.find(key);
+        moments.push_back(it != mine.end() ? it->second
+                                           : torch::empty_like(by_name.at(name),
+                                                               torch::MemoryFormat::Contiguous));
+        keys.push_back(key);
+      }
+    }
+    d.send_to_rank0(moments, static_cast<int64_t>(r), "optimizer state");
+    if (d.rank() != 0) continue;
+    for (size_t i = 0; i < keys.size(); ++i) all[keys[i]] = moments[i];
+  }
+  if (d.rank() != 0) return {};
+  for (const auto& [name, step] : step_of)
+    all[name + ".step"] = torch::tensor(step, torch::kInt64).reshape({});
+  return all;
 }
 
 double Trainer::reduce_step(double loss_sum, bool stop) {

@@ -33,6 +33,7 @@
 #include "cemfrac/core/clock.h"
 #include "cemfrac/model/lm_model.h"
 #include "cemfrac/train/checkpoint.h"
+#include "cemfrac/train/optimizer.h"
 #include "cemfrac/dist/process_group.h"
 #include "tests/model_test_util.h"
 #include "tests/test_util.h"
@@ -730,6 +731,71 @@ TEST(Distributed, MetaDeviceWithSeveralRanksIsOneLinePerRank) {
   EXPECT_NE(r.err.find("data-parallel ranks run on cpu or cuda, not meta"), std::string::npos)
       << r.err;
   EXPECT_FALSE(fs::exists(run)) << "a refused run left a folder behind";
+}
+
+}  // namespace
+}  // namespace cemfrac
+
+namespace cemfrac {
+namespace {
+
+// shard_by_size: largest first to the least loaded rank, lowest rank on ties; every item owned.
+TEST(Distributed, ShardBySizeBalancesLargestFirst) {
+  EXPECT_EQ(shard_by_size({10, 40, 30, 20}, 2), (std::vector<int64_t>{0, 0, 1, 1}));
+  EXPECT_EQ(shard_by_size({5, 5, 5}, 1), (std::vector<int64_t>{0, 0, 0}));
+  EXPECT_EQ(shard_by_size({7}, 3), (std::vector<int64_t>{0}));
+  std::vector<ParamInfo> table(4);
+  for (int i = 0; i < 4; ++i) table[i].numel = (i + 1) * 10;  // 10, 20, 30, 40
+  const ShardedStateBytes b = sharded_state_bytes(table, 2);
+  EXPECT_EQ(b.whole, 2 * 100 * 4);
+  EXPECT_EQ(b.largest_shard, 2 * 50 * 4);  // {40, 10} and {30, 20}
+}
+
+// train.shard_optimizer (ZeRO stage 1) changes where AdamW state lives, not the arithmetic: each
+// parameter is updated by its owner with the same kernel on the same all-reduced gradient, then
+// broadcast bit for bit. So the run equals plain data parallel (and one rank with two
+// accumulation micro-batches) bitwise, losses and checkpoint files, also across a stop and a
+// resume (the checkpoint gathers the whole state on rank 0; a resumed rank keeps its share). The
+// CoFrGeNet run adds parameters that join the optimizer mid-run (the dyadic schedule).
+TEST(Distributed, ShardedOptimizerStateGivesTheSameBitsAsPlainDataParallel) {
+  const std::string data = prepared_data();
+  const std::string dir = test::temp_dir("dist_shard");
+  const std::vector<std::string> shard = {"--set", "train.shard_optimizer=true", "--set",
+                                          "train.checkpoint_every=3"};
+  for (const char* preset : {"configs/tiny-llama.toml", "configs/tiny-cofrgenet.toml"}) {
+    SCOPED_TRACE(preset);
+    const std::string tag = fs::path(preset).stem().string();
+    auto with_preset = [&](std::vector<std::string> args) {
+      for (auto& a : args)
+        if (a == test::source_path("configs/tiny-llama.toml")) a = test::source_path(preset);
+      return args;
+    };
+    const std::string plain = dir + "/" + tag + "-plain", sharded = dir + "/" + tag + "-sharded";
+    auto r1 = test::run_cemfrac(launch(2, with_preset(train_args(data, plain, 6))));
+    ASSERT_EQ(r1.exit_code, 0) << r1.err;
+    auto r2 = test::run_cemfrac(
+        launch(2, with_preset(train_args(data, sharded, 6, shard)), {"--grace", "20"}));
+    ASSERT_EQ(r2.exit_code, 0) << r2.err;
+    EXPECT_NE(r2.out.find("# optimizer state sharded over 2 ranks"), std::string::npos) << r2.out;
+    ASSERT_EQ(losses(plain).size(), 6u);
+    EXPECT_EQ(losses(plain), losses(sharded));
+    EXPECT_EQ(newest_file(plain, kCheckpointModelFile), newest_file(sharded, kCheckpointModelFile));
+    EXPECT_EQ(newest_file(plain, kCheckpointOptimizerFile),
+              newest_file(sharded, kCheckpointOptimizerFile));
+  }
+  // Stopped at a checkpoint and resumed, still the same bits.
+  const std::string split = dir + "/split";
+  std::vector<std::string> stop = shard;
+  stop.insert(stop.end(), {"--stop-at-step", "3"});
+  auto a = test::run_cemfrac(launch(2, train_args(data, split, 6, stop)));
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  std::vector<std::string> resume = shard;
+  resume.insert(resume.end(), {"--resume", split});
+  auto b = test::run_cemfrac(launch(2, train_args(data, split, 6, resume)));
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_EQ(losses(dir + "/tiny-llama-plain"), losses(split));
+  EXPECT_EQ(newest_file(dir + "/tiny-llama-plain", kCheckpointOptimizerFile),
+            newest_file(split, kCheckpointOptimizerFile));
 }
 
 }  // namespace

@@ -65,6 +65,14 @@ class FaultyDataParallel final : public DataParallel {
                             const std::string& what) override {
     inner_->broadcast_from_rank0(tensors, what);
   }
+  void broadcast(const std::vector<torch::Tensor>& tensors, int64_t root,
+                 const std::string& what) override {
+    inner_->broadcast(tensors, root, what);
+  }
+  void send_to_rank0(const std::vector<torch::Tensor>& tensors, int64_t from,
+                     const std::string& what) override {
+    inner_->send_to_rank0(tensors, from, what);
+  }
   void attach_gradients(const std::vector<torch::Tensor>& params, bool overlap) override {
     params_ = params;
     inner_->attach_gradients(params, overlap);
