@@ -176,17 +176,6 @@ std::vector<RowSpec> parse_kinds(const std::string& text) {
   return rows;
 }
 
-// Why the decode peer cannot model this model ("" when it can).
-std::string peer_unsupported(const ModelConfig& m) {
-  for (int64_t l = 0; l < m.n_layers; ++l) {
-    if (m.mixer_of(l) != "mha") return fmt::format("layer {} mixer '{}'", l, m.mixer_of(l));
-    if (m.ffn_of(l) != "swiglu" && m.ffn_of(l) != "gelu_mlp")
-      return fmt::format("layer {} ffn '{}'", l, m.ffn_of(l));
-  }
-  if (m.norm == NormKind::kLayerNorm && !m.bias) return "layernorm without bias";
-  return "";
-}
-
 std::vector<std::vector<int64_t>> rows_of(const torch::Tensor& prompts, int64_t B) {
   std::vector<std::vector<int64_t>> out;
   for (int64_t i = 0; i < B; ++i) {
@@ -304,7 +293,7 @@ int run_generate_bench(const GenerateBenchFlags& flags) {
 
     // The peer's reference: cemfrac's logits of the prompts' last position and, after feeding the
     // first greedy tokens, of the next one.
-    std::string why_not = peer_unsupported(c);
+    std::string why_not = peer_unsupported(c, Peer::kDecode);
     const bool want_peer = !flags.no_peer && have_python && peer_script && why_not.empty();
     if (!why_not.empty()) unmodelled.push_back(label + ": " + why_not);
     peer_rows += want_peer ? 1 : 0;
@@ -362,7 +351,7 @@ int run_generate_bench(const GenerateBenchFlags& flags) {
         prefill.push_back(tr.prefill_s);
         decode.push_back(tr.decode_s);
       }
-      const double pm = median_of(prefill), dm = median_of(decode);
+      const double pm = median(prefill), dm = median(decode);
       json b = {{"batch", B},
                 {"prefill_s", prefill},
                 {"decode_s", decode},

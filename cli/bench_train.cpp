@@ -67,6 +67,7 @@
 #include "cemfrac/io/safetensors.h"
 #include "cemfrac/model/lm_model.h"
 #include "cemfrac/train/optimizer.h"
+#include "cemfrac/train/budget.h"
 #include "cemfrac/train/run_config.h"
 #include "cli/bench_util.h"
 #include "cli/commands.h"
@@ -148,21 +149,6 @@ double cpu_seconds() {
          1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
-// Why the peer cannot model this config ("" when it can): the layer kinds it writes. The options of
-// those kinds it does not write (cem.dlr_distance, cofrgenet.glu, ...) it refuses itself, with one
-// line.
-std::string peer_unsupported(const ModelConfig& m) {
-  for (int64_t l = 0; l < m.n_layers; ++l) {
-    const std::string mixer = m.mixer_of(l), ffn = m.ffn_of(l);
-    if (mixer != "mha" && mixer != "cem_attention" && mixer != "cattn_m")
-      return fmt::format("layer {} mixer '{}'", l, mixer);
-    if (ffn != "swiglu" && ffn != "gelu_mlp" && ffn != "cem_mlp" && ffn != "cffn")
-      return fmt::format("layer {} ffn '{}'", l, ffn);
-  }
-  if (m.norm == NormKind::kLayerNorm && !m.bias) return "layernorm without bias";
-  return "";
-}
-
 // The random batch of a step: (B, S + 1) token ids from train.seed.
 torch::Tensor bench_batch(const RunConfig& rc, int64_t S) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(rc.train.seed);
@@ -181,36 +167,6 @@ void write_peer_inputs(const std::string& path, LmModelImpl& model, const torch:
     if (p.group == ParamGroup::kDecay) decay += (decay.empty() ? "" : ",") + p.name;
   }
   save_safetensors(path, tensors, {{"producer", "cemfrac bench train"}, {"decay", decay}});
-}
-
-struct Flops {
-  int64_t matmul_params = 0;  // P_mm: every 2-D parameter but the embeddings, plus the head's V x D
-  double mixers = 0;          // sum of the mixers' forward FLOPs per token at context S
-  double ffns = 0;            // sum of the FFNs' forward FLOPs per token
-  double head = 0;            // 2 V D
-  double per_token = 0;       // 3 (mixers + ffns + head): forward + backward
-  double per_step = 0;        // B S per_token
-  std::string formula;        // with the numbers
-};
-
-Flops model_flops(LmModelImpl& model, int64_t B, int64_t S) {
-  const ModelConfig& c = model.config();
-  Flops f;
-  for (const ParamInfo& p : model.parameter_table()) {
-    if (p.shape.size() == 2 && p.kind != ParamKind::kEmbedding) f.matmul_params += p.numel;
-  }
-  if (c.tie_embeddings) f.matmul_params += c.vocab_size * c.d_model;  // the head multiplies by wte
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    f.mixers += model.block(l).mixer().forward_flops_per_token(S);
-    f.ffns += model.block(l).ffn().forward_flops_per_token();
-  }
-  f.head = 2.0 * double(c.vocab_size) * double(c.d_model);
-  f.per_token = 3.0 * (f.mixers + f.ffns + f.head);
-  f.per_step = double(B) * S * f.per_token;
-  f.formula = fmt::format(
-      "B*S*3*(mixers + FFNs + head 2*V*D) = {}*{}*3*({:.4e} + {:.4e} + {:.4e}) = {:.4e}", B, S,
-      f.mixers, f.ffns, f.head, f.per_step);
-  return f;
 }
 
 struct StepTimes {
@@ -498,7 +454,7 @@ int run_train_bench(const TrainBenchFlags& flags) {
   std::optional<fs::path> peer_script;
   std::string peer_note;
   if (!flags.no_peer) {
-    const std::string why_not = peer_unsupported(rc.model);
+    const std::string why_not = peer_unsupported(rc.model, Peer::kTrainStep);
     const bool have_python = python_with_torch();
     peer_script = locate_peer(flags.peer_script, kPeerRelPath);
     if (flags.peer) {
@@ -594,7 +550,7 @@ int run_train_bench(const TrainBenchFlags& flags) {
   }
 
   const int64_t tokens = B * S;
-  const double med = median_of(cpp.step_s);
+  const double med = median(cpp.step_s);
   const double best = *std::min_element(cpp.step_s.begin(), cpp.step_s.end());
   // One side's speed; its MFU against `peak_gflops`, the matmul rate measured in this run in that
   // side's precision (named by `peak_name`), and against --peak-tflops when given.
@@ -616,11 +572,11 @@ int run_train_bench(const TrainBenchFlags& flags) {
   json cpp_j = side(med, best, fp32_rate.peak, fp32_peak_name);
   cpp_j["step_s"] = cpp.step_s;
   cpp_j["cpu_s"] = cpp.cpu_s;
-  cpp_j["cpu_median_s"] = median_of(cpp.cpu_s);
+  cpp_j["cpu_median_s"] = median(cpp.cpu_s);
   cpp_j["malloc"] = flags.malloc_default ? "glibc default" : "heap kept (no mmap, no trim)";
-  cpp_j["phases_median_s"] = {{"forward", median_of(cpp.forward_s)},
-                              {"backward", median_of(cpp.backward_s)},
-                              {"clip_and_optimizer", median_of(cpp.optimizer_s)}};
+  cpp_j["phases_median_s"] = {{"forward", median(cpp.forward_s)},
+                              {"backward", median(cpp.backward_s)},
+                              {"clip_and_optimizer", median(cpp.optimizer_s)}};
   cpp_j["first_loss"] = cpp.first_loss;
   cpp_j["last_loss"] = cpp.last_loss;
   cpp_j["blas_core"] = core;
@@ -628,20 +584,20 @@ int run_train_bench(const TrainBenchFlags& flags) {
   if (cpp.profile) cpp_j["profile"] = profile_to_json(*cpp.profile, flags.profile_top);
   json bf16_j;
   if (bf16) {
-    bf16_j = side(median_of(bf16->step_s),
-                  *std::min_element(bf16->step_s.begin(), bf16->step_s.end()), bf16_rate.peak,
+    bf16_j = side(median(bf16->step_s), *std::min_element(bf16->step_s.begin(), bf16->step_s.end()),
+                  bf16_rate.peak,
                   fmt::format("bfloat16 matmul on {} measured in this run", device.str()));
     bf16_j["step_s"] = bf16->step_s;
     bf16_j["cpu_s"] = bf16->cpu_s;
-    bf16_j["cpu_median_s"] = median_of(bf16->cpu_s);
+    bf16_j["cpu_median_s"] = median(bf16->cpu_s);
     bf16_j["malloc"] = cpp_j["malloc"];
-    bf16_j["phases_median_s"] = {{"forward", median_of(bf16->forward_s)},
-                                 {"backward", median_of(bf16->backward_s)},
-                                 {"clip_and_optimizer", median_of(bf16->optimizer_s)}};
+    bf16_j["phases_median_s"] = {{"forward", median(bf16->forward_s)},
+                                 {"backward", median(bf16->backward_s)},
+                                 {"clip_and_optimizer", median(bf16->optimizer_s)}};
     bf16_j["first_loss"] = bf16->first_loss;
     bf16_j["last_loss"] = bf16->last_loss;
     bf16_j["blas_core"] = core;
-    bf16_j["ratio_to_fp32_median"] = median_of(bf16->step_s) / med;
+    bf16_j["ratio_to_fp32_median"] = median(bf16->step_s) / med;
   }
 
   json report = {
@@ -718,7 +674,7 @@ int run_train_bench(const TrainBenchFlags& flags) {
     report["peer"] = peer_j;
     report["ratio_median"] = med / peer["median_s"].get<double>();
     report["ratio_min"] = best / peer["min_s"].get<double>();
-    report["ratio_cpu_median"] = median_of(cpp.cpu_s) / peer["cpu_median_s"].get<double>();
+    report["ratio_cpu_median"] = median(cpp.cpu_s) / peer["cpu_median_s"].get<double>();
     report["peer"]["malloc"] =
         flags.peer_keep_heap ? "heap kept (no mmap, no trim)" : "glibc default";
     met = met && report["ratio_median"].get<double>() <= kTargetRatio;

@@ -17,6 +17,7 @@
 #include <torch/cuda.h>
 
 #include "cemfrac/core/check.h"
+#include "cemfrac/core/clock.h"
 
 namespace cemfrac::cli {
 
@@ -35,15 +36,7 @@ struct Timing {
 // Best and median of a list of times (of any unit; {0, 0} when empty).
 inline Timing summarize_times(std::vector<double> ms) {
   if (ms.empty()) return {};
-  std::sort(ms.begin(), ms.end());
-  const size_t n = ms.size();
-  const double median = n % 2 == 1 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
-  return {ms.front(), median};
-}
-
-// The median of a list (0 when empty).
-inline double median_of(std::vector<double> v) {
-  return summarize_times(std::move(v)).median_ms;
+  return {*std::min_element(ms.begin(), ms.end()), median(ms)};
 }
 
 // A comma-separated list of integers in [1, max] given to `flag` ("1,8"; empty items are skipped).

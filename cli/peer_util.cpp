@@ -11,6 +11,19 @@
 
 namespace cemfrac::cli {
 
+std::string peer_unsupported(const ModelConfig& m, Peer peer) {
+  const bool train = peer == Peer::kTrainStep;
+  for (int64_t l = 0; l < m.n_layers; ++l) {
+    const std::string mixer = m.mixer_of(l), ffn = m.ffn_of(l);
+    if (mixer != "mha" && !(train && (mixer == "cem_attention" || mixer == "cattn_m")))
+      return fmt::format("layer {} mixer '{}'", l, mixer);
+    if (ffn != "swiglu" && ffn != "gelu_mlp" && !(train && (ffn == "cem_mlp" || ffn == "cffn")))
+      return fmt::format("layer {} ffn '{}'", l, ffn);
+  }
+  if (m.norm == NormKind::kLayerNorm && !m.bias) return "layernorm without bias";
+  return "";
+}
+
 namespace fs = std::filesystem;
 
 bool python_with_torch() {

@@ -5,7 +5,19 @@
 #include <optional>
 #include <string>
 
+#include "cemfrac/model/model_config.h"
+
 namespace cemfrac::cli {
+
+// The PyTorch peers and the layer kinds each writes: the training step (bench/peers/train_step_peer.py:
+// mha, CEM attention and CAttnM mixers; SwiGLU, GELU MLP, CEM MLP and Cffn FFNs) and cached
+// decoding (bench/peers/decode_peer.py: mha with SwiGLU or GELU MLP).
+enum class Peer { kTrainStep, kDecode };
+
+// Why `peer` cannot model `m` ("" when it can): the first layer kind it does not write, or a
+// LayerNorm without bias. The options of those kinds it does not write (cem.dlr_distance,
+// cofrgenet.glu, ...) the peer refuses itself, in one line.
+std::string peer_unsupported(const ModelConfig& m, Peer peer);
 
 // The interpreter the peers run under: the one whose torch the build is for (CMake's
 // CEMFRAC_PYTHON_EXECUTABLE: Debian's /usr/bin/python3 with python3-torch on the host, the venv's

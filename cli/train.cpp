@@ -24,6 +24,7 @@
 #include "cemfrac/dist/env.h"
 #include "cemfrac/train/model_loader.h"
 #include "cemfrac/train/optimizer.h"
+#include "cemfrac/train/budget.h"
 #include "cemfrac/train/run_config.h"
 #include "cemfrac/train/run_dir.h"
 #include "cemfrac/train/trainer.h"
@@ -34,23 +35,6 @@ namespace cemfrac::cli {
 
 namespace {
 namespace fs = std::filesystem;
-
-// A lower bound of the memory training `config` needs, in bytes (float32): 16 bytes per parameter
-// (weights, gradients, two AdamW moments) for the embedding and, per layer, two D x D attention
-// matrices and two D x d_ff FFN matrices; plus the logits of one micro-batch and their gradient
-// (2 x micro_batch x seq_len x V floats) and four activations of micro_batch x seq_len x D floats
-// per layer. Every architecture has at least these, so a config refused by it cannot fit. Doubles:
-// absurd sizes must not overflow.
-double training_memory_lower_bound(const RunConfig& config) {
-  const ModelConfig& m = config.model;
-  const double V = static_cast<double>(m.vocab_size), D = static_cast<double>(m.d_model),
-               L = static_cast<double>(m.n_layers), M = static_cast<double>(m.d_ff);
-  const double S = static_cast<double>(config.train.seq_len > 0 ? config.train.seq_len : m.context);
-  const double B = static_cast<double>(config.train.micro_batch);
-  const double params = V * D + L * (2 * D * D + 2 * D * M);
-  const double activations = 2 * B * S * V + L * 4 * B * S * D;
-  return 16 * params + 4 * activations;
-}
 
 // "a, b, c and 4 more": the first names of a list.
 std::string some_names(const std::vector<std::string>& names) {

@@ -54,10 +54,7 @@ std::string machine_text() {
 }
 
 std::string report_date() {  // "2026-12-04 01:23 UTC", as the reports print it
-  const std::time_t t = std::time(nullptr);
-  char buf[64];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M UTC", std::gmtime(&t));
-  return buf;
+  return utc_now("%Y-%m-%d %H:%M UTC");
 }
 
 }  // namespace

@@ -4,20 +4,10 @@
 #include <nlohmann/json.hpp>
 
 #include "cemfrac/compare/run_files.h"
+#include "cemfrac/core/clock.h"
 
 namespace cemfrac {
 using json = nlohmann::json;
-
-namespace {
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-}  // namespace
 
 SeedResult collect(const std::string& dir, uint64_t seed, const Suite& suite, const SuiteRun& run) {
   SeedResult r;

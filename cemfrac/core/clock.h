@@ -1,12 +1,14 @@
-// Elapsed time and its display, for progress lines and reports.
+// Elapsed time and its display, for progress lines and reports; the median of repeated timings.
 #pragma once
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <ctime>
 #include <string>
+#include <vector>
 
 namespace cemfrac {
 
@@ -25,14 +27,23 @@ inline std::string format_duration(double seconds) {
   return fmt::format("{}s", s);
 }
 
-// The wall-clock time now, UTC, as ISO 8601 to the second: "2026-12-04T01:23:45Z".
-inline std::string utc_now() {
+// The wall-clock time now, UTC, in a strftime `format`; by default ISO 8601 to the second:
+// "2026-12-04T01:23:45Z" (reports print "%Y-%m-%d %H:%M UTC").
+inline std::string utc_now(const char* format = "%Y-%m-%dT%H:%M:%SZ") {
   const std::time_t now = std::time(nullptr);
   std::tm tm{};
   gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, format, &tm);
   return buf;
+}
+
+// The median of a list (the mean of the middle two for an even count; 0 when empty).
+inline double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 }  // namespace cemfrac
