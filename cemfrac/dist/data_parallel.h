@@ -68,8 +68,10 @@ class DataParallel {
   // The parameters whose gradients reduce_gradients() averages (those with requires_grad and a
   // gradient at that time). overlap: their buckets are all-reduced during the backward pass that
   // follows before_last_backward(), as soon as each bucket's gradients are final; otherwise all at
-  // once in reduce_gradients().
-  virtual void attach_gradients(const std::vector<torch::Tensor>& params, bool overlap) = 0;
+  // once in reduce_gradients(). owners (one rank per parameter, or empty = every rank): gradient
+  // sharding, each gradient reduced to its owner only, and undefined on the other ranks after.
+  virtual void attach_gradients(const std::vector<torch::Tensor>& params, bool overlap,
+                                const std::vector<int64_t>& owners = {}) = 0;
 
   // Each step: `step` is the 1-based step being computed.
   virtual void before_last_backward(int64_t step) = 0;

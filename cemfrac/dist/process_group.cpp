@@ -462,9 +462,13 @@ void DistContext::set_observer(ReduceObserver* observer) {
   if (active()) impl_->observer = observer;
 }
 
-void DistContext::attach_gradients(const std::vector<torch::Tensor>& params, bool overlap) {
+void DistContext::attach_gradients(const std::vector<torch::Tensor>& params, bool overlap,
+                                   const std::vector<int64_t>& owners) {
+  CEMFRAC_CHECK(owners.empty() || owners.size() == params.size(),
+                "attach_gradients: {} owners for {} parameters", owners.size(), params.size());
   attached_ = params;
-  reducer_ = overlap ? std::make_unique<GradientReducer>(*this, params) : nullptr;
+  owners_ = owners;
+  reducer_ = overlap ? std::make_unique<GradientReducer>(*this, params, owners) : nullptr;
 }
 
 void DistContext::before_last_backward(int64_t /*step*/) {
@@ -477,10 +481,40 @@ void DistContext::reduce_gradients() {
     reducer_->finish();
     return;
   }
-  std::vector<torch::Tensor> grads;
-  for (const torch::Tensor& p : attached_)
-    if (p.requires_grad() && p.grad().defined()) grads.push_back(p.grad());
-  allreduce_mean(grads, "gradients");
+  if (owners_.empty()) {
+    std::vector<torch::Tensor> grads;
+    for (const torch::Tensor& p : attached_)
+      if (p.requires_grad() && p.grad().defined()) grads.push_back(p.grad());
+    allreduce_mean(grads, "gradients");
+    return;
+  }
+  // Sharded: each owner's gradients reduced to it, divided there; the other ranks drop theirs.
+  Impl& m = *impl_;
+  torch::NoGradGuard no_grad;
+  const auto start = std::chrono::steady_clock::now();
+  const double world = static_cast<double>(env_.world_size);
+  for (int64_t owner = 0; owner < env_.world_size; ++owner) {
+    std::vector<torch::Tensor> params;
+    for (size_t i = 0; i < attached_.size(); ++i) {
+      const torch::Tensor& p = attached_[i];
+      if (owners_[i] == owner && p.requires_grad() && p.grad().defined()) params.push_back(p);
+    }
+    std::vector<torch::Tensor> grads;
+    for (const auto& p : params) grads.push_back(p.grad());
+    for (const auto& bucket : buckets(grads, options_.bucket_bytes)) {
+      m.collective("all-reduce of gradients", [&] {
+        std::vector<torch::Tensor> flat{flatten(bucket)};
+        c10d::ReduceOptions o;
+        o.rootRank = owner;
+        m.pg->reduce(flat, o)->wait();
+        if (env_.rank == owner) unflatten(flat[0].div_(world), bucket);
+      });
+    }
+    if (env_.rank != owner)
+      for (const auto& p : params) p.mutable_grad().reset();
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  m.add_timing(s, s);
 }
 
 void DistContext::barrier(const std::string& what) {
@@ -498,14 +532,15 @@ void DistContext::finish() {
 struct GradientReducer::State : std::enable_shared_from_this<GradientReducer::State> {
   using Clock = std::chrono::steady_clock;
   struct Launched {
-    std::vector<torch::Tensor> grads;
-    std::vector<torch::Tensor> flat;  // one tensor: the bucket's gradients, concatenated
+    std::vector<torch::Tensor> grads;  // where the mean goes (empty: reduced to another rank)
+    std::vector<torch::Tensor> flat;   // one tensor: the bucket's gradients, concatenated
     c10::intrusive_ptr<c10d::Work> work;
   };
 
   DistContext* dist = nullptr;
   std::vector<torch::Tensor> params;  // reverse table order
   std::vector<std::vector<size_t>> bucket_params;
+  std::vector<int64_t> bucket_owner;  // -1: all-reduced; else reduced to that rank only
   std::vector<size_t> bucket_of;
   // The accumulators carry the hooks; holding them keeps them (autograd itself holds them weakly
   // between graphs and would make new ones without our hooks).
@@ -544,6 +579,7 @@ struct GradientReducer::State : std::enable_shared_from_this<GradientReducer::St
       if (p.requires_grad() && p.grad().defined()) grads.push_back(p.grad());
     }
     if (grads.empty()) return;
+    release_sent();
     if (!launched_any) {
       launched_any = true;
       first_launch = Clock::now();
@@ -551,12 +587,24 @@ struct GradientReducer::State : std::enable_shared_from_this<GradientReducer::St
     DistContext::Impl& m = *dist->impl_;
     torch::NoGradGuard no_grad;
     Launched l;
-    l.grads = grads;
+    const int64_t owner = bucket_owner[b];
     std::vector<torch::Tensor> parts;
     for (const auto& g : grads) parts.push_back(g.reshape({-1}));
     l.flat = {torch::cat(parts)};
+    if (owner < 0 || owner == dist->rank()) {
+      l.grads = grads;
+    } else {
+      // Another rank's gradients: the flat copy is what is sent; the gradients go now.
+      for (size_t i : bucket_params[b]) params[i].mutable_grad().reset();
+    }
     m.collective("all-reduce of gradients", [&] {
-      l.work = m.pg->allreduce(l.flat);
+      if (owner < 0) {
+        l.work = m.pg->allreduce(l.flat);
+      } else {
+        c10d::ReduceOptions o;
+        o.rootRank = owner;
+        l.work = m.pg->reduce(l.flat, o);
+      }
       l.work->getFuture()->addCallback([done = last_done](c10::ivalue::Future&) {
         const int64_t now = Clock::now().time_since_epoch().count();
         int64_t seen = done->load();
@@ -565,6 +613,18 @@ struct GradientReducer::State : std::enable_shared_from_this<GradientReducer::St
       });
     });
     launched.push_back(std::move(l));
+  }
+
+  // Frees the send buffers of buckets reduced to another rank once their reduction has completed
+  // (during backward, so that sharded gradients lower the peak, not only the end state).
+  void release_sent() {
+    for (Launched& l : launched) {
+      if (!l.grads.empty() || !l.work || !l.work->isCompleted()) continue;
+      dist->impl_->collective(
+          "all-reduce of gradients", [&] { l.work->wait(); }, /*launch=*/false);
+      l.work.reset();
+      l.flat.clear();
+    }
   }
 };
 
@@ -595,12 +655,18 @@ void GradientReducer::State::hook(size_t i) {
   hook_keys[i] = accumulators[i]->add_post_hook(std::make_unique<ReadyHook>(weak_from_this(), i));
 }
 
-GradientReducer::GradientReducer(DistContext& dist, const std::vector<torch::Tensor>& params)
+GradientReducer::GradientReducer(DistContext& dist, const std::vector<torch::Tensor>& params,
+                                 const std::vector<int64_t>& owners)
     : state_(std::make_shared<State>()) {
   State& s = *state_;
   s.dist = &dist;
   if (!dist.active()) return;
+  CEMFRAC_CHECK(owners.empty() || owners.size() == params.size(),
+                "GradientReducer: {} owners for {} parameters", owners.size(), params.size());
   s.params.assign(params.rbegin(), params.rend());
+  const std::vector<int64_t> owner_of = owners.empty()
+                                            ? std::vector<int64_t>(params.size(), -1)
+                                            : std::vector<int64_t>(owners.rbegin(), owners.rend());
   const int64_t cap = dist.options().bucket_bytes;
   int64_t size = 0, limit = std::min<int64_t>(cap, 1 << 20);
   for (size_t i = 0; i < s.params.size(); ++i) {
@@ -608,9 +674,11 @@ GradientReducer::GradientReducer(DistContext& dist, const std::vector<torch::Ten
     const int64_t b = p.numel() * static_cast<int64_t>(p.element_size());
     if (s.bucket_params.empty() || size + b > limit ||
         s.params[s.bucket_params.back().front()].scalar_type() != p.scalar_type() ||
-        s.params[s.bucket_params.back().front()].device() != p.device()) {
+        s.params[s.bucket_params.back().front()].device() != p.device() ||
+        s.bucket_owner.back() != owner_of[i]) {
       if (!s.bucket_params.empty()) limit = cap;
       s.bucket_params.emplace_back();
+      s.bucket_owner.push_back(owner_of[i]);
       size = 0;
     }
     s.bucket_params.back().push_back(i);
@@ -663,8 +731,10 @@ void GradientReducer::finish() {
   torch::NoGradGuard no_grad;
   const double world = static_cast<double>(s.dist->world_size());
   for (State::Launched& l : s.launched) {
+    if (!l.work) continue;  // released during backward (reduced to another rank)
     m.collective(
         "all-reduce of gradients", [&] { l.work->wait(); }, /*launch=*/false);
+    if (l.grads.empty()) continue;  // reduced to another rank
     torch::Tensor& flat = l.flat.front();
     flat.div_(world);
     int64_t offset = 0;

@@ -61,7 +61,8 @@ class DistContext final : public DataParallel {
   void send_to_rank0(const std::vector<torch::Tensor>& tensors, int64_t from,
                      const std::string& what) override;
   // overlap: a GradientReducer (below) over `params`; else allreduce_mean in reduce_gradients().
-  void attach_gradients(const std::vector<torch::Tensor>& params, bool overlap) override;
+  void attach_gradients(const std::vector<torch::Tensor>& params, bool overlap,
+                        const std::vector<int64_t>& owners = {}) override;
   void before_last_backward(int64_t step) override;
   void reduce_gradients() override;
   std::vector<double> allreduce_sum(const std::vector<double>& values, const std::string& what,
@@ -83,6 +84,7 @@ class DistContext final : public DataParallel {
   bool grouped_ = false;
   std::unique_ptr<Impl> impl_;
   std::vector<torch::Tensor> attached_;
+  std::vector<int64_t> owners_;
   std::unique_ptr<GradientReducer> reducer_;
 };
 
@@ -102,7 +104,11 @@ class DistContext final : public DataParallel {
 // gradients failed: lost rank 1 ..."), thrown from finish().
 class GradientReducer {
  public:
-  GradientReducer(DistContext& dist, const std::vector<torch::Tensor>& params);
+  // owners (one per parameter, or empty): a bucket holds one owner's parameters and is reduced to
+  // that rank only; the other ranks drop those gradients when the bucket is launched and free the
+  // sent copy once the reduction has completed.
+  GradientReducer(DistContext& dist, const std::vector<torch::Tensor>& params,
+                  const std::vector<int64_t>& owners = {});
   ~GradientReducer();
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;

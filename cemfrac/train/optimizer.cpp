@@ -283,6 +283,10 @@ void Optimizer::load_state(const SafetensorsFile& file, const std::string& sourc
 }
 
 double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
+  return clip_to_norm(params, grad_square_sum(params), max_norm);
+}
+
+double grad_square_sum(const std::vector<torch::Tensor>& params) {
   // Sum of squares of every gradient in float64 (on CPU one fused pass that does not depend on the
   // thread count), added in table order. Off the CPU the per-gradient sums stay on the device and
   // are added there in the same order: the step reads one number back (one host sync), not one per
@@ -304,7 +308,11 @@ double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm)
   }
   if (!any) return 0.0;
   if (device_sum.defined()) sum += device_sum.item<double>();
-  const double total = std::sqrt(sum);
+  return sum;
+}
+
+double clip_to_norm(const std::vector<torch::Tensor>& params, double square_sum, double max_norm) {
+  const double total = std::sqrt(square_sum);
   if (max_norm > 0 && std::isfinite(total) && total > max_norm) {
     const double scale = max_norm / (total + 1e-6);
     torch::NoGradGuard no_grad;

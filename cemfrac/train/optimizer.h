@@ -114,5 +114,9 @@ ShardedStateBytes sharded_state_bytes(const std::vector<ParamInfo>& params, int6
 // returns the norm before clipping (NaN/Inf when a gradient is not finite; then nothing is scaled).
 // Parameters without a gradient are skipped.
 double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
+// Its two halves, for gradients split over ranks (train.shard_gradients): the float64 sum of
+// squares of the gradients held here, and the clip given the sum over every rank (returns the norm).
+double grad_square_sum(const std::vector<torch::Tensor>& params);
+double clip_to_norm(const std::vector<torch::Tensor>& params, double square_sum, double max_norm);
 
 }  // namespace cemfrac

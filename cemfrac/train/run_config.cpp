@@ -295,6 +295,9 @@ std::optional<ConfigProblem> train_config_problem(const TrainConfig& t, int64_t 
            fmt::format("device = \"{}\": must be cpu, cuda, cuda:N or meta", t.device)),
       need(t.precision == "fp32" || t.precision == "bf16", "precision",
            fmt::format("precision = \"{}\": must be fp32 or bf16", t.precision)),
+      need(!t.shard_gradients || t.shard_optimizer, "shard_gradients",
+           "shard_gradients = true needs shard_optimizer = true (a rank keeps the gradients of "
+           "the parameters whose optimizer state it holds)"),
   };
   for (const auto& p : checks) {
     if (p) return p;

@@ -44,6 +44,7 @@ struct TrainConfig {
   bool dyadic = true;                // CoFrGeNet ladder depth i trains from step ceil(t (1 - 2^-i))
   bool dist_overlap = true;          // data parallel: all-reduce gradients during backward
   bool shard_optimizer = false;      // data parallel: AdamW state sharded over ranks (ZeRO-1)
+  bool shard_gradients = false;      // data parallel: reduced gradients sharded too (ZeRO-2)
   std::string device = "cpu";        // cpu, cuda, cuda:N, meta (core/device.h); --device wins
   std::string precision = "fp32";    // fp32, or bf16: the forward under autocast (bfloat16)
   std::string init_from;             // a new run starts from this checkpoint's weights ("" = none)
@@ -86,6 +87,13 @@ struct TrainConfig {
     v("shard_optimizer", shard_optimizer,
       "Data parallel: each rank keeps the AdamW state of its share of the parameters and "
       "broadcasts the ones it updated (ZeRO stage 1); the same steps as without",
+      kMayChange);
+    // Checkpoints do not depend on it; the gradient norm is summed in another order (below 1e-15
+    // relative), so a resumed run may switch it.
+    v("shard_gradients", shard_gradients,
+      "Data parallel, with shard_optimizer: each parameter's gradient is reduced to its owner "
+      "only, "
+      "and the other ranks free it (ZeRO stage 2)",
       kMayChange);
     // Checkpoints hold host tensors, so a run resumes on any device (the global --device flag
     // overrides this; a data-parallel rank r on cuda takes cuda:LOCAL_RANK).

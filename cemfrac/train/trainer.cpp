@@ -425,7 +425,7 @@ double Trainer::train_step(double* grad_norm) {
   const int64_t after = (options_.world_size - 1 - options_.rank) * block;
   if (after > 0) data_->skip(after);
   if (distributed()) loss_sum = reduce_step(loss_sum, g_stop_requested.load());
-  *grad_norm = clip_grad_norm(optimizer_->trainable(), options_.train.grad_clip);
+  *grad_norm = clip_gradients();
   return loss_sum / static_cast<double>(accum_ * options_.world_size);
 }
 

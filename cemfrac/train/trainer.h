@@ -222,6 +222,8 @@ class Trainer {
   // order. After each step every owner broadcasts what it updated; a checkpoint gathers the whole
   // AdamW state on rank 0.
   std::vector<std::vector<std::string>> shards_;
+  bool gradients_sharded_ = false;  // train.shard_gradients: only owned gradients after reduction
+  double clip_gradients();          // clip_grad_norm, over every rank's share when sharded
   void broadcast_updated_parameters();
   TensorMap optimizer_state_to_save();
 

@@ -55,20 +55,33 @@ void Trainer::start_data_parallel() {
     tensors.push_back(tensor);
   for (const auto& [name, tensor] : model_.buffers) tensors.push_back(tensor);
   d.broadcast_from_rank0(tensors, "parameters");
+  // In table order (the reducer's buckets follow it backwards, as backward produces gradients).
+  const auto by_name = parameters_by_name(*model_.module, model_.params);
   std::vector<torch::Tensor> params;
-  for (const auto& [name, tensor] : parameters_by_name(*model_.module, model_.params))
-    params.push_back(tensor);
-  d.attach_gradients(params, options_.train.dist_overlap);
+  for (const ParamInfo& info : model_.params) params.push_back(by_name.at(info.name));
+  std::vector<int64_t> owner;  // of each parameter, in table order
   if (options_.train.shard_optimizer) {
     std::vector<int64_t> sizes;
     for (const ParamInfo& info : model_.params) sizes.push_back(info.numel);
-    const std::vector<int64_t> owner = shard_by_size(sizes, d.world_size());
+    owner = shard_by_size(sizes, d.world_size());
     shards_.assign(static_cast<size_t>(d.world_size()), {});
     for (size_t i = 0; i < owner.size(); ++i)
       shards_[static_cast<size_t>(owner[i])].push_back(model_.params[i].name);
     const auto& mine = shards_[static_cast<size_t>(d.rank())];
     optimizer_->set_owned(std::set<std::string>(mine.begin(), mine.end()));
   }
+  gradients_sharded_ = options_.train.shard_gradients;
+  d.attach_gradients(params, options_.train.dist_overlap,
+                     gradients_sharded_ ? owner : std::vector<int64_t>{});
+}
+
+double Trainer::clip_gradients() {
+  const std::vector<torch::Tensor> trainable = optimizer_->trainable();
+  if (!gradients_sharded_) return clip_grad_norm(trainable, options_.train.grad_clip);
+  // Each rank holds its owned gradients only: the squares summed over ranks.
+  const double local = grad_square_sum(trainable);
+  const double total = options_.dist->allreduce_sum({local}, "gradient norm", false)[0];
+  return clip_to_norm(trainable, total, options_.train.grad_clip);
 }
 
 void Trainer::broadcast_updated_parameters() {

@@ -800,3 +800,125 @@ TEST(Distributed, ShardedOptimizerStateGivesTheSameBitsAsPlainDataParallel) {
 
 }  // namespace
 }  // namespace cemfrac
+
+namespace cemfrac {
+namespace {
+
+// Gradient sharding in two threads of this process: with owners, each gradient ends as the exact
+// mean over ranks on its owner and undefined elsewhere, on both reduction paths (overlapped with
+// backward and after it), with small buckets so that buckets of several parameters exist.
+TEST(Distributed, ShardedGradientsAreTheMeanOnTheirOwnerOnly) {
+  for (const bool overlap : {true, false}) {
+    SCOPED_TRACE(overlap ? "overlapped" : "after backward");
+    StoreServer store("127.0.0.1", 0, 10);
+    const ModelConfig c = test::tiny_model(40, 32, 8);
+    std::vector<std::vector<torch::Tensor>> local(2), reduced(2);
+    std::vector<std::string> errors(2);
+    std::vector<int64_t> owners;
+    // Models and batches made here: the threads must not race on torch's global generator.
+    std::vector<LmModel> models, twins;
+    std::vector<torch::Tensor> batches;
+    for (int rank = 0; rank < 2; ++rank) {
+      for (auto* list : {&models, &twins}) {
+        torch::manual_seed(7);
+        list->emplace_back(c);
+        list->back()->to(torch::kFloat64);
+      }
+      torch::manual_seed(100 + rank);
+      batches.push_back(torch::randint(0, c.vocab_size, {2, 9}, torch::kInt64));
+    }
+    auto rank_main = [&](int rank) {
+      try {
+        DistEnv env;
+        env.rank = rank;
+        env.world_size = 2;
+        env.port = store.port();
+        env.agent_store = true;
+        DistOptions o;
+        o.connect_timeout_s = 10;
+        o.collective_timeout_s = 10;
+        o.bucket_bytes = 2048;
+        DistContext dist(env, o);
+        LmModel& model = models[rank];
+        const std::vector<torch::Tensor> params = model->parameters();
+        std::vector<int64_t> own;
+        for (size_t i = 0; i < params.size(); ++i) own.push_back(i % 3 == 0 ? 1 : 0);
+        if (rank == 0) owners = own;
+        dist.attach_gradients(params, overlap, own);
+        const torch::Tensor& tokens = batches[rank];
+        auto loss_of = [&](LmModel& m) {
+          return torch::cross_entropy_loss(
+              m->forward(tokens.narrow(1, 0, 8)).reshape({-1, c.vocab_size}),
+              tokens.narrow(1, 1, 8).reshape({-1}));
+        };
+        // This rank's own gradients, from a twin model (the overlapped path drops the other
+        // owner's gradients during backward).
+        LmModel& twin = twins[rank];
+        loss_of(twin).backward();
+        for (const auto& p : twin->parameters()) local[rank].push_back(p.grad().clone());
+        dist.before_last_backward(1);
+        loss_of(model).backward();
+        dist.reduce_gradients();
+        for (const auto& p : params)
+          reduced[rank].push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
+        dist.finish();
+      } catch (const std::exception& e) {
+        errors[rank] = e.what();
+      }
+    };
+    std::thread t0(rank_main, 0), t1(rank_main, 1);
+    t0.join();
+    t1.join();
+    ASSERT_EQ(errors[0], "");
+    ASSERT_EQ(errors[1], "");
+    ASSERT_GT(owners.size(), 4u);
+    for (size_t i = 0; i < owners.size(); ++i) {
+      const int64_t o = owners[i];
+      EXPECT_FALSE(reduced[1 - o][i].defined()) << "parameter " << i << " kept off its owner";
+      ASSERT_TRUE(reduced[o][i].defined()) << "parameter " << i;
+      EXPECT_TRUE(torch::equal(reduced[o][i], (local[0][i] + local[1][i]) / 2)) << i;
+    }
+  }
+}
+
+// ZeRO stage 2 on the real trainer: with clipping off (the one place sharding changes the order
+// of a sum: the gradient norm's squares, added per rank and then over ranks), the run equals plain
+// data parallel bitwise on both reduction paths, and across a stop and a resume.
+TEST(Distributed, ShardedGradientsGiveTheSameBitsWithoutClipping) {
+  const std::string data = prepared_data();
+  const std::string dir = test::temp_dir("dist_zero2");
+  const std::vector<std::string> noclip = {"--set", "train.grad_clip=0", "--set",
+                                           "train.checkpoint_every=3"};
+  std::vector<std::string> zero2 = noclip;
+  zero2.insert(zero2.end(),
+               {"--set", "train.shard_optimizer=true", "--set", "train.shard_gradients=true"});
+  auto r1 = test::run_cemfrac(launch(2, train_args(data, dir + "/plain", 6, noclip)));
+  ASSERT_EQ(r1.exit_code, 0) << r1.err;
+  auto r2 = test::run_cemfrac(launch(2, train_args(data, dir + "/zero2", 6, zero2)));
+  ASSERT_EQ(r2.exit_code, 0) << r2.err;
+  std::vector<std::string> after = zero2;
+  after.insert(after.end(), {"--set", "train.dist_overlap=false", "--stop-at-step", "3"});
+  auto r3 = test::run_cemfrac(launch(2, train_args(data, dir + "/after", 6, after)));
+  ASSERT_EQ(r3.exit_code, 0) << r3.err;
+  after.resize(after.size() - 2);
+  after.insert(after.end(), {"--resume", dir + "/after"});
+  auto r4 = test::run_cemfrac(launch(2, train_args(data, dir + "/after", 6, after)));
+  ASSERT_EQ(r4.exit_code, 0) << r4.err;
+  ASSERT_EQ(losses(dir + "/plain").size(), 6u);
+  for (const char* run : {"/zero2", "/after"}) {
+    EXPECT_EQ(losses(dir + "/plain"), losses(dir + run)) << run;
+    EXPECT_EQ(newest_file(dir + "/plain", kCheckpointModelFile),
+              newest_file(dir + run, kCheckpointModelFile))
+        << run;
+    EXPECT_EQ(newest_file(dir + "/plain", kCheckpointOptimizerFile),
+              newest_file(dir + run, kCheckpointOptimizerFile))
+        << run;
+  }
+  // Without shard_optimizer it is refused in one line.
+  auto bad =
+      test::run_cemfrac(train_args(data, dir + "/bad", 2, {"--set", "train.shard_gradients=true"}));
+  test::expect_one_line_error(bad, "shard_gradients = true needs shard_optimizer = true");
+}
+
+}  // namespace
+}  // namespace cemfrac

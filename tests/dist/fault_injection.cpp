@@ -73,9 +73,10 @@ class FaultyDataParallel final : public DataParallel {
                      const std::string& what) override {
     inner_->send_to_rank0(tensors, from, what);
   }
-  void attach_gradients(const std::vector<torch::Tensor>& params, bool overlap) override {
+  void attach_gradients(const std::vector<torch::Tensor>& params, bool overlap,
+                        const std::vector<int64_t>& owners = {}) override {
     params_ = params;
-    inner_->attach_gradients(params, overlap);
+    inner_->attach_gradients(params, overlap, owners);
   }
   void before_last_backward(int64_t step) override {
     if (fault_.rank == rank() && fault_.step == step) inject();
