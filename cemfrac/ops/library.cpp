@@ -16,6 +16,8 @@ extern const bool kRopeKernels;
 extern const bool kSymmetricGramKernels;
 extern const bool kLinearKernels;
 extern const bool kCausalAttentionKernels;
+extern const bool kCausalAttentionSharedBiasKernels;
+extern const bool kCausalAttentionHeadDiagKernels;
 
 }  // namespace cemfrac
 
@@ -76,7 +78,8 @@ c10::OperatorHandle find_op(const char* name) {
   // Reading the anchors (values unknown to this file's compiler) is what references their objects.
   static const bool all_linked = kContinuantKernels && kRmsNormKernels && kSiluMulKernels &&
                                  kRopeKernels && kSymmetricGramKernels && kLinearKernels &&
-                                 kCausalAttentionKernels;
+                                 kCausalAttentionKernels && kCausalAttentionSharedBiasKernels &&
+                                 kCausalAttentionHeadDiagKernels;
   TORCH_INTERNAL_ASSERT(all_linked);
   return c10::Dispatcher::singleton().findSchemaOrThrow((std::string("cemfrac::") + name).c_str(),
                                                         "");
