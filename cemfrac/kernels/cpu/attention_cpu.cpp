@@ -1,6 +1,6 @@
 // Causal softmax attention on the CPU for full sequences (offset 0, as many keys as queries): the
-// loops behind the fused Functions of ops/causal_attention*.cpp. Every (batch, head) pair runs as its own
-// small problem on one thread (claimed from a shared counter, OpenBLAS held to one thread
+// loops behind the fused Functions of ops/causal_attention*.cpp. Every (batch, head) pair runs as
+// its own small problem on one thread (claimed from a shared counter, OpenBLAS held to one thread
 // meanwhile): scores into a per-thread scratch block that stays in cache, the causal mask and the
 // softmax on it, then P V written straight into the merged-heads layout (B, N, H d_h). Queries go
 // in blocks of 64 rows whose matmuls stop at the block's last visible key, so most of the hidden
