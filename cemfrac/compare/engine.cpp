@@ -26,6 +26,7 @@
 #include "cemfrac/core/blas.h"
 #include "cemfrac/core/check.h"
 #include "cemfrac/core/clock.h"
+#include "cemfrac/train/run_dir.h"
 #include "cemfrac/core/dir_lock.h"
 #include "cemfrac/core/format_util.h"
 #include "cemfrac/model/lm_model.h"
@@ -213,8 +214,7 @@ int run_compare(const CompareOptions& o) {
   // What is left: the jobs an earlier invocation finished are not (a resumed one counts in full).
   auto finished = [&](const RunPlan& p, const std::string& dir) {
     if (p.gp) return fs::exists(gp_result_path(dir));
-    const std::string st = train_status(dir);
-    return st == "completed" || st == "diverged";
+    return run_ended(run_status(dir));
   };
   double left_s = 0;
   size_t grid_n = 0, grid_done_n = 0, final_n = 0, final_done_n = 0;
@@ -405,7 +405,7 @@ int run_compare(const CompareOptions& o) {
         finals.push_back(*j);
         continue;
       }
-      if (train_status(dir) != "completed") continue;  // diverged: reported as such
+      if (run_status(dir) != RunStatus::kCompleted) continue;  // diverged: reported as such
       std::vector<Job> evals = eval_jobs(p, seed, dir);
       CEMFRAC_CHECK(evals.empty() || has_checkpoint(dir),
                     "{} is trained but has no checkpoint left to evaluate ({} missing; a suite "
@@ -422,10 +422,10 @@ int run_compare(const CompareOptions& o) {
     for (uint64_t seed : p.run->seeds) {
       const std::string dir = fmt::format("{}/final/{}/seed-{}", out, p.run->name, seed);
       ++n_final;
-      const std::string st = train_status(dir);
-      n_finished +=
-          p.gp ? fs::exists(gp_result_path(dir))
-               : st == "diverged" || (st == "completed" && eval_jobs(p, seed, dir).empty());
+      const RunStatus st = run_status(dir);
+      n_finished += p.gp ? fs::exists(gp_result_path(dir))
+                         : st == RunStatus::kDiverged ||
+                               (st == RunStatus::kCompleted && eval_jobs(p, seed, dir).empty());
     }
   // Runs whose process was killed outright: summary.json still says "running" but nothing holds
   // them (train/run_dir.h). The report names them; the same command resumes them.
@@ -437,7 +437,7 @@ int run_compare(const CompareOptions& o) {
     for (uint64_t seed : p.run->seeds)
       dirs.push_back(fmt::format("final/{}/seed-{}", p.run->name, seed));
     for (const std::string& d : dirs)
-      if (train_status(out + "/" + d) == "died") died.push_back(d);
+      if (run_status(out + "/" + d) == RunStatus::kDied) died.push_back(d);
   }
   std::string command = "cemfrac";
   if (o.threads > 0) command += fmt::format(" --threads {}", o.threads);

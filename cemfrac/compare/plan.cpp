@@ -12,6 +12,7 @@
 #include "cemfrac/core/atomic_file.h"
 #include "cemfrac/core/blas.h"
 #include "cemfrac/core/check.h"
+#include "cemfrac/train/run_dir.h"
 
 namespace cemfrac {
 namespace fs = std::filesystem;
@@ -97,8 +98,7 @@ void check_settings(const std::string& dir, const json& settings) {
 std::optional<Job> train_job(const TrainSpec& t, double est_s_per_token) {
   const json settings = train_settings(t);
   check_settings(t.dir, settings);
-  const std::string status = train_status(t.dir);
-  if (status == "completed" || status == "diverged") return std::nullopt;
+  if (run_ended(run_status(t.dir))) return std::nullopt;
   if (!has_checkpoint(t.dir)) clear_run_dir(t.dir);
   write_settings(t.dir, settings);
   Job j;
@@ -234,8 +234,7 @@ std::string final_dir(const std::string& out, const SuiteRun& run, uint64_t seed
 
 bool run_finished(const RunPlan& p, const std::string& dir) {
   if (p.gp) return fs::exists(gp_result_path(dir));
-  const std::string st = train_status(dir);
-  return st == "completed" || st == "diverged";
+  return run_ended(run_status(dir));
 }
 
 void choose_learning_rates(std::vector<RunPlan>& plans, const std::string& out) {
@@ -259,12 +258,14 @@ void choose_learning_rates(std::vector<RunPlan>& plans, const std::string& out) 
         // The validation RMSE against the posterior mean (a diverged value has none).
         const auto s = read_json(gp_result_path(dir));
         const json val = s ? s->value("val", json()) : json();
-        if (s && s->value("status", "") == "completed" && val.is_object() &&
-            val.contains("rmse_posterior") && val.at("rmse_posterior").is_number())
+        if (s && parse_run_status(s->value("status", json())) == RunStatus::kCompleted &&
+            val.is_object() && val.contains("rmse_posterior") &&
+            val.at("rmse_posterior").is_number())
           v = val.at("rmse_posterior").get<double>();
       } else {
         const auto s = read_json(dir + "/summary.json");
-        if (s && s->value("status", "") == "completed" && (*s)["last_val_loss"].is_number())
+        if (s && parse_run_status(s->value("status", json())) == RunStatus::kCompleted &&
+            (*s)["last_val_loss"].is_number())
           v = (*s)["last_val_loss"].get<double>();
       }
       p.lr_search[lr_text(lr)] = v;

@@ -5,6 +5,7 @@
 
 #include "cemfrac/compare/run_files.h"
 #include "cemfrac/core/clock.h"
+#include "cemfrac/train/run_dir.h"
 
 namespace cemfrac {
 using json = nlohmann::json;
@@ -13,7 +14,8 @@ SeedResult collect(const std::string& dir, uint64_t seed, const Suite& suite, co
   SeedResult r;
   r.seed = seed;
   const auto summary = read_json(dir + "/summary.json");
-  r.diverged = summary && summary->value("status", "") == "diverged";
+  r.diverged =
+      summary && parse_run_status(summary->value("status", json())) == RunStatus::kDiverged;
   if (summary) {
     if ((*summary)["last_val_loss"].is_number())
       r.val_loss = (*summary)["last_val_loss"].get<double>();
@@ -47,7 +49,7 @@ SeedResult collect_gp(const std::string& dir, uint64_t seed, const SuiteRun& run
   r.seed = seed;
   const auto j = read_json(gp_result_path(dir));
   if (!j) return r;
-  r.diverged = j->value("status", "") == "diverged";
+  r.diverged = parse_run_status(j->value("status", json())) == RunStatus::kDiverged;
   r.train_s = j->value("train_s", 0.0);
   r.steps_done = j->value("steps_done", int64_t{0});
   if (r.train_s > 0) r.tokens_per_s = static_cast<double>(r.steps_done) / r.train_s;  // steps/s

@@ -75,10 +75,6 @@ int64_t run_tokens_now(const std::string& dir) {
   }
 }
 
-std::string train_status(const std::string& dir) {
-  return run_status(dir);
-}
-
 bool has_checkpoint(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir + "/checkpoints", ec)) return false;

@@ -26,9 +26,6 @@ std::vector<nlohmann::json> read_jsonl(const std::string& path);
 
 // The `tokens` of a training run's last metrics.jsonl line (0 when none).
 int64_t run_tokens_now(const std::string& dir);
-// summary.json's status of a training run ("" when it has none; "died" for a "running" run that no
-// process holds: train/run_dir.h, run_status).
-std::string train_status(const std::string& dir);
 // Whether <dir>/checkpoints holds a step-* checkpoint.
 bool has_checkpoint(const std::string& dir);
 

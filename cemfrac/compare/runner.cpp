@@ -22,6 +22,7 @@
 #include "cemfrac/core/clock.h"
 #include "cemfrac/tasks/gp_experiment.h"  // last_logged_step
 #include "cemfrac/train/checkpoint.h"     // list_checkpoints
+#include "cemfrac/train/run_dir.h"
 
 extern char** environ;
 
@@ -260,9 +261,9 @@ std::string Runner::finish(const Running& r, int status, bool& completed, bool& 
     return fmt::format("{} failed (exit {}): {} (log: {})", job.label, code, log_problem(job.log),
                        job.log);
   }
-  const std::string st = train_status(job.dir);
-  completed = st == "completed";
-  ended = completed || st == "diverged";
+  const RunStatus st = run_status(job.dir);
+  completed = st == RunStatus::kCompleted;
+  ended = run_ended(st);
   if (ended || g_stop) return "";  // stopped by an interrupt: it resumes next time
   return fmt::format("{} failed (exit {}): {} (log: {})", job.label, code, log_problem(job.log),
                      job.log);

@@ -131,7 +131,7 @@ LoadedModel load_model(const std::string& path, const std::vector<std::string>& 
   // A run directory, or the run of a checkpoint inside one, whose writer was killed outright.
   const std::string run_dir = run.empty() ? path : run;
   int64_t died_at = 0;
-  if (run_status(run_dir, &died_at) == "died")
+  if (run_status(run_dir, &died_at) == RunStatus::kDied)
     warn(
         "{}: the process training this run died at step {} (summary.json still says \"running\" "
         "but no process holds {}); reading {} (train --resume {} continues the run)",

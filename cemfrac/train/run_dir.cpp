@@ -62,7 +62,9 @@ void check_new_run_dir(const std::string& out, const std::string& key,
   const std::string summary = (fs::path(out) / "summary.json").string();
   if (fs::is_regular_file(summary, ec)) {
     const nlohmann::json s = nlohmann::json::parse(read_file(summary), nullptr, false);
-    if (s.is_object() && s.value("status", nlohmann::json()) == "running") return;
+    if (s.is_object() &&
+        parse_run_status(s.value("status", nlohmann::json())) == RunStatus::kRunning)
+      return;
   }
   std::vector<std::string> found;
   for (const auto& e : fs::directory_iterator(out, ec)) {
@@ -81,20 +83,25 @@ void check_new_run_dir(const std::string& out, const std::string& key,
       key, out, names, key);
 }
 
-std::string run_status(const std::string& dir, int64_t* step) {
+RunStatus parse_run_status(const nlohmann::json& status) {
+  if (!status.is_string()) return RunStatus::kNone;
+  return enum_from_name<RunStatus>(status.get<std::string>()).value_or(RunStatus::kNone);
+}
+
+RunStatus run_status(const std::string& dir, int64_t* step) {
   std::error_code ec;
   const std::string path = (fs::path(dir) / "summary.json").string();
-  if (!fs::is_regular_file(path, ec)) return "";
+  if (!fs::is_regular_file(path, ec)) return RunStatus::kNone;
   nlohmann::json s;
   try {
     s = nlohmann::json::parse(read_file(path), nullptr, false);
   } catch (const std::exception&) {
-    return "";  // unreadable now (removed while read): no status
+    return RunStatus::kNone;  // unreadable now (removed while read): no status
   }
-  if (!s.is_object() || !s.contains("status") || !s["status"].is_string()) return "";
+  if (!s.is_object() || !s.contains("status")) return RunStatus::kNone;
   if (step && s.contains("step") && s["step"].is_number_integer()) *step = s["step"].get<int64_t>();
-  const std::string status = s["status"].get<std::string>();
-  if (status == "running" && !dir_lock_holder(dir)) return "died";
+  const RunStatus status = parse_run_status(s["status"]);
+  if (status == RunStatus::kRunning && !dir_lock_holder(dir)) return RunStatus::kDied;
   return status;
 }
 

@@ -313,7 +313,7 @@ void Trainer::lock_run_dir() {
   int64_t died_at = 0;
   previous_status_ = run_status(options_.train.out, &died_at);
   lock_ = DirLock::acquire(options_.train.out, options_.lock_command);
-  if (previous_status_ == "died")
+  if (previous_status_ == RunStatus::kDied)
     warn(
         "{}: the process that last wrote this run died at step {} (summary.json said \"running\" "
         "and no process held the directory); {}",
@@ -482,7 +482,7 @@ void Trainer::write_summary(const std::string& status, const std::string& report
   j["last_checkpoint"] = last_checkpoint_.empty() ? json(nullptr) : json(last_checkpoint_);
   if (!report.empty()) j["report"] = report;
   if (status == "running") j["pid"] = static_cast<int64_t>(::getpid());
-  if (!previous_status_.empty()) j["previous_status"] = previous_status_;
+  if (previous_status_ != RunStatus::kNone) j["previous_status"] = enum_name(previous_status_);
   write_file_atomic((fs::path(options_.train.out) / "summary.json").string(), j.dump(2) + "\n");
 }
 

@@ -37,6 +37,7 @@
 #include "cemfrac/train/checkpoint.h"
 #include "cemfrac/train/optimizer.h"
 #include "cemfrac/train/run_config.h"  // TrainConfig
+#include "cemfrac/train/run_dir.h"     // RunStatus
 #include "cemfrac/train/schedule.h"
 #include "cemfrac/train/training_data.h"
 
@@ -233,7 +234,7 @@ class Trainer {
   // The directory's status before this Trainer took it (run_status: "died" for a writer killed
   // outright, "interrupted", ...; "" for a new directory): summary.json records it as
   // "previous_status" and a died one is named in a warning.
-  std::string previous_status_;
+  RunStatus previous_status_ = RunStatus::kNone;
   int64_t seq_len_ = 0;
   int64_t accum_ = 1;
   bool bf16_ = false;            // train.precision = "bf16": the forward under autocast

@@ -173,7 +173,7 @@ TEST(TrainCli, InterruptedRunExitsThreeAndSummaryIsAlwaysTrue) {
   EXPECT_EQ(p.stop(SIGKILL), 128 + SIGKILL);
   EXPECT_EQ(summary(run)["status"], "running");
   // Nobody holds the run any more: readers call it died, and the next writer records it.
-  EXPECT_EQ(run_status(run), "died");
+  EXPECT_EQ(run_status(run), RunStatus::kDied);
   const test::RunResult e =
       run_cemfrac({"--threads", "1", "eval", "--checkpoint", run, "--data", data_dir() + ":val"});
   ASSERT_EQ(e.exit_code, 0) << e.err;
@@ -185,7 +185,7 @@ TEST(TrainCli, InterruptedRunExitsThreeAndSummaryIsAlwaysTrue) {
   EXPECT_NE(r.err.find("died at step " + std::to_string(at)), std::string::npos) << r.err;
   EXPECT_EQ(summary(run)["status"], "completed");
   EXPECT_EQ(summary(run)["previous_status"], "died");
-  EXPECT_EQ(run_status(run), "completed");
+  EXPECT_EQ(run_status(run), RunStatus::kCompleted);
 }
 
 // ---- crash leftovers (item 14) ----

@@ -79,20 +79,20 @@ TEST(TrainOut, OnlyANewOrEmptyDirectoryOrAResumedRun) {
 // summary.json's "running" is believed only while a process holds the directory's lock.
 TEST(TrainOut, RunStatusCallsARunningRunNobodyHoldsDied) {
   const std::string dir = test::temp_dir("run-status");
-  EXPECT_EQ(run_status(dir), "");  // no summary.json
+  EXPECT_EQ(run_status(dir), RunStatus::kNone);  // no summary.json
   test::write_file(dir + "/summary.json", R"({"status": "running", "step": 7, "pid": 1})");
   int64_t step = 0;
-  EXPECT_EQ(run_status(dir, &step), "died");
+  EXPECT_EQ(run_status(dir, &step), RunStatus::kDied);
   EXPECT_EQ(step, 7);
   {
     const DirLock lock = DirLock::acquire(dir, "train");
-    EXPECT_EQ(run_status(dir), "running");
+    EXPECT_EQ(run_status(dir), RunStatus::kRunning);
   }
-  EXPECT_EQ(run_status(dir), "died");
+  EXPECT_EQ(run_status(dir), RunStatus::kDied);
   test::write_file(dir + "/summary.json", R"({"status": "interrupted", "step": 7})");
-  EXPECT_EQ(run_status(dir), "interrupted");
+  EXPECT_EQ(run_status(dir), RunStatus::kInterrupted);
   test::write_file(dir + "/summary.json", "{not json");
-  EXPECT_EQ(run_status(dir), "");
+  EXPECT_EQ(run_status(dir), RunStatus::kNone);
 }
 
 }  // namespace
