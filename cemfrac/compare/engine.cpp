@@ -212,25 +212,20 @@ int run_compare(const CompareOptions& o) {
       fmt::format("{:<24} {:>9} {:>6} {:>16} {:>3} {:>9} {:>5} {:>22} {:>9}\n", "GP run", "params",
                   "model", "variant", "T", "steps", "seeds", "lr", "est.");
   // What is left: the jobs an earlier invocation finished are not (a resumed one counts in full).
-  auto finished = [&](const RunPlan& p, const std::string& dir) {
-    if (p.gp) return fs::exists(gp_result_path(dir));
-    return run_ended(run_status(dir));
-  };
+
   double left_s = 0;
   size_t grid_n = 0, grid_done_n = 0, final_n = 0, final_done_n = 0;
   auto count_left = [&](const RunPlan& p, double search, double fin) {
     const SuiteRun& r = *p.run;
     if (search > 0) {
       size_t done = 0;
-      for (double lr : r.lr)
-        done += finished(p, fmt::format("{}/lr/{}/lr-{}", out, r.name, lr_text(lr)));
+      for (double lr : r.lr) done += run_finished(p, lr_dir(out, r, lr));
       grid_n += r.lr.size();
       grid_done_n += done;
       left_s += search * static_cast<double>(r.lr.size() - done) / static_cast<double>(r.lr.size());
     }
     size_t done = 0;
-    for (uint64_t seed : r.seeds)
-      done += finished(p, fmt::format("{}/final/{}/seed-{}", out, r.name, seed));
+    for (uint64_t seed : r.seeds) done += run_finished(p, final_dir(out, r, seed));
     final_n += r.seeds.size();
     final_done_n += done;
     left_s +=
@@ -318,18 +313,13 @@ int run_compare(const CompareOptions& o) {
   std::vector<Job> search;
   for (RunPlan& p : plans) {
     const SuiteRun& r = *p.run;
-    if (!r.lr_from.empty()) continue;
-    if (r.lr.size() == 1) {
-      p.lr = r.lr[0];
-      continue;
-    }
+    if (!searches_lr(p)) continue;
     if (p.gp) {
       // Chosen on the validation set at a short budget; the test set is not drawn.
       for (double lr : r.lr) {
         const GpSpec t =
-            make_gp(suite, r, fmt::format("lr {} {}", r.name, lr_text(lr)),
-                    fmt::format("{}/lr/{}/lr-{}", out, r.name, lr_text(lr)), suite.gp.search_steps,
-                    lr, r.seeds.front(), suite.gp.val_seqs, false);
+            make_gp(suite, r, fmt::format("lr {} {}", r.name, lr_text(lr)), lr_dir(out, r, lr),
+                    suite.gp.search_steps, lr, r.seeds.front(), suite.gp.val_seqs, false);
         if (o.report_only) continue;
         if (auto j = gp_job(t, suite.gp, gp_search_job_s(p))) search.push_back(*j);
       }
@@ -337,8 +327,8 @@ int run_compare(const CompareOptions& o) {
     }
     for (double lr : r.lr) {
       TrainSpec t = make_train(r, suite.data, fmt::format("lr {} {}", r.name, lr_text(lr)),
-                               fmt::format("{}/lr/{}/lr-{}", out, r.name, lr_text(lr)),
-                               suite.lr_search_tokens, lr, suite.lr_min_ratio, r.seeds.front(), 1);
+                               lr_dir(out, r, lr), suite.lr_search_tokens, lr, suite.lr_min_ratio,
+                               r.seeds.front(), 1);
       if (o.report_only) continue;
       if (auto j = train_job(t, p.s_per_token)) search.push_back(*j);
     }
@@ -392,12 +382,12 @@ int run_compare(const CompareOptions& o) {
       const uint64_t seed = p.run->seeds[k];
       if (p.gp) {  // a GP job evaluates its model itself
         const GpSpec t = make_gp(suite, *p.run, fmt::format("{} s{}", p.run->name, seed),
-                                 fmt::format("{}/final/{}/seed-{}", out, p.run->name, seed),
-                                 p.run->gp.steps, p.lr, seed, suite.gp.val_seqs, true);
+                                 final_dir(out, *p.run, seed), p.run->gp.steps, p.lr, seed,
+                                 suite.gp.val_seqs, true);
         if (auto j = gp_job(t, suite.gp, gp_final_job_s(p))) finals.push_back(*j);
         continue;
       }
-      const std::string dir = fmt::format("{}/final/{}/seed-{}", out, p.run->name, seed);
+      const std::string dir = final_dir(out, *p.run, seed);
       TrainSpec t = make_train(*p.run, suite.data, fmt::format("{} s{}", p.run->name, seed), dir,
                                p.run->tokens, p.lr, suite.lr_min_ratio, seed, suite.val_points);
       if (auto j = train_job(t, p.s_per_token)) {
@@ -420,7 +410,7 @@ int run_compare(const CompareOptions& o) {
   int64_t n_final = 0, n_finished = 0;
   for (const RunPlan& p : plans)
     for (uint64_t seed : p.run->seeds) {
-      const std::string dir = fmt::format("{}/final/{}/seed-{}", out, p.run->name, seed);
+      const std::string dir = final_dir(out, *p.run, seed);
       ++n_final;
       const RunStatus st = run_status(dir);
       n_finished += p.gp ? fs::exists(gp_result_path(dir))
@@ -432,12 +422,10 @@ int run_compare(const CompareOptions& o) {
   json died = json::array();
   for (const RunPlan& p : plans) {
     std::vector<std::string> dirs;
-    for (double lr : p.run->lr)
-      dirs.push_back(fmt::format("lr/{}/lr-{}", p.run->name, lr_text(lr)));
-    for (uint64_t seed : p.run->seeds)
-      dirs.push_back(fmt::format("final/{}/seed-{}", p.run->name, seed));
-    for (const std::string& d : dirs)
-      if (run_status(out + "/" + d) == RunStatus::kDied) died.push_back(d);
+    for (double lr : p.run->lr) dirs.push_back(lr_dir(out, *p.run, lr));
+    for (uint64_t seed : p.run->seeds) dirs.push_back(final_dir(out, *p.run, seed));
+    for (const std::string& d : dirs)  // named relative to the suite's folder
+      if (run_status(d) == RunStatus::kDied) died.push_back(d.substr(out.size() + 1));
   }
   std::string command = "cemfrac";
   if (o.threads > 0) command += fmt::format(" --threads {}", o.threads);

@@ -237,14 +237,20 @@ bool run_finished(const RunPlan& p, const std::string& dir) {
   return run_ended(run_status(dir));
 }
 
+bool searches_lr(RunPlan& p) {
+  const SuiteRun& r = *p.run;
+  if (!r.lr_from.empty()) return false;  // set from the other run by choose_learning_rates
+  if (r.lr.size() == 1) {
+    p.lr = r.lr[0];
+    return false;
+  }
+  return true;
+}
+
 void choose_learning_rates(std::vector<RunPlan>& plans, const std::string& out) {
   for (RunPlan& p : plans) {
     const SuiteRun& r = *p.run;
-    if (!r.lr_from.empty()) continue;
-    if (r.lr.size() == 1) {
-      p.lr = r.lr[0];
-      continue;
-    }
+    if (!searches_lr(p)) continue;
     double best = std::numeric_limits<double>::infinity();
     bool grid_done = true;  // false only with --report, before the search has finished
     for (double lr : r.lr) {

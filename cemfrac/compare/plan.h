@@ -110,6 +110,10 @@ std::string final_dir(const std::string& out, const SuiteRun& run, uint64_t seed
 // Whether the job in `dir` is finished for good (trained or diverged; GP: its gp-run.json).
 bool run_finished(const RunPlan& p, const std::string& dir);
 
+// Whether the run searches its learning rate on a grid; false for lr_from (set by
+// choose_learning_rates) and for a single value, which it sets here.
+bool searches_lr(RunPlan& p);
+
 // Step 2's choice, from the grid folders under `out`: each run with a grid gets the learning rate
 // of the lowest final validation loss (GP: validation RMSE against the posterior mean) among the
 // values that completed, ties to the first; diverged values count as such. A grid not finished
