@@ -2,10 +2,14 @@
 // by decade, labels as people write them, and the panels and reference lines of a document.
 #include "cemfrac/io/plot.h"
 
+#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
+
+#include "tests/svg_check.h"
 
 namespace cemfrac {
 namespace {
@@ -67,6 +71,48 @@ TEST(Plot, PanelsReferencesAndNamedTicks) {
   EXPECT_NE(svg.find(">a caption</text>"), std::string::npos);
   EXPECT_NE(svg.find("text-anchor=\"middle\">8</text>"), std::string::npos);  // a named tick
   EXPECT_EQ(svg.find("text-anchor=\"middle\">5</text>"), std::string::npos);  // no 1-2-5 x tick
+}
+
+using test::parse_xml;
+using test::svg_series;
+
+TEST(PlotSvgCheck, RejectsMalformedDocuments) {
+  // The checker must catch what a broken writer would produce, or the SVG tests prove nothing.
+  for (const char* bad : {"<svg><g></svg>", "<svg a=\"1\" a=\"2\"/>", "<svg>a & b</svg>",
+                          "<svg x=1/>", "<svg></svg><svg/>", "<svg><g></g>"}) {
+    ::testing::TestPartResultArray failures;
+    {
+      ::testing::ScopedFakeTestPartResultReporter reporter(
+          ::testing::ScopedFakeTestPartResultReporter::INTERCEPT_ONLY_CURRENT_THREAD, &failures);
+      parse_xml(bad);
+    }
+    EXPECT_GT(failures.size(), 0) << bad;
+  }
+}
+
+TEST(PlotSvg, SvgIsWellFormedWithItsSeries) {
+  Plot p;
+  p.title = "loss <&> \"quotes\"";
+  p.x_label = "tokens";
+  p.y_label = "loss";
+  p.series.push_back(
+      {"a&b", {1, 2, 3}, {5, 4, 3.5}, {4.9, 3.9, 3.4}, {5.1, 4.1, 3.6}, true, true, false, ""});
+  p.series.push_back({"<c>", {1, 2, 3}, {5, std::nan(""), 3}, {}, {}, true, true, false, ""});
+  const auto s = svg_series(to_svg(p));
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s.at("a&amp;b"), 3);
+  EXPECT_EQ(s.at("&lt;c&gt;"), 2);  // the NaN point is left out
+  Plot bars;
+  bars.categories = {"x", "y"};
+  bars.series.push_back(
+      {"ppl", {0, 1}, {300, 250}, {290, 240}, {310, 260}, false, false, false, ""});
+  const std::string svg = to_svg(bars);
+  EXPECT_EQ(svg_series(svg).at("ppl"), 2);
+  EXPECT_NE(svg.find("class=\"errorbar\""), std::string::npos);
+  Plot logx;
+  logx.log_x = true;
+  logx.series.push_back({"T", {1, 2, 4, 8}, {3, 2, 2.5, 2.8}, {}, {}, true, true, false, ""});
+  EXPECT_EQ(svg_series(to_svg(logx)).at("T"), 4);
 }
 
 }  // namespace
