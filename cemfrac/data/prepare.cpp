@@ -1,8 +1,14 @@
 #include "cemfrac/data/prepare.h"
 
+#include <signal.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <system_error>
+#include <vector>
 
 #include "cemfrac/core/atomic_file.h"
 #include "cemfrac/core/clock.h"
@@ -121,11 +127,38 @@ PrepareResult prepare_dataset(const PrepareOptions& options) {
 
 namespace {
 
+// The temporary folders a prepare killed while writing left beside `out` (write_dir_atomic's
+// "<out>.tmp-<pid>-<hex>", and "....old" of a swap cut short) whose process no longer runs. Called
+// with out's lock held, so no live prepare of this dataset owns one of them.
+std::vector<std::string> leftovers_of_killed_prepares(const std::string& out) {
+  std::vector<std::string> found;
+  const fs::path target = fs::path(out).lexically_normal();
+  const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const std::string prefix = target.filename().string() + ".tmp-";
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(parent, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) != 0 || !e.is_directory(ec)) continue;
+    const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
+    if (pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM)) continue;  // live
+    found.push_back(e.path().string());
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
 PrepareResult prepare_locked(const PrepareOptions& options, Clock::time_point start) {
   auto progress = [&](const std::string& line) {
     if (options.progress) options.progress(line);
   };
   check_out_dir(options);
+  // A prepare killed outright (SIGKILL, power loss) left its half-written copy beside `out`; `out`
+  // itself is untouched (the new dataset replaces it only when complete). Removed here.
+  for (const std::string& dir : leftovers_of_killed_prepares(options.out_dir)) {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    progress(fmt::format("removed {}, left by a prepare that was killed", dir));
+  }
 
   PrepareResult result;
   result.out_dir = options.out_dir;
