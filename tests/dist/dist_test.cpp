@@ -125,6 +125,24 @@ test::RunResult run_faulty(const std::vector<std::string>& args) {
   return test::run_program(CEMFRAC_FAULTS_EXE, args);
 }
 
+// Rank `rank` of 2 in a thread of this process, against a StoreServer on `port` (the launcher's
+// store), and short timeouts with 2 KiB buckets: several buckets, several tensors per bucket.
+DistEnv thread_rank_env(int rank, int port) {
+  DistEnv env;
+  env.rank = rank;
+  env.world_size = 2;
+  env.port = port;
+  env.agent_store = true;
+  return env;
+}
+DistOptions small_buckets() {
+  DistOptions o;
+  o.connect_timeout_s = 10;
+  o.collective_timeout_s = 10;
+  o.bucket_bytes = 2048;
+  return o;
+}
+
 // The validation losses of metrics.jsonl (lines that have one).
 std::vector<double> val_losses(const std::string& run) {
   std::vector<double> out;
@@ -278,16 +296,7 @@ TEST(Distributed, AllReducedGradientIsTheMeanOfTheLocalGradients) {
   std::vector<std::string> errors(2);
   auto rank_main = [&](int rank) {
     try {
-      DistEnv env;
-      env.rank = rank;
-      env.world_size = 2;
-      env.port = store.port();
-      env.agent_store = true;
-      DistOptions o;
-      o.connect_timeout_s = 10;
-      o.collective_timeout_s = 10;
-      o.bucket_bytes = 2048;  // several buckets, several tensors per bucket
-      DistContext dist(env, o);
+      DistContext dist(thread_rank_env(rank, store.port()), small_buckets());
       torch::manual_seed(7);
       LmModel model(c);
       model->to(torch::kFloat64);
@@ -336,16 +345,7 @@ TEST(Distributed, OverlappedReducerGivesTheMeanOfTheAccumulatedGradients) {
   std::vector<int64_t> buckets(2);
   auto rank_main = [&](int rank) {
     try {
-      DistEnv env;
-      env.rank = rank;
-      env.world_size = 2;
-      env.port = store.port();
-      env.agent_store = true;
-      DistOptions o;
-      o.connect_timeout_s = 10;
-      o.collective_timeout_s = 10;
-      o.bucket_bytes = 2048;
-      DistContext dist(env, o);
+      DistContext dist(thread_rank_env(rank, store.port()), small_buckets());
       torch::manual_seed(7);
       LmModel model(c);
       model->to(torch::kFloat64);
@@ -829,16 +829,7 @@ TEST(Distributed, ShardedGradientsAreTheMeanOnTheirOwnerOnly) {
     }
     auto rank_main = [&](int rank) {
       try {
-        DistEnv env;
-        env.rank = rank;
-        env.world_size = 2;
-        env.port = store.port();
-        env.agent_store = true;
-        DistOptions o;
-        o.connect_timeout_s = 10;
-        o.collective_timeout_s = 10;
-        o.bucket_bytes = 2048;
-        DistContext dist(env, o);
+        DistContext dist(thread_rank_env(rank, store.port()), small_buckets());
         LmModel& model = models[rank];
         const std::vector<torch::Tensor> params = model->parameters();
         std::vector<int64_t> own;
