@@ -3,7 +3,7 @@
 //
 //   cemfrac gp [--steps 1,2,4,8] [--variants fixed,iterate,...] [--train-steps N] [--batch B] [--lr
 //   X] [--eval-seqs S] [--layers L]
-//              [--positions none|rope] [--scale-from T] [--no-baseline] [--seed S] [--out DIR]
+//              [--positions none|rope] [--ffn none] [--scale-from T] [--no-baseline] [--seed S] [--out DIR]
 //              [--json] [--quick]
 //   cemfrac gp --replot runs/gp/gp.json [--out DIR]      # redraw the SVG of a finished run
 //   cemfrac gp --one [--model cem|llama] [--variants V] [--steps T] [--eval-steps 1,2,4,8]
@@ -100,6 +100,7 @@ Command add_gp(CLI::App& root, const GlobalOptions& global) {
     int64_t eval_seqs = 0;
     int64_t layers = 0;
     std::string positions = "none";
+    std::string ffn;  // "" = each model's own (cem_mlp, swiglu); "none" = attention-only
     int64_t scale_from = 2;
     bool no_baseline = false;
     uint64_t seed = 1;
@@ -142,6 +143,10 @@ Command add_gp(CLI::App& root, const GlobalOptions& global) {
       ->check(CLI::Range(int64_t{1}, int64_t{64}));
   app->add_option("--positions", flags->positions, "Positions: none (default) | rope")
       ->check(CLI::IsMember({"none", "rope"}));
+  app->add_option("--ffn", flags->ffn,
+                  "none: attention-only models, no FFN sub-layer in any block (default: cem_mlp "
+                  "for CEM, swiglu for the baseline)")
+      ->check(CLI::IsMember({"none"}));
   app->add_option(
          "--scale-from", flags->scale_from,
          "T of the model also run at every other --steps value (test-time scaling; 0 = none)")
@@ -221,6 +226,7 @@ Command add_gp(CLI::App& root, const GlobalOptions& global) {
     if (f.layers > 0) o.cem_model.n_layers = o.baseline.n_layers = f.layers;
     o.cem_model.positions = o.baseline.positions =
         parse_enum<Positions>(f.positions, "--positions");
+    if (!f.ffn.empty()) o.cem_model.ffn = o.baseline.ffn = f.ffn;
     if (f.one) {
       GpRunOptions one;
       one.device = o.device;

@@ -134,7 +134,7 @@ GpSpec make_gp(const Suite& suite, const SuiteRun& run, const std::string& label
                "--batch",
                std::to_string(g.batch),
                "--layers",
-               std::to_string(g.layers),
+               std::to_string(run.gp.layers),
                "--positions",
                g.positions,
                "--lr",
@@ -147,6 +147,9 @@ GpSpec make_gp(const Suite& suite, const SuiteRun& run, const std::string& label
                std::to_string(val_seqs),
                "--eval-seqs",
                std::to_string(test ? g.test_seqs : 0)};
+  // Only when set, so that the settings (compare-run.json) of a suite without it stay those of
+  // earlier runs and their finished jobs are reused.
+  if (!run.gp.ffn.empty()) spec.args.insert(spec.args.end(), {"--ffn", run.gp.ffn});
   if (run.gp.model == "llama") {
     spec.args.insert(spec.args.end(), {"--model", "llama"});
   } else {

@@ -12,6 +12,7 @@
 
 #include "cemfrac/core/check.h"
 #include "cemfrac/io/toml_file.h"
+#include "cemfrac/layers/registry.h"      // kNoFfn
 #include "cemfrac/tasks/gp_experiment.h"  // apply_gp_variant
 #include "cemfrac/train/run_config.h"
 
@@ -185,7 +186,7 @@ Suite load_suite(const std::string& path) {
     const toml::table* g = gn->as_table();
     CEMFRAC_CHECK(g != nullptr, "{}: gp must be a [gp] table", r.at(*gn));
     r.keys(*g, "[gp]",
-           {"steps", "search_steps", "batch", "layers", "positions", "val_seqs", "test_seqs",
+           {"steps", "search_steps", "batch", "layers", "positions", "ffn", "val_seqs", "test_seqs",
             "eval_seed", "threads"});
     s.gp.steps = r.integer(*g, "steps", "[gp]", 0, 1);
     s.gp.search_steps = r.integer(*g, "search_steps", "[gp]", 0, 1);
@@ -195,6 +196,11 @@ Suite load_suite(const std::string& path) {
     CEMFRAC_CHECK(s.gp.positions == "none" || s.gp.positions == "rope",
                   "{}: [gp].positions '{}': expected none or rope", r.at(*g->get("positions")),
                   s.gp.positions);
+    s.gp.ffn = r.str(*g, "ffn", "[gp]", false, s.gp.ffn);
+    CEMFRAC_CHECK(s.gp.ffn.empty() || s.gp.ffn == kNoFfn,
+                  "{}: [gp].ffn '{}': expected none (attention-only; leave it out for each model's "
+                  "own FFN)",
+                  r.at(*g->get("ffn")), s.gp.ffn);
     s.gp.val_seqs = r.integer(*g, "val_seqs", "[gp]", s.gp.val_seqs, 2);
     s.gp.test_seqs = r.integer(*g, "test_seqs", "[gp]", s.gp.test_seqs, 2);
     s.gp.eval_seed = static_cast<uint64_t>(
@@ -217,7 +223,7 @@ Suite load_suite(const std::string& path) {
     CEMFRAC_CHECK(t != nullptr, "{}: run must be [[run]] tables", r.at(node));
     r.keys(*t, "[[run]]",
            {"name", "task", "config", "set", "tokens", "seeds", "lr", "lr_from", "test_time_steps",
-            "variants", "model", "variant", "T", "steps"});
+            "variants", "model", "variant", "T", "steps", "layers", "ffn"});
     SuiteRun run;
     run.name = r.str(*t, "name", "[[run]]", true);
     const std::string where = fmt::format("run '{}'", run.name);
@@ -230,7 +236,7 @@ Suite load_suite(const std::string& path) {
                   r.at(*t->get("task")), where, run.task);
     // Keys of the other task are refused by name, not ignored.
     const std::vector<std::string> lm_only = {"config", "set", "tokens", "variants"};
-    const std::vector<std::string> gp_only = {"model", "variant", "T", "steps"};
+    const std::vector<std::string> gp_only = {"model", "variant", "T", "steps", "layers", "ffn"};
     for (const std::string& k : run.task == "gp" ? lm_only : gp_only) {
       const toml::node* n = t->get(k);
       CEMFRAC_CHECK(n == nullptr, "{}: {}: key '{}' is for task = \"{}\" runs, this one is \"{}\"",
@@ -270,6 +276,13 @@ Suite load_suite(const std::string& path) {
                     where);
       CEMFRAC_CHECK(g.steps > 0, "{}: {}: no step budget ([gp].steps or the run's steps)",
                     r.at(node), where);
+      g.layers = r.integer(*t, "layers", where, s.gp.layers, 1);
+      CEMFRAC_CHECK(g.layers <= 64, "{}: {}.layers: at most 64", r.at(*t->get("layers")), where);
+      g.ffn = r.str(*t, "ffn", where, false, s.gp.ffn);
+      CEMFRAC_CHECK(g.ffn.empty() || g.ffn == kNoFfn,
+                    "{}: {}.ffn '{}': expected none (attention-only; leave it out for the model's "
+                    "own FFN)",
+                    r.at(*t->get("ffn")), where, g.ffn);
       if (run.lr_from.empty()) {
         CEMFRAC_CHECK(!run.lr.empty(),
                       "{}: {}: no learning rate ([suite].lr, the run's lr or lr_from)", r.at(node),

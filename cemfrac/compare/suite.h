@@ -23,6 +23,8 @@ struct SuiteGpRun {
   std::string variant_at;         // file:line of the variant
   int64_t T = 1;                  // CEM steps at training
   int64_t steps = 0;              // optimizer steps of each final run
+  int64_t layers = 0;             // blocks L ([gp].layers unless the run names its own)
+  std::string ffn;                // "" = the model's own FFN, "none" = attention-only ([gp].ffn)
 };
 
 // [gp]: what every GP run of the suite shares.
@@ -32,6 +34,7 @@ struct SuiteGp {
   int64_t batch = 16;        // fresh sequences per step
   int64_t layers = 2;
   std::string positions = "none";
+  std::string ffn;           // "" = each model's own FFN (cem_mlp, swiglu); "none": attention-only
   int64_t val_seqs = 256;    // the validation set (chooses the learning rate)
   int64_t test_seqs = 1024;  // the test set (the claims)
   uint64_t eval_seed = 1;    // both sets, the same for every seed of every run

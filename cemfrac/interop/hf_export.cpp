@@ -55,10 +55,14 @@ std::string hf_export_problem(const ModelConfig& c, HfArch* arch_out) {
   std::string first_problem;
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const MixerKind mixer = parse_mixer_kind(c.mixer_of(l));
-    const FfnKind ffn = parse_ffn_kind(c.ffn_of(l));
     auto refuse = [&](const std::string& why) {
       if (first_problem.empty()) first_problem = fmt::format("layer {} {}", l, why);
     };
+    if (!c.has_ffn(l)) {
+      refuse("has no FFN (ffn = none): every transformers decoder block has an MLP");
+      continue;
+    }
+    const FfnKind ffn = parse_ffn_kind(c.ffn_of(l));
     if (mixer != MixerKind::kMha && mixer != MixerKind::kCemAttention)
       refuse(fmt::format("mixer {}: no transformers class computes it", to_string(mixer)));
     if (ffn != FfnKind::kGeluMlp && ffn != FfnKind::kSwiGlu && ffn != FfnKind::kCemMlp)

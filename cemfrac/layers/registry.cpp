@@ -61,6 +61,15 @@ FfnKind parse_ffn_kind(const std::string& name, const std::string& what) {
   return parse_kind<FfnKind>(name, what, "FFN");
 }
 
+std::optional<FfnKind> parse_block_ffn(const std::string& name, const std::string& what) {
+  if (name == kNoFfn) return std::nullopt;
+  for (int i = 0; i < static_cast<int>(FfnKind::kSentinel); ++i) {
+    if (name == to_string(FfnKind(i))) return FfnKind(i);
+  }
+  fail("{} = \"{}\": unknown FFN kind; valid kinds: {}, {} (no FFN sub-layer)", what, name,
+       fmt::join(names_of<FfnKind>(), ", "), kNoFfn);
+}
+
 std::vector<std::string> mixer_kind_names() {
   return names_of<MixerKind>();
 }

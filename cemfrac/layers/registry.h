@@ -2,6 +2,7 @@
 // Adding a kind: see CONTRIBUTING.md, "How to add a mixer or FFN kind".
 #pragma once
 #include <array>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,6 +37,11 @@ const char* to_string(FfnKind kind);
 // setting in the message (e.g. "model.mixer").
 MixerKind parse_mixer_kind(const std::string& name, const std::string& what = "mixer");
 FfnKind parse_ffn_kind(const std::string& name, const std::string& what = "ffn");
+// A block's FFN sub-layer by name, where "none" (kNoFfn) means the block has none: the block is
+// z += mixer(norm1(z)) alone, without norm2 (an attention-only model, docs/config.md). Null for
+// "none"; an unknown name throws cemfrac::Error listing the kinds and "none".
+inline constexpr const char* kNoFfn = "none";
+std::optional<FfnKind> parse_block_ffn(const std::string& name, const std::string& what = "ffn");
 
 std::vector<std::string> mixer_kind_names();
 std::vector<std::string> ffn_kind_names();

@@ -1,6 +1,6 @@
-// One transformer block, pre-norm:  z += mixer(norm1(z));  z += ffn(norm2(z)).
-// Submodule names (checkpoint key prefixes): norm1, attn (the mixer, whatever its kind), norm2, mlp
-// (the FFN, whatever its kind).
+// One transformer block, pre-norm:  z += mixer(norm1(z));  z += ffn(norm2(z)), the second step
+// absent where the layer's ffn is "none". Submodule names (checkpoint key prefixes): norm1, attn
+// (the mixer, whatever its kind), norm2, mlp (the FFN, whatever its kind; both absent without one).
 #pragma once
 #include <torch/nn/module.h>
 #include <torch/types.h>
@@ -19,7 +19,11 @@ class BlockImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& z, const MixerContext& ctx);
 
   MixerImpl& mixer() { return *mixer_; }
-  FfnImpl& ffn() { return *ffn_; }
+  bool has_ffn() const { return ffn_ != nullptr; }
+  FfnImpl& ffn() {  // only where has_ffn()
+    TORCH_INTERNAL_ASSERT(ffn_, "Block::ffn: this layer has no FFN (ffn = none)");
+    return *ffn_;
+  }
 
  private:
   std::shared_ptr<NormImpl> norm1_;

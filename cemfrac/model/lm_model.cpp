@@ -59,7 +59,8 @@ void LmModelImpl::set_observer(LayerObserver observer) {
     }
   }
   for (size_t l = 0; l < blocks_.size(); ++l) {
-    blocks_[l]->ffn().set_observer(observer_ ? &layer_observers_[2 * l + 1] : nullptr);
+    if (blocks_[l]->has_ffn())
+      blocks_[l]->ffn().set_observer(observer_ ? &layer_observers_[2 * l + 1] : nullptr);
   }
 }
 

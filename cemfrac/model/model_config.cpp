@@ -194,7 +194,7 @@ std::optional<ConfigProblem> ModelConfig::first_problem() const {
                                n_kv_heads, n_heads));
   }
   if (auto p = kind_problem("mixer", [&] { parse_mixer_kind(mixer, "mixer"); })) return p;
-  if (auto p = kind_problem("ffn", [&] { parse_ffn_kind(ffn, "ffn"); })) return p;
+  if (auto p = kind_problem("ffn", [&] { parse_block_ffn(ffn, "ffn"); })) return p;
   std::set<int64_t> seen;
   for (size_t i = 0; i < layer_overrides.size(); ++i) {
     const LayerOverride& o = layer_overrides[i];
@@ -220,7 +220,7 @@ std::optional<ConfigProblem> ModelConfig::first_problem() const {
         return p;
     }
     if (!o.ffn.empty()) {
-      if (auto p = kind_problem("layer_overrides", [&] { parse_ffn_kind(o.ffn, at + ".ffn"); }))
+      if (auto p = kind_problem("layer_overrides", [&] { parse_block_ffn(o.ffn, at + ".ffn"); }))
         return p;
     }
   }
@@ -290,6 +290,10 @@ std::string ModelConfig::ffn_of(int64_t layer) const {
     if (o.layer == layer && !o.ffn.empty()) return o.ffn;
   }
   return ffn;
+}
+
+bool ModelConfig::has_ffn(int64_t layer) const {
+  return ffn_of(layer) != kNoFfn;
 }
 
 // Every field through visit_fields: two configs are equal when their JSON documents are (doubles

@@ -55,7 +55,8 @@ struct ModelConfig {
 
   // Block kinds, chosen independently (layers may override). Mixers: "mha", "cem_attention",
   // "cattn_u", "cattn_m", "synthesizer_dense", "sparse_attention". FFNs: "gelu_mlp", "swiglu",
-  // "cem_mlp", "cffn" (layers/registry.h lists them).
+  // "cem_mlp", "cffn" (layers/registry.h lists them), or "none": no FFN sub-layer, the block is
+  // z += mixer(norm1(z)) alone (attention-only models, as in the in-context regression theory).
   std::string mixer = "mha";
   std::string ffn = "swiglu";
   std::vector<LayerOverride> layer_overrides;
@@ -84,7 +85,7 @@ struct ModelConfig {
     v("d_ff", d_ff, "FFN hidden width M");
     v("context", context, "Maximum sequence length");
     v("mixer", mixer, "Token mixer kind of every layer (mha, ...)");
-    v("ffn", ffn, "FFN kind of every layer (gelu_mlp, swiglu, ...)");
+    v("ffn", ffn, "FFN kind of every layer (gelu_mlp, swiglu, ..., none: no FFN)");
     v("layer_overrides", layer_overrides,
       "Per-layer mixer/ffn kinds: [{layer=0, mixer=..., ffn=...}]");
     v("norm", norm, "layernorm | rmsnorm");
@@ -108,6 +109,7 @@ struct ModelConfig {
 
   std::string mixer_of(int64_t layer) const;  // applies layer_overrides
   std::string ffn_of(int64_t layer) const;
+  bool has_ffn(int64_t layer) const;  // false where ffn_of(layer) is "none"
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
   int64_t head_dim() const { return d_model / n_heads; }
 };

@@ -60,6 +60,17 @@ TEST(GpCli, OneModelPrintsItsJson) {
   EXPECT_EQ(j["test_at_T"]["2"], j["test"]);
   EXPECT_NE(j["test_at_T"]["1"], j["test"]);
   EXPECT_EQ(nlohmann::json::parse(test::read_file(out + "/gp-run.json")), j);
+  // Attention-only: --ffn none reaches the model (fewer parameters, named in the result).
+  r = test::run_cemfrac({"gp", "--one", "--variants", "iterate", "--steps", "2", "--ffn", "none",
+                         "--train-steps", "2", "--batch", "2", "--val-seqs", "4", "--eval-seqs",
+                         "4"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json attn = nlohmann::json::parse(r.out);
+  EXPECT_EQ(attn["ffn"], "none");
+  EXPECT_EQ(attn["mixer"], "cem_attention");
+  EXPECT_LT(attn["params"].get<int64_t>(), j["params"].get<int64_t>());
+  test::expect_one_line_error(test::run_cemfrac({"gp", "--one", "--steps", "2", "--ffn", "gelu"}),
+                              "--ffn");
 
   test::expect_one_line_error(test::run_cemfrac({"gp", "--one", "--steps", "1,2"}),
                               "one --steps value");

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <string>
 
+#include "cemfrac/compare/plan.h"
 #include "cemfrac/compare/suite.h"
 #include "cemfrac/core/check.h"
 #include "tests/compare/suite_fixtures.h"
@@ -125,6 +126,31 @@ TEST(CompareSuite, ParsesGpRuns) {
   ASSERT_EQ(s.claims.size(), 2u);
   EXPECT_EQ(s.claims[0].metric, "test_rmse");  // the default for GP rows
   EXPECT_EQ(s.claims[1].metric, "test_rmse");
+  EXPECT_EQ(s.runs[0].gp.layers, 1);  // [gp].layers
+  EXPECT_EQ(s.runs[0].gp.ffn, "");    // each model's own FFN
+  // No --ffn unless asked: earlier suites' job settings (compare-run.json) are unchanged.
+  const std::vector<std::string> args =
+      make_gp(s, s.runs[0], "x", dir + "/x", 3, 1e-3, 1, 4, true).args;
+  EXPECT_EQ(std::count(args.begin(), args.end(), "--ffn"), 0);
+
+  // Attention-only models and a per-run depth.
+  const Suite a = load_suite(
+      write_suite(dir, gp_suite("ffn = \"none\"\n",
+                                "\n[[run]]\nname = \"deep\"\ntask = \"gp\"\nT = 4\nlayers = 2\n")));
+  EXPECT_EQ(a.gp.ffn, "none");
+  ASSERT_EQ(a.runs.size(), 4u);
+  EXPECT_EQ(a.runs[0].gp.ffn, "none");
+  EXPECT_EQ(a.runs[0].gp.layers, 1);
+  EXPECT_EQ(a.runs[3].gp.layers, 2);
+  const std::vector<std::string> deep =
+      make_gp(a, a.runs[3], "deep", dir + "/deep", 3, 1e-3, 1, 4, true).args;
+  const auto at = [&](const std::string& flag) {
+    const auto it = std::find(deep.begin(), deep.end(), flag);
+    return it == deep.end() || it + 1 == deep.end() ? std::string("(absent)") : *(it + 1);
+  };
+  EXPECT_EQ(at("--layers"), "2");
+  EXPECT_EQ(at("--ffn"), "none");
+  EXPECT_EQ(at("--steps"), "4");
 }
 
 TEST(CompareSuite, BadGpSuitesAreOneLineErrorsWithTheLine) {
@@ -148,6 +174,11 @@ TEST(CompareSuite, BadGpSuitesAreOneLineErrorsWithTheLine) {
   expect_bad(gp_suite("positions = \"rope\"\nthreads = 2000\n"),
              fmt::format("suite.toml:{}: [gp].threads: at most 1024", extra + 1));
   expect_bad(gp_suite("positions = \"learned\"\n"), "[gp].positions 'learned'");
+  expect_bad(gp_suite("ffn = \"swiglu\"\n"), "[gp].ffn 'swiglu': expected none");
+  expect_bad(gp_suite("", "\n[[run]]\nname = \"x\"\ntask = \"gp\"\nffn = \"gelu\"\n"),
+             "run 'x'.ffn 'gelu': expected none");
+  expect_bad(gp_suite("", "\n[[run]]\nname = \"x\"\ntask = \"gp\"\nlayers = 65\n"),
+             "run 'x'.layers: at most 64");
   expect_bad(gp_suite("", "\n[[run]]\nname = \"x\"\ntask = \"gp\"\nconfig = \"a.toml\"\n"),
              "key 'config' is for task = \"lm\" runs");
   expect_bad(gp_suite("", "\n[[run]]\nname = \"x\"\ntask = \"gp\"\nT = 65\n"), ".T = 65");

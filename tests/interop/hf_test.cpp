@@ -50,6 +50,8 @@ TEST(HfExport, EveryPresetExportsOrIsRefusedInOneLine) {
   EXPECT_NE(hf_export_problem(preset("cem-both-162m")).find("rope_mode = exact"),
             std::string::npos);
   EXPECT_NE(hf_export_problem(preset("gpt2-xl-cofrgenet-f")).find("cffn"), std::string::npos);
+  EXPECT_NE(hf_export_problem(preset("tiny-llama", {"model.ffn=none"})).find("has no FFN"),
+            std::string::npos);
   EXPECT_NE(hf_export_problem(
                 preset("tiny-cem-both", {"model.cem.rope_mode=naive", "model.cem.dlr=shared"}))
                 .find("cem.dlr"),

@@ -548,6 +548,18 @@ INSTANTIATE_TEST_SUITE_P(AllKinds, FfnContract,
                          testing::ValuesIn(all_variants(ffn_kind_names(), ffn_variants)),
                          variant_name);
 
+// Attention-only models (ffn = "none": no FFN sub-layer) learn one batch with a softmax mixer of
+// each family. (The block itself is tested in tests/model/lm_model_test.cpp.)
+TEST(Contract, AttentionOnlyModelOverfitsOneBatch) {
+  for (const char* mixer : {"mha", "cem_attention"}) {
+    SCOPED_TRACE(mixer);
+    ModelConfig c = tiny_base();
+    c.mixer = mixer;
+    c.ffn = kNoFfn;
+    expect_overfits_one_batch(c);
+  }
+}
+
 // Every registered kind is covered: the hooks must not drop one.
 TEST(Contract, CoversEveryRegisteredKind) {
   std::map<std::string, int> mixers, ffns;

@@ -15,7 +15,9 @@
 #include <vector>
 
 #include "cemfrac/core/check.h"
+#include "cemfrac/layers/registry.h"
 #include "cemfrac/model/lm_model.h"
+#include "cemfrac/train/budget.h"
 #include "cemfrac/train/run_config.h"
 #include "tests/model_test_util.h"
 #include "tests/test_util.h"
@@ -35,10 +37,10 @@ torch::Tensor random_tokens(int64_t B, int64_t N, int64_t V, uint64_t seed) {
 }
 
 // Changing token j never changes the logits before j, bitwise.
-void check_causality(const std::string& name, torch::Dtype dtype) {
+void check_causality(const ModelConfig& config, const std::string& name, torch::Dtype dtype) {
   SCOPED_TRACE(name + (dtype == torch::kFloat64 ? " float64" : " float32"));
   torch::manual_seed(1);
-  LmModel model(preset(name));
+  LmModel model(config);
   model->to(dtype);
   torch::NoGradGuard no_grad;
   const int64_t N = 24, V = model->config().vocab_size;
@@ -55,10 +57,10 @@ void check_causality(const std::string& name, torch::Dtype dtype) {
 }
 
 TEST(LmModel, CausalFloat64) {
-  for (const char* name : kTinyPresets) check_causality(name, torch::kFloat64);
+  for (const char* name : kTinyPresets) check_causality(preset(name), name, torch::kFloat64);
 }
 TEST(LmModel, CausalFloat32) {
-  for (const char* name : kTinyPresets) check_causality(name, torch::kFloat32);
+  for (const char* name : kTinyPresets) check_causality(preset(name), name, torch::kFloat32);
 }
 
 TEST(LmModel, LogitsShape) {
@@ -328,6 +330,64 @@ TEST(LmModel, LayerOverridesPickKindsPerLayer) {
   EXPECT_TRUE(names.count("blocks.0.mlp.w_gate"));
   EXPECT_TRUE(names.count("blocks.1.mlp.w_fc"));
   EXPECT_FALSE(names.count("blocks.1.mlp.w_gate"));
+}
+
+// ffn = "none": each block is z + mixer(norm1(z)) alone. Its parameters are the full model's without
+// norm2 and mlp; with the full model's FFN output weights zeroed (so that FFN adds exact zeros) and
+// every other weight shared, the logits are bitwise those of the full model; it stays causal, and
+// its FLOPs count no FFN.
+TEST(LmModel, FfnNoneIsAttentionOnly) {
+  ModelConfig full_config = preset("tiny-llama"), none_config = full_config;
+  none_config.ffn = kNoFfn;
+  torch::manual_seed(3);
+  LmModel full(full_config);
+  torch::manual_seed(3);
+  LmModel none(none_config);
+  std::set<std::string> expected, got;
+  for (const ParamInfo& p : full->parameter_table()) {
+    if (p.name.find(".norm2.") == std::string::npos && p.name.find(".mlp.") == std::string::npos)
+      expected.insert(p.name);
+  }
+  for (const ParamInfo& p : none->parameter_table()) got.insert(p.name);
+  EXPECT_EQ(got, expected);
+  EXPECT_LT(got.size(), full->parameter_table().size());
+
+  const torch::Tensor tokens = random_tokens(2, 16, full_config.vocab_size, 7);
+  torch::NoGradGuard no_grad;
+  auto full_params = full->named_parameters();
+  for (const auto& item : none->named_parameters()) full_params[item.key()].copy_(item.value());
+  EXPECT_FALSE(torch::equal(full->forward(tokens), none->forward(tokens)))
+      << "the FFN contributes before its output weights are zeroed (the test can fail)";
+  for (int64_t l = 0; l < full_config.n_layers; ++l)
+    full_params["blocks." + std::to_string(l) + ".mlp.w_down"].zero_();
+  EXPECT_TRUE(torch::equal(full->forward(tokens), none->forward(tokens)));
+
+  check_causality(none_config, "ffn none", torch::kFloat64);
+  const Flops flops = model_flops(*none, 2, 16), full_flops = model_flops(*full, 2, 16);
+  EXPECT_EQ(flops.ffns, 0.0);
+  EXPECT_EQ(flops.mixers, full_flops.mixers);
+  EXPECT_FALSE(none->block(0).has_ffn());
+  EXPECT_TRUE(full->block(0).has_ffn());
+}
+
+// "none" in one layer's override drops that layer's FFN only; an unknown name lists "none".
+TEST(LmModel, FfnNoneInALayerOverride) {
+  ModelConfig c = preset("tiny-llama");
+  c.layer_overrides = {{1, "", kNoFfn}};
+  LmModel model(c, torch::kMeta);
+  std::set<std::string> names;
+  for (const ParamInfo& p : model->parameter_table()) names.insert(p.name);
+  EXPECT_TRUE(names.count("blocks.0.mlp.w_gate"));
+  EXPECT_TRUE(names.count("blocks.0.norm2.weight"));
+  EXPECT_FALSE(names.count("blocks.1.mlp.w_gate"));
+  EXPECT_FALSE(names.count("blocks.1.norm2.weight"));
+  c.ffn = "nope";
+  try {
+    c.validate();
+    FAIL() << "ffn = nope was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cffn, none"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

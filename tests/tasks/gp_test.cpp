@@ -115,11 +115,15 @@ TEST(GpData, OracleMatchesDirectSolve) {
 // Prediction n depends on tokens 0..n only: perturbing later tokens leaves earlier outputs
 // bit-identical, and the gradient of an early output towards later tokens is exactly 0.
 TEST(GpModel, IsCausal) {
-  const std::vector<ModelConfig> configs = {
-      tiny_config("cem_attention", "cem_mlp", 1), tiny_config("cem_attention", "cem_mlp", 4),
-      tiny_config("cem_attention", "cem_mlp", 2, "rope"), tiny_config("mha", "swiglu", 1)};
+  const std::vector<ModelConfig> configs = {tiny_config("cem_attention", "cem_mlp", 1),
+                                            tiny_config("cem_attention", "cem_mlp", 4),
+                                            tiny_config("cem_attention", "cem_mlp", 2, "rope"),
+                                            tiny_config("mha", "swiglu", 1),
+                                            tiny_config("cem_attention", "none", 4),
+                                            tiny_config("mha", "none", 1)};
   for (const ModelConfig& c : configs) {
-    SCOPED_TRACE(c.mixer + " T=" + std::to_string(c.cem.steps) + " " + enum_name(c.positions));
+    SCOPED_TRACE(c.mixer + "+" + c.ffn + " T=" + std::to_string(c.cem.steps) + " " +
+                 enum_name(c.positions));
     torch::manual_seed(1);
     GpModel model(c);
     torch::Tensor tokens = torch::randn({2, 12, 3});
@@ -151,6 +155,11 @@ TEST(GpModel, ParameterTable) {
   EXPECT_EQ(total, cem->num_parameters());
   EXPECT_EQ(cem->num_parameters(), shared + L * (2 * D * D + 2 * D * M + 2));
   EXPECT_EQ(llama->num_parameters(), shared + L * (4 * D * D + 3 * D * M));
+  // Attention-only (ffn = none): no norm2, no FFN, no FFN eta.
+  GpModel cem_attn(tiny_config("cem_attention", "none", 2));
+  GpModel mha_only(tiny_config("mha", "none", 1));
+  EXPECT_EQ(cem_attn->num_parameters(), shared - L * D + L * (2 * D * D + 1));
+  EXPECT_EQ(mha_only->num_parameters(), shared - L * D + L * 4 * D * D);
 }
 
 // The copy at another T has the same parameters: at the same T it gives the same bits, at another T
