@@ -124,10 +124,11 @@ Command add_gp(CLI::App& root, const GlobalOptions& global) {
                   "CEM step counts T, each trained and tested (e.g. 1,2,4,8)")
       ->delimiter(',')
       ->check(CLI::Range(1, 64));
-  app->add_option("--variants", flags->variants,
-                  "CEM readings, each trained at every T: fixed (default), or '+'-joined iterate, "
-                  "prox, prox_fixed, step_norm (e.g. fixed,iterate,prox,step_norm,iterate+prox; "
-                  "docs/gp.md)")
+  app->add_option(
+         "--variants", flags->variants,
+         "CEM readings, each trained at every T: fixed (default), or '+'-joined iterate, "
+         "prox, prox_fixed, step_norm, linear (e.g. fixed,iterate,prox,step_norm,iterate+prox; "
+         "docs/gp.md)")
       ->delimiter(',');
   app->add_option("--train-steps", flags->train_steps,
                   "Optimizer steps per training (default 500; --quick: 60)")

@@ -21,6 +21,7 @@ std::string peer_unsupported(const ModelConfig& m, Peer peer) {
       return fmt::format("layer {} ffn '{}'", l, ffn);
   }
   if (m.norm == NormKind::kLayerNorm && !m.bias) return "layernorm without bias";
+  if (m.cem.attention == CemAttentionKernel::kLinear) return "cem.attention = linear";
   return "";
 }
 

@@ -39,6 +39,8 @@ std::string cem_problem(const ModelConfig& c, bool attention) {
   if (!attention) return "";
   if (cem.dlr != CemDiagonal::kNone)
     return "cem.dlr: the D+LR diagonal term has no stock counterpart";
+  if (cem.attention == CemAttentionKernel::kLinear)
+    return "cem.attention = linear: linear attention has no stock counterpart";
   if (c.positions == Positions::kRope && cem.rope_mode == CemRopeMode::kExact)
     return "cem.rope_mode = exact rotates each read-out back by its query's angle, which Llama's "
            "attention does not (cem.rope_mode = naive is Llama attention with tied weights)";

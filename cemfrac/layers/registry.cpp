@@ -66,8 +66,8 @@ std::optional<FfnKind> parse_block_ffn(const std::string& name, const std::strin
   for (int i = 0; i < static_cast<int>(FfnKind::kSentinel); ++i) {
     if (name == to_string(FfnKind(i))) return FfnKind(i);
   }
-  fail("{} = \"{}\": unknown FFN kind; valid kinds: {}, {} (no FFN sub-layer)", what, name,
-       fmt::join(names_of<FfnKind>(), ", "), kNoFfn);
+  fail("{} = \"{}\": unknown FFN kind (\"{}\": no FFN sub-layer); valid kinds: {}", what, name,
+       kNoFfn, fmt::join(names_of<FfnKind>(), ", "));
 }
 
 std::vector<std::string> mixer_kind_names() {

@@ -39,7 +39,7 @@ MixerKind parse_mixer_kind(const std::string& name, const std::string& what = "m
 FfnKind parse_ffn_kind(const std::string& name, const std::string& what = "ffn");
 // A block's FFN sub-layer by name, where "none" (kNoFfn) means the block has none: the block is
 // z += mixer(norm1(z)) alone, without norm2 (an attention-only model, docs/config.md). Null for
-// "none"; an unknown name throws cemfrac::Error listing the kinds and "none".
+// "none"; an unknown name throws cemfrac::Error naming "none" and listing the kinds.
 inline constexpr const char* kNoFfn = "none";
 std::optional<FfnKind> parse_block_ffn(const std::string& name, const std::string& what = "ffn");
 

@@ -62,6 +62,7 @@ std::shared_ptr<MixerImpl> make_mixer(const ModelConfig& c, int64_t layer, torch
                                                     .dlr_distance(c.cem.dlr_distance)
                                                     .recursion(c.cem.recursion)
                                                     .recursion_keys(c.cem.recursion_keys)
+                                                    .attention(c.cem.attention)
                                                     .step(cem_step_options(c))
                                                     .init_std(c.init_std)
                                                     .device(device));

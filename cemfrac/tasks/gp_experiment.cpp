@@ -258,7 +258,8 @@ GpExperimentOptions default_gp_experiment() {
 void apply_gp_variant(ModelConfig& config, const std::string& variant) {
   CEMFRAC_CHECK(
       !variant.empty(),
-      "empty GP variant name; valid: fixed, or '+'-joined iterate, prox, prox_fixed, step_norm");
+      "empty GP variant name; valid: fixed, or '+'-joined iterate, prox, prox_fixed, step_norm, "
+      "linear");
   if (variant == "fixed") return;
   size_t begin = 0;
   while (begin <= variant.size()) {
@@ -272,10 +273,12 @@ void apply_gp_variant(ModelConfig& config, const std::string& variant) {
       config.cem.prox = CemProxMode::kFixed;
     } else if (part == "step_norm") {
       config.cem.step_norm = CemStepNorm::kRms;
+    } else if (part == "linear") {
+      config.cem.attention = CemAttentionKernel::kLinear;
     } else {
       fail(
           "GP variant \"{}\": unknown part \"{}\"; valid: fixed, or '+'-joined iterate, prox, "
-          "prox_fixed, step_norm",
+          "prox_fixed, step_norm, linear",
           variant, part);
     }
     begin = end + 1;
@@ -348,19 +351,21 @@ GpExperimentResult run_gp_experiment(const GpExperimentOptions& options) {
   const bool scale = options.scale_from > 0;
   if (scale && std::find(train_Ts.begin(), train_Ts.end(), options.scale_from) == train_Ts.end())
     train_Ts.push_back(options.scale_from);
-  std::optional<GpRow> t1_row;  // the first variant's T = 1 row
+  // The T = 1 row of the first variant with each attention energy (softmax, linear).
+  std::map<CemAttentionKernel, GpRow> t1_rows;
   for (const std::string& variant : options.variants) {
     std::vector<GpRow> scaled;
     for (int64_t T : train_Ts) {
       ModelConfig config = options.cem_model;
       apply_gp_variant(config, variant);
       config.cem.steps = T;
-      // At T = 1 every variant computes the default layer's function (docs/layers/cem.md §8),
-      // starts from the same weights (a learned lambda aside, which gets no gradient at T = 1) and
-      // sees the same batches: its training would repeat the first variant's bit for bit, so its
-      // row is copied.
-      if (T == 1 && T != options.scale_from && t1_row.has_value()) {
-        GpRow row = *t1_row;
+      // At T = 1 every variant computes the default layer's function (docs/layers/cem.md §8) of its
+      // attention energy, starts from the same weights (a learned lambda aside, which gets no
+      // gradient at T = 1) and sees the same batches: its training would repeat the first such
+      // variant's bit for bit, so its row is copied.
+      const auto t1_row = t1_rows.find(config.cem.attention);
+      if (T == 1 && T != options.scale_from && t1_row != t1_rows.end()) {
+        GpRow row = t1_row->second;
         row.variant = variant;
         torch::manual_seed(init_seed);
         row.params = GpModel(config)->num_parameters();
@@ -374,7 +379,7 @@ GpExperimentResult run_gp_experiment(const GpExperimentOptions& options) {
           std::find(options.steps.begin(), options.steps.end(), T) != options.steps.end();
       if (listed)
         result.rows.push_back(row_of(model, "cem", T, T, tr.seconds, tr.last_loss, variant));
-      if (listed && T == 1 && !t1_row.has_value()) t1_row = result.rows.back();
+      if (listed && T == 1) t1_rows.emplace(config.cem.attention, result.rows.back());
       if (scale && T == options.scale_from) {
         for (int64_t eval_T : options.steps) {
           if (eval_T == T) continue;

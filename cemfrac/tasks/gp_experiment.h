@@ -95,7 +95,7 @@ struct GpExperimentOptions {
   ModelConfig baseline;   // the baseline model (mha + swiglu)
   std::vector<int64_t> steps = {1, 2, 4, 8};  // T: one CEM model trained and tested at each
   // CEM readings of the recursion, each trained at every T (apply_gp_variant): "fixed" (the default
-  // model), or '+'-joined options among iterate, prox, prox_fixed, step_norm.
+  // model), or '+'-joined options among iterate, prox, prox_fixed, step_norm, linear.
   std::vector<std::string> variants = {"fixed"};
   int64_t scale_from = 2;  // T of the model also evaluated at every T in `steps` (0: none)
   bool run_baseline = true;
@@ -117,6 +117,7 @@ GpExperimentOptions default_gp_experiment();
 //   iterate     cem.recursion_keys = "iterate"
 //   prox        cem.prox = "learned";  prox_fixed: cem.prox = "fixed"
 //   step_norm   cem.step_norm = "rms"
+//   linear      cem.attention = "linear" (the linear-attention control)
 // joined with '+' (e.g. "iterate+prox"). Throws cemfrac::Error naming an unknown part.
 void apply_gp_variant(ModelConfig& config, const std::string& variant);
 

@@ -5,6 +5,7 @@
 #include <torch/types.h>
 #include <torch/utils.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -29,6 +30,7 @@ struct Variant {
   bool precond = false;
   bool psd = false;
   bool learn_eta = true;
+  CemAttentionKernel attention = CemAttentionKernel::kSoftmax;
 };
 
 std::vector<Variant> variants() {
@@ -45,6 +47,17 @@ std::vector<Variant> variants() {
   v.push_back({"precond", false, CemRopeMode::kExact, CemDiagonal::kNone, false, true});
   v.push_back({"precond_psd", false, CemRopeMode::kExact, CemDiagonal::kNone, false, true, true});
   v.push_back({"rope_dlr_precond", true, CemRopeMode::kExact, CemDiagonal::kPerHead, true, true});
+  Variant linear{"linear"};
+  linear.attention = CemAttentionKernel::kLinear;
+  v.push_back(linear);
+  Variant linear_rope = linear;
+  linear_rope.name = "linear_rope_exact";
+  linear_rope.rope = true;
+  v.push_back(linear_rope);
+  Variant linear_precond = linear;
+  linear_precond.name = "linear_precond";
+  linear_precond.precond = true;
+  v.push_back(linear_precond);
   return v;
 }
 
@@ -57,6 +70,7 @@ std::shared_ptr<CemAttentionImpl> make(const Variant& v, int64_t steps = 1, uint
                                                   .rope_mode(v.rope_mode)
                                                   .dlr(v.dlr)
                                                   .dlr_distance(v.distance)
+                                                  .attention(v.attention)
                                                   .step(CemStepOptions()
                                                             .steps(steps)
                                                             .learn_eta(v.learn_eta)
@@ -85,6 +99,12 @@ MixerContext context(bool rope, int64_t offset, int64_t n) {
 }
 
 using test::rel_err;
+
+// max |a - b| over max(1, max |b|): an absolute error for O(1) outputs, a relative one for the
+// linear energy's, which grow with every step (it is unbounded below).
+double err_over_scale(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a - b).abs().max().item<double>() / std::max(1.0, b.abs().max().item<double>());
+}
 
 // -eta P grad_x E(x; h), with P formed densely here (the module never forms it).
 torch::Tensor expected_displacement(CemAttentionImpl& m, const torch::Tensor& x0,
@@ -151,7 +171,7 @@ TEST(CemAttention, StepAgainstACacheIsTheGradientToo) {
 // query-side path). float64; the two sides differ only in summation order, so 1e-10 is generous.
 TEST(CemAttention, ParameterGradientsEqualTheEnergyOracle) {
   for (const Variant& v : variants()) {
-    if (v.dlr == CemDiagonal::kNone) continue;
+    if (v.dlr == CemDiagonal::kNone && v.attention == CemAttentionKernel::kSoftmax) continue;
     SCOPED_TRACE(v.name);
     auto m = make(v);
     const torch::Tensor h0 = torch::randn({kB, kN, kD}, kF64);
@@ -201,6 +221,47 @@ TEST(CemAttention, EnergyIsSeparable) {
     }
     EXPECT_GT(g[0][j].abs().max().item<double>(), 0.0);
   }
+}
+
+// cem.attention = linear, written out: at T = 1 with eta = 1 the output at i is
+// sum_k W_Qk^T sum_{j<=i} (beta q_ki.k_kj / (i + 1)) k_kj, beta = 1/sqrt(d_h); at a decode offset
+// the count is of every key seen.
+TEST(CemAttention, LinearStepIsTheWrittenOutSum) {
+  Variant v{"linear"};
+  v.attention = CemAttentionKernel::kLinear;
+  v.learn_eta = false;
+  auto m = make(v);
+  torch::NoGradGuard no_grad;
+  const torch::Tensor h = torch::randn({kB, kN, kD}, kF64);
+  const torch::Tensor got = m->forward(h, context(false, 0, kN));
+  const double beta = 1.0 / std::sqrt(double(kDh));
+  torch::Tensor want = torch::zeros({kB, kN, kD}, kF64);
+  for (int64_t b = 0; b < kB; ++b) {
+    for (int64_t i = 0; i < kN; ++i) {
+      for (int64_t k = 0; k < kH; ++k) {
+        const torch::Tensor wq = m->w_q.narrow(0, k * kDh, kDh),
+                            wk = m->w_k.narrow(0, k * kDh, kDh);
+        const torch::Tensor q = torch::mv(wq, h[b][i]);
+        torch::Tensor a = torch::zeros({kDh}, kF64);
+        for (int64_t j = 0; j <= i; ++j) {
+          const torch::Tensor key = torch::mv(wk, h[b][j]);
+          a += beta * torch::dot(q, key) / double(i + 1) * key;
+        }
+        want[b][i] += torch::mv(wq.t(), a);
+      }
+    }
+  }
+  EXPECT_LT(rel_err(got, want), 1e-12);
+  // Against a cache of 2 positions: query 2 + n sees 3 + n keys.
+  auto state = m->new_state();
+  MixerContext first = context(false, 0, 2), rest = context(false, 2, kN - 2);
+  first.state = rest.state = state.get();
+  m->forward(h.narrow(1, 0, 2), first);
+  EXPECT_LT(rel_err(m->forward(h.narrow(1, 2, kN - 2), rest), want.narrow(1, 2, kN - 2)), 1e-12);
+  // Not the softmax step (the test can fail).
+  Variant soft{"plain"};
+  soft.learn_eta = false;
+  EXPECT_GT(rel_err(make(soft)->forward(h, context(false, 0, kN)), want), 1e-2);
 }
 
 // Property 3: the naive RoPE step is not a gradient.
@@ -324,7 +385,7 @@ TEST(CemAttention, RecursionSemantics) {
     const CemAttentionCondition c = m->condition(h, ctx);
     torch::Tensor x = h;
     for (int t = 0; t < 3; ++t) x = m->step(x, c);
-    EXPECT_LT((y - (x - h)).abs().max().item<double>(), 1e-13);
+    EXPECT_LT(err_over_scale(y, x - h), 1e-13);
     m->set_steps(1);
     torch::Tensor z = h;
     for (int t = 0; t < 3; ++t) z = z + m->forward(z, ctx);
@@ -342,7 +403,7 @@ TEST(CemAttention, GramPathEqualsDirectLoop) {
   vs.push_back({"rope_naive", true, CemRopeMode::kNaive});
   vs.push_back(
       {"frozen_eta", false, CemRopeMode::kExact, CemDiagonal::kNone, false, false, false, false});
-  ASSERT_EQ(vs.size(), 6u);
+  ASSERT_EQ(vs.size(), 9u);
   for (const Variant& v : vs) {
     for (int64_t T : {2, 3, 5}) {
       SCOPED_TRACE(v.name + " T=" + std::to_string(T));
@@ -415,7 +476,7 @@ TEST(CemAttention, DecodingEqualsFullForward) {
         parts.push_back(m->forward(h.narrow(1, pos, len), ctx));
         pos += len;
       }
-      EXPECT_LT((torch::cat(parts, 1) - full).abs().max().item<double>(), 1e-12);
+      EXPECT_LT(err_over_scale(torch::cat(parts, 1), full), 1e-12);
       const auto& s = static_cast<const CemAttentionState&>(*state);
       EXPECT_EQ(s.k.values().sizes(), (std::vector<int64_t>{kB, kH, kN, kDh}));
       EXPECT_EQ(s.v.defined(), v.rope && v.rope_mode == CemRopeMode::kNaive);  // K only otherwise

@@ -214,6 +214,14 @@ TEST(CemModel, ConfigErrorsNameTheKeyAndTheValue) {
             std::string::npos);
   EXPECT_NE(with([](ModelConfig& x) { x.cem.precond_rank = 0; }).find("cem.precond_rank = 0"),
             std::string::npos);
+  EXPECT_NE(with([](ModelConfig& x) {
+              x.cem.attention = CemAttentionKernel::kLinear;
+              x.cem.dlr = CemDiagonal::kShared;
+            }).find("cem.attention = \"linear\" has no D+LR form"),
+            std::string::npos);
+  EXPECT_NE(read_with("attention", "relu")
+                .find("cem.attention = \"relu\": unknown; valid: softmax, linear"),
+            std::string::npos);
   EXPECT_NE(read_with("mlp_form", "c").find("cem.mlp_form = \"c\""), std::string::npos);
   EXPECT_NE(read_with("recursion_keys", "h")
                 .find("cem.recursion_keys = \"h\": unknown; valid: fixed, iterate"),

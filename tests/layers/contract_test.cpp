@@ -94,6 +94,12 @@ std::vector<Variant> mixer_variants(const std::string& kind) {
     iterate.cem.steps = 3;
     iterate.cem.recursion_keys = CemRecursionKeys::kIterate;
     variants.push_back({kind, "iterate_keys", iterate});
+    ModelConfig linear = iterate;  // the quadratic energy: causal linear attention steps
+    linear.cem.attention = CemAttentionKernel::kLinear;
+    variants.push_back({kind, "linear_iterate_keys", linear});
+    ModelConfig linear_gram = t3;  // fixed keys: the gram path serves it too
+    linear_gram.cem.attention = CemAttentionKernel::kLinear;
+    variants.push_back({kind, "linear_t3", linear_gram});
     ModelConfig iterate_dlr = iterate;  // with the diagonal's h rows cached per step too
     iterate_dlr.cem.steps = 2;
     iterate_dlr.cem.dlr = CemDiagonal::kPerHead;

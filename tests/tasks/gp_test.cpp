@@ -276,6 +276,17 @@ TEST(GpExperiment, VariantsAreRowsAndShareTheTOneModel) {
   const GpExperimentResult a = run_gp_experiment(alone);
   EXPECT_EQ(a.rows[0].eval.rmse_posterior, r.rows[0].eval.rmse_posterior);
   EXPECT_EQ(a.rows[0].last_train_loss, r.rows[0].last_train_loss);
+  // The linear energy is another function at T = 1: trained, not copied; a second linear variant
+  // copies the first's T = 1 row.
+  GpExperimentOptions lin = o;
+  lin.steps = {1};
+  lin.variants = {"fixed", "linear", "linear+prox"};
+  const GpExperimentResult l = run_gp_experiment(lin);
+  ASSERT_EQ(l.rows.size(), 4u);
+  EXPECT_EQ(l.rows[0].eval.rmse_posterior, r.rows[0].eval.rmse_posterior);
+  EXPECT_NE(l.rows[1].eval.rmse_posterior, l.rows[0].eval.rmse_posterior);
+  EXPECT_GT(l.rows[1].train_s, 0.0);
+  EXPECT_EQ(l.rows[2].eval.rmse_posterior, l.rows[1].eval.rmse_posterior);
   // JSON keeps the variant; the plot names every variant.
   const GpExperimentResult back = gp_result_from_json(to_json(r), "gp.json");
   EXPECT_EQ(back.rows[3].variant, "iterate+prox");

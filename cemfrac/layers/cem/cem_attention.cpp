@@ -48,12 +48,30 @@ torch::Tensor hidden_mask(int64_t N, int64_t T, int64_t offset, torch::Device de
       .triu(offset + 1);
 }
 
+// cem.attention = linear: the read-out sum_j w_ij v_j with w_ij = beta q_i.k_j / n_i over the keys
+// query i sees (n_i of them: positions 0..offset + i), beta = 1/sqrt(d_h) as causal_attention's.
+// q (B, H, N, d_h), k and v (B, H, T, d_h) -> (B, H, N, d_h).
+torch::Tensor causal_linear_attention(const torch::Tensor& q, const torch::Tensor& k,
+                                      const torch::Tensor& v, int64_t offset) {
+  const int64_t N = q.size(2), T = k.size(2);
+  const double beta = 1.0 / std::sqrt(double(q.size(-1)));
+  const torch::Tensor n_i =
+      torch::arange(offset + 1, offset + N + 1, q.options()).view({N, 1});  // (N, 1)
+  const torch::Tensor w = (torch::matmul(q, k.transpose(-2, -1)) * beta)
+                              .masked_fill(hidden_mask(N, T, offset, q.device()), 0.0) /
+                          n_i;  // (B, H, N, T)
+  return torch::matmul(w, v);
+}
+
 }  // namespace
 
 CemAttentionImpl::CemAttentionImpl(const CemAttentionOptions& o)
     : options_(o), recursion_(o.recursion()) {
   const int64_t D = o.d_model(), H = o.n_heads();
   TORCH_INTERNAL_ASSERT(D % H == 0, "cem_attention: n_heads must divide d_model");
+  TORCH_INTERNAL_ASSERT(
+      o.attention() == CemAttentionKernel::kSoftmax || o.dlr() == CemDiagonal::kNone,
+      "cem_attention: linear attention has no D+LR form");
   head_dim_ = D / H;
   const torch::Device device = o.device();
   w_q = add_parameter("w_q", init_normal({H * head_dim_, D}, o.init_std(), device),
@@ -179,7 +197,11 @@ torch::Tensor CemAttentionImpl::direction(const torch::Tensor& x,
   // 2. Attention read-out a (B, H, N, d_h) and, under D+LR, the diagonal term (B, N, D).
   torch::Tensor a, diag;
   switch (options_.dlr()) {
-    case CemDiagonal::kNone: a = causal_attention(q, c.k, c.v, c.offset); break;
+    case CemDiagonal::kNone:
+      a = options_.attention() == CemAttentionKernel::kLinear
+              ? causal_linear_attention(q, c.k, c.v, c.offset)
+              : causal_attention(q, c.k, c.v, c.offset);
+      break;
     case CemDiagonal::kPerHead: {
       if (c.per_head_fused) {
         // One op: head k's logits beta (q_k k_k^T + (delta_k * x) h^T) and the read-outs
@@ -277,7 +299,9 @@ torch::Tensor CemAttentionImpl::readout(const torch::Tensor& q_merged,
                                         const CemAttentionCondition& c) const {
   torch::Tensor q = split_heads(q_merged, options_.n_heads());
   if (rotates()) q = apply_rope(q, c.cos, c.sin);
-  torch::Tensor a = causal_attention(q, c.k, c.v, c.offset);
+  torch::Tensor a = options_.attention() == CemAttentionKernel::kLinear
+                        ? causal_linear_attention(q, c.k, c.v, c.offset)
+                        : causal_attention(q, c.k, c.v, c.offset);
   if (rotates() && options_.rope_mode() == CemRopeMode::kExact)
     a = apply_rope(a, c.cos, c.sin, /*inverse=*/true);
   return merge_heads(a);  // (B, N, H d_h)
@@ -369,9 +393,17 @@ torch::Tensor CemAttentionImpl::energy(const torch::Tensor& x, const torch::Tens
       s = s - 0.5 * xx - 0.5 * hh;
     }
   }
-  s = (s * beta).masked_fill(hidden_mask(N, N, 0, x.device()),
-                             -std::numeric_limits<double>::infinity());
-  torch::Tensor e = -(torch::logsumexp(s, -1).sum(1)) / beta;  // (B, N)
+  torch::Tensor e;
+  if (options_.attention() == CemAttentionKernel::kLinear) {
+    // -1/(2 n_i) sum_k sum_{j<=i} beta s_kij^2 (no D+LR term: the config refuses one)
+    const torch::Tensor n_i = torch::arange(1, N + 1, x.options()).view({1, N});  // (1, N)
+    e = -(s * s).masked_fill(hidden_mask(N, N, 0, x.device()), 0.0).sum({1, 3}) * (0.5 * beta) /
+        n_i;  // (B, N)
+  } else {
+    s = (s * beta).masked_fill(hidden_mask(N, N, 0, x.device()),
+                               -std::numeric_limits<double>::infinity());
+    e = -(torch::logsumexp(s, -1).sum(1)) / beta;  // (B, N)
+  }
   if (prox_.on) e = e + prox_.energy(x, anchor.defined() ? anchor : h);
   return e;
 }

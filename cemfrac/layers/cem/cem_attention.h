@@ -1,6 +1,7 @@
 // Mixer "cem_attention": causal energy minimisation with the conditional log-sum-exp energy
 // (docs/layers/cem.md, CEM spec §2.3, §2.5, §3):
-//     E_i(x_i; h_1..i) = -1/beta sum_k log sum_{j<=i} exp(beta s_kij),
+//     E_i(x_i; h_1..i) = -1/beta sum_k log sum_{j<=i} exp(beta s_kij)
+//     (cem.attention = linear: -1/(2 n_i) sum_k sum_{j<=i} beta s_kij^2, n_i = i + 1),
 //     s_kij = (R_i W_Qk x_i)^T (R_j W_Kk h_j)  [+ x_i^T diag(delta_k) h_j]  [- 1/2 |x_i -
 //     h_j|^2_delta_k].
 // The input is the normalised residual h; the iterate starts at x = h and takes T steps
@@ -44,6 +45,7 @@ struct CemAttentionOptions {
   TORCH_ARG(bool, dlr_distance) = false;
   TORCH_ARG(CemRecursion, recursion) = CemRecursion::kAuto;
   TORCH_ARG(CemRecursionKeys, recursion_keys) = CemRecursionKeys::kFixed;
+  TORCH_ARG(CemAttentionKernel, attention) = CemAttentionKernel::kSoftmax;  // kLinear: dlr none
   TORCH_ARG(CemStepOptions, step) = CemStepOptions();
   TORCH_ARG(double, init_std) = 0.02;
   TORCH_ARG(torch::Device, device) = torch::kCPU;

@@ -31,6 +31,9 @@ std::optional<ConfigProblem> cem_config_problem(const CemConfig& c, int64_t d_mo
         "dlr_distance",
         "dlr_distance = true needs a diagonal: set cem.dlr = \"per_head\" or \"shared\"");
   }
+  if (c.attention == CemAttentionKernel::kLinear && c.dlr != CemDiagonal::kNone) {
+    return problem("attention", "attention = \"linear\" has no D+LR form: set cem.dlr = \"none\"");
+  }
   if (c.precond_rank < 1 || c.precond_rank > d_model) {
     return problem("precond_rank", fmt::format("precond_rank = {}: must be in 1..d_model = {}",
                                                c.precond_rank, d_model));

@@ -38,6 +38,12 @@ enum class CemProxMode { kNone, kLearned, kFixed };
 enum class CemMlpForm { kA, kB };
 // rms: rescale the iterate to h's per-token RMS before steps 2..T (§8.3).
 enum class CemStepNorm { kNone, kRms };
+// The attention energy (docs/layers/cem.md §8.4): softmax = the log-sum-exp energy (the paper's;
+// weights softmax(beta q.k)); linear = the quadratic energy -1/(2 n_i) sum_j beta (q_i.k_j)^2,
+// whose gradient step is causal linear attention with weights beta q_i.k_j / n_i (n_i = the keys
+// query i sees): the control of the in-context-regression theory, where attention steps are
+// gradient-descent steps.
+enum class CemAttentionKernel { kSoftmax, kLinear };
 
 template <>
 struct EnumNames<CemRopeMode> {
@@ -78,6 +84,11 @@ struct EnumNames<CemMlpForm> {
       {{CemMlpForm::kA, "a"}, {CemMlpForm::kB, "b"}}};
 };
 template <>
+struct EnumNames<CemAttentionKernel> {
+  static constexpr std::array<std::pair<CemAttentionKernel, const char*>, 2> kNames = {
+      {{CemAttentionKernel::kSoftmax, "softmax"}, {CemAttentionKernel::kLinear, "linear"}}};
+};
+template <>
 struct EnumNames<CemStepNorm> {
   static constexpr std::array<std::pair<CemStepNorm, const char*>, 2> kNames = {
       {{CemStepNorm::kNone, "none"}, {CemStepNorm::kRms, "rms"}}};
@@ -98,6 +109,7 @@ struct CemConfig {
   CemRecursionKeys recursion_keys = CemRecursionKeys::kFixed;  // attention keys/values per step
   CemProxMode prox = CemProxMode::kNone;  // + 1/2 lambda |x - h|^2 in both energies
   CemStepNorm step_norm = CemStepNorm::kNone;
+  CemAttentionKernel attention = CemAttentionKernel::kSoftmax;
 
   template <typename Visitor>
   void visit_fields(Visitor& v) {
@@ -132,6 +144,9 @@ struct CemConfig {
       "1)");
     v("step_norm", step_norm,
       "CEM: none | rms (rescale the iterate to h's per-token RMS before steps 2..T)", kMayChange);
+    v("attention", attention,
+      "CEM attention energy: softmax (log-sum-exp) | linear (quadratic: weights beta q.k / n, a "
+      "linear-attention control)");
   }
 
   // Whether a sub-layer has the learnable eta parameter (not frozen, no preconditioner).
