@@ -35,13 +35,29 @@ std::string gp_runs_section(const std::vector<RunPlan>& plans,
                             std::map<std::string, std::vector<SeedResult>>& results,
                             const Suite& suite, json& runs) {
   const SuiteGp& g = suite.gp;
+  // Depth and FFN: the suite's, unless some run names its own (then results.json gives each
+  // run's, and the text says where).
+  std::set<int64_t> depths;
+  bool own_ffn = false;
+  for (const RunPlan& p : plans) {
+    if (!p.gp) continue;
+    depths.insert(p.run->gp.layers);
+    own_ffn = own_ffn || p.run->gp.ffn != g.ffn;
+  }
+  const bool one_depth = depths.size() <= 1 && (depths.empty() || *depths.begin() == g.layers);
+  const std::string depth = one_depth ? fmt::format("L = {}", g.layers)
+                                      : fmt::format("L = {} by run (results.json: \"layers\")",
+                                                    fmt::join(depths, " or "));
+  const std::string ffn = g.ffn.empty() && !own_ffn ? ""
+                          : own_ffn                 ? " (FFN by run, results.json: \"ffn\")"
+                                                    : ", attention-only (ffn = none)";
   std::string md = fmt::format(
       "## GP runs (in-context regression, docs/gp.md)\n\n"
-      "{} sequences per step, L = {}, positions {}; validation set {} and test set {} sequences "
+      "{} sequences per step, {}{}, positions {}; validation set {} and test set {} sequences "
       "(eval seed {}: the same sets for every run and seed; the seed sets the init and the "
       "training batches). RMSE against the GP posterior mean unless marked; mean ± sample "
       "standard deviation over seeds.\n\n",
-      g.batch, g.layers, g.positions, with_commas(g.val_seqs), with_commas(g.test_seqs),
+      g.batch, depth, ffn, g.positions, with_commas(g.val_seqs), with_commas(g.test_seqs),
       g.eval_seed);
   md +=
       "| run | model | variant | trained T | params | steps | seeds | lr | val RMSE | test RMSE | "
@@ -98,6 +114,9 @@ std::string gp_runs_section(const std::vector<RunPlan>& plans,
                     {"lr_from", run.lr_from},
                     {"lr_search", lrj},
                     {"seeds", seeds}});
+    // Only where they vary, so that the results.json of earlier suites keep their exact keys.
+    if (!one_depth) runs.back()["layers"] = run.gp.layers;
+    if (!g.ffn.empty() || own_ffn) runs.back()["ffn"] = run.gp.ffn.empty() ? "default" : run.gp.ffn;
   }
   md += "\n";
   if (oracle)
@@ -226,22 +245,9 @@ Plot gp_rmse_plot(const std::vector<RunPlan>& plans,
   return plot;
 }
 
-}  // namespace
-
-Report make_report(const Suite& suite, const std::vector<RunPlan>& plans, SuiteResults results,
-                   int64_t train_split_tokens, const json& provenance) {
-  Report rep;
-  json& J = rep.results;
-  J["suite"] = suite.name;
-  J["suite_file"] = suite.path;
-  J["description"] = suite.description;
-  J["provenance"] = provenance;
-  J["data"] = suite.data;
-  J["eval_split"] = suite.eval_split;
-  J["train_split_tokens"] = train_split_tokens;
-
-  std::string md;
-  md += fmt::format("# Suite `{}`\n\n{}\n\n", suite.name, suite.description);
+// The report's head: what was run, where and when; a partial report and runs that died say so.
+std::string header_section(const Suite& suite, const json& provenance) {
+  std::string md = fmt::format("# Suite `{}`\n\n{}\n\n", suite.name, suite.description);
   md += fmt::format(
       "**Command:** `{}`  \n**Machine:** {}  \n**Date:** {}  \n**Commit:** {}  \n"
       "**Wall time of this invocation:** {}\n\n",
@@ -265,15 +271,94 @@ Report make_report(const Suite& suite, const std::vector<RunPlan>& plans, SuiteR
         "outright). Run the same command without --report to resume {}.\n\n",
         fmt::format("{}", fmt::join(names, ", ")), died.size() == 1 ? "it" : "them");
   }
-  const bool has_lm = suite.has_task("lm"), has_gp = suite.has_task("gp");
-  if (has_lm)
-    md += fmt::format(
-        "Data: `{}` (training split {} tokens); final numbers on the `{}` split. Loss in nats "
-        "per token; mean ± sample standard deviation over seeds.\n\n",
-        suite.data, with_commas(train_split_tokens), suite.eval_split);
+  return md;
+}
 
-  // Runs table.
-  const size_t lm_begin = md.size();  // the LM table is dropped from a suite without LM runs
+json optional_json(const std::optional<double>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+
+json lr_search_json(const RunPlan& p) {
+  json lrj = json::object();
+  for (const auto& [k, v] : p.lr_search) lrj[k] = optional_json(v);
+  return lrj;
+}
+
+std::string lr_cell(const RunPlan& p) {
+  return p.lr > 0 ? lr_text(p.lr) + (p.run->lr_from.empty() ? "" : " (from " + p.run->lr_from + ")")
+                  : "—";
+}
+
+// One LM run's row of the runs table (markdown), its entry of results.json's "runs", and notes on
+// seeds whose final validation loss is above their best.
+std::string lm_run_row(const RunPlan& p, const std::vector<SeedResult>& rs, const Suite& suite,
+                       int64_t train_split_tokens, json& runs, std::vector<std::string>& notes) {
+  std::vector<double> val, test, ppl, bpb, rate;
+  std::map<std::string, std::vector<double>> text;
+  int diverged = 0;
+  size_t finished = 0;
+  json seeds = json::array();
+  for (const SeedResult& r : rs) {
+    if (r.diverged || r.test_loss) ++finished;
+    seeds.push_back({{"seed", r.seed},
+                     {"diverged", r.diverged},
+                     {"tokens_per_s", r.tokens_per_s},
+                     {"train_s", r.train_s},
+                     {"val_loss", optional_json(r.val_loss)},
+                     {"best_val_loss", optional_json(r.best_val_loss)},
+                     {"test_loss", optional_json(r.test_loss)},
+                     {"test_perplexity", optional_json(r.test_ppl)},
+                     {"test_bits_per_byte", optional_json(r.test_bpb)},
+                     {"text_loss", r.text_loss},
+                     {"variant_loss", r.variant_loss},
+                     {"val_curve", r.val_curve}});
+    if (r.diverged) {
+      ++diverged;
+      continue;
+    }
+    if (r.val_loss) val.push_back(*r.val_loss);
+    if (r.test_loss) test.push_back(*r.test_loss);
+    if (r.test_ppl) ppl.push_back(*r.test_ppl);
+    if (r.test_bpb) bpb.push_back(*r.test_bpb);
+    for (const auto& [k, v] : r.text_loss) text[k].push_back(v);
+    if (r.tokens_per_s > 0) rate.push_back(r.tokens_per_s);  // a seed not trained yet has none
+    if (r.val_loss && r.best_val_loss && *r.val_loss > *r.best_val_loss + 0.01)
+      notes.push_back(
+          fmt::format("{} seed {}: final validation loss {:.3f} is above its best {:.3f} "
+                      "(overfitting or instability)",
+                      p.run->name, r.seed, *r.val_loss, *r.best_val_loss));
+  }
+  const int64_t tokens = ((p.run->tokens + p.per_step - 1) / p.per_step) * p.per_step;
+  const double epochs = train_split_tokens > 0
+                            ? static_cast<double>(tokens) / static_cast<double>(train_split_tokens)
+                            : 0;
+  std::string md = fmt::format(
+      "| {}{} | {} | {} ({:.2f}) | {} | {} | {} | {} | {} | {} |", p.run->name,
+      diverged ? fmt::format(" ({} diverged)", diverged) : "", with_commas(p.params),
+      with_commas(tokens), epochs, seeds_cell(finished, p.run->seeds.size()), lr_cell(p),
+      pm(mean_sd(val)), pm(mean_sd(test)), pm(mean_sd(ppl), "{:.1f}"), pm(mean_sd(bpb)));
+  for (const std::string& t : suite.eval_text) md += " " + pm(mean_sd(text[stem(t)])) + " |";
+  md += " " + pm(mean_sd(rate), "{:.0f}") + " |\n";
+  runs.push_back({{"name", p.run->name},
+                  {"config", p.run->config},
+                  {"set", p.run->sets},
+                  {"params", p.params},
+                  {"tokens", tokens},
+                  {"epochs", epochs},
+                  {"lr", p.lr},
+                  {"lr_from", p.run->lr_from},
+                  {"lr_search", lr_search_json(p)},
+                  {"seeds", seeds}});
+  return md;
+}
+
+// The LM runs' table and its notes; their entries of results.json's "runs" go to `runs`.
+std::string lm_runs_section(const Suite& suite, const std::vector<RunPlan>& plans,
+                            SuiteResults& results, int64_t train_split_tokens, json& runs) {
+  std::string md = fmt::format(
+      "Data: `{}` (training split {} tokens); final numbers on the `{}` split. Loss in nats "
+      "per token; mean ± sample standard deviation over seeds.\n\n",
+      suite.data, with_commas(train_split_tokens), suite.eval_split);
   md += "## Runs\n\n| run | params | tokens (epochs) | seeds | lr | val loss | " +
         suite.eval_split + " loss | " + suite.eval_split + " ppl | " + suite.eval_split +
         " bits/byte |";
@@ -281,319 +366,296 @@ Report make_report(const Suite& suite, const std::vector<RunPlan>& plans, SuiteR
   md += " tokens/s (median step) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|";
   for (size_t i = 0; i < suite.eval_text.size(); ++i) md += "---:|";
   md += "---:|\n";
-  json runs = json::array();
   std::vector<std::string> notes;
-  for (const RunPlan& p : plans) {
-    if (p.gp) continue;
-    const auto& rs = results[p.run->name];
-    std::vector<double> val, test, ppl, bpb, rate;
-    std::map<std::string, std::vector<double>> text;
-    int diverged = 0;
-    size_t finished = 0;
-    json seeds = json::array();
-    for (const SeedResult& r : rs) {
-      if (r.diverged || r.test_loss) ++finished;
-      json s = {{"seed", r.seed},
-                {"diverged", r.diverged},
-                {"tokens_per_s", r.tokens_per_s},
-                {"train_s", r.train_s}};
-      auto opt = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
-      s["val_loss"] = opt(r.val_loss);
-      s["best_val_loss"] = opt(r.best_val_loss);
-      s["test_loss"] = opt(r.test_loss);
-      s["test_perplexity"] = opt(r.test_ppl);
-      s["test_bits_per_byte"] = opt(r.test_bpb);
-      s["text_loss"] = r.text_loss;
-      s["variant_loss"] = r.variant_loss;
-      s["val_curve"] = r.val_curve;
-      seeds.push_back(s);
-      if (r.diverged) {
-        ++diverged;
-        continue;
-      }
-      if (r.val_loss) val.push_back(*r.val_loss);
-      if (r.test_loss) test.push_back(*r.test_loss);
-      if (r.test_ppl) ppl.push_back(*r.test_ppl);
-      if (r.test_bpb) bpb.push_back(*r.test_bpb);
-      for (const auto& [k, v] : r.text_loss) text[k].push_back(v);
-      if (r.tokens_per_s > 0) rate.push_back(r.tokens_per_s);  // a seed not trained yet has none
-      if (r.val_loss && r.best_val_loss && *r.val_loss > *r.best_val_loss + 0.01)
-        notes.push_back(
-            fmt::format("{} seed {}: final validation loss {:.3f} is above its best {:.3f} "
-                        "(overfitting or instability)",
-                        p.run->name, r.seed, *r.val_loss, *r.best_val_loss));
-    }
-    const int64_t tokens = ((p.run->tokens + p.per_step - 1) / p.per_step) * p.per_step;
-    const double epochs = train_split_tokens > 0 ? static_cast<double>(tokens) /
-                                                       static_cast<double>(train_split_tokens)
-                                                 : 0;
-    md += fmt::format(
-        "| {}{} | {} | {} ({:.2f}) | {} | {} | {} | {} | {} | {} |", p.run->name,
-        diverged ? fmt::format(" ({} diverged)", diverged) : "", with_commas(p.params),
-        with_commas(tokens), epochs, seeds_cell(finished, p.run->seeds.size()),
-        p.lr > 0 ? lr_text(p.lr) + (p.run->lr_from.empty() ? "" : " (from " + p.run->lr_from + ")")
-                 : "—",
-        pm(mean_sd(val)), pm(mean_sd(test)), pm(mean_sd(ppl), "{:.1f}"), pm(mean_sd(bpb)));
-    for (const std::string& t : suite.eval_text) md += " " + pm(mean_sd(text[stem(t)])) + " |";
-    md += " " + pm(mean_sd(rate), "{:.0f}") + " |\n";
-    json lrj = json::object();
-    for (const auto& [k, v] : p.lr_search) lrj[k] = v ? json(*v) : json(nullptr);
-    runs.push_back({{"name", p.run->name},
-                    {"config", p.run->config},
-                    {"set", p.run->sets},
-                    {"params", p.params},
-                    {"tokens", tokens},
-                    {"epochs", epochs},
-                    {"lr", p.lr},
-                    {"lr_from", p.run->lr_from},
-                    {"lr_search", lrj},
-                    {"seeds", seeds}});
-  }
+  for (const RunPlan& p : plans)
+    if (!p.gp) md += lm_run_row(p, results[p.run->name], suite, train_split_tokens, runs, notes);
   md += "\n";
   for (const std::string& n : notes) md += "- " + n + "\n";
   if (!notes.empty()) md += "\n";
-  if (!has_lm) md.resize(lm_begin);
-  if (has_gp) md += gp_runs_section(plans, results, suite, runs);
-  J["runs"] = runs;
+  return md;
+}
 
-  // Learning-rate search.
-  bool any_search = false;
-  for (const RunPlan& p : plans) any_search = any_search || (!p.gp && !p.lr_search.empty());
-  if (any_search) {
-    md += fmt::format("## Learning-rate search ({} tokens, first seed, final validation loss)\n\n",
-                      with_commas(suite.lr_search_tokens));
-    md += "| run | lr: val loss |\n|---|---|\n";
-    for (const RunPlan& p : plans) {
-      if (p.gp || p.lr_search.empty()) continue;
-      std::string cells;
-      for (const auto& [k, v] : p.lr_search)
-        cells += fmt::format("{}{}: {}", cells.empty() ? "" : ", ", k,
-                             v ? fmt::format("{:.3f}", *v) : "diverged");
-      md += fmt::format("| {} | {} ({}) |\n", p.run->name, cells,
-                        p.lr > 0 ? "chose " + lr_text(p.lr) : "not chosen yet");
-    }
-    md += "\n";
+// The learning-rate grids of the LM runs (gp = false: final validation loss) or of the GP runs
+// (validation RMSE); "" when no run of that task searched.
+std::string lr_search_section(const Suite& suite, const std::vector<RunPlan>& plans, bool gp) {
+  bool any = false;
+  for (const RunPlan& p : plans) any = any || (p.gp == gp && !p.lr_search.empty());
+  if (!any) return "";
+  std::string md =
+      gp ? fmt::format(
+               "## GP learning-rate search ({} steps, first seed, validation RMSE against the "
+               "posterior mean; the test set plays no part)\n\n| run | lr: val RMSE |\n|---|---|\n",
+               with_commas(suite.gp.search_steps))
+         : fmt::format(
+               "## Learning-rate search ({} tokens, first seed, final validation loss)\n\n| run | "
+               "lr: val loss |\n|---|---|\n",
+               with_commas(suite.lr_search_tokens));
+  for (const RunPlan& p : plans) {
+    if (p.gp != gp || p.lr_search.empty()) continue;
+    std::string cells;
+    for (const auto& [k, v] : p.lr_search)
+      cells +=
+          fmt::format("{}{}: {}", cells.empty() ? "" : ", ", k,
+                      v ? fmt::format(fmt::runtime(gp ? "{:.4f}" : "{:.3f}"), *v) : "diverged");
+    md += fmt::format("| {} | {} ({}) |\n", p.run->name, cells,
+                      p.lr > 0 ? "chose " + lr_text(p.lr) : "not chosen yet");
   }
-  bool any_gp_search = false;
-  for (const RunPlan& p : plans) any_gp_search = any_gp_search || (p.gp && !p.lr_search.empty());
-  if (any_gp_search) {
-    md += fmt::format(
-        "## GP learning-rate search ({} steps, first seed, validation RMSE against the posterior "
-        "mean; the test set plays no part)\n\n",
-        with_commas(suite.gp.search_steps));
-    md += "| run | lr: val RMSE |\n|---|---|\n";
-    for (const RunPlan& p : plans) {
-      if (!p.gp || p.lr_search.empty()) continue;
-      std::string cells;
-      for (const auto& [k, v] : p.lr_search)
-        cells += fmt::format("{}{}: {}", cells.empty() ? "" : ", ", k,
-                             v ? fmt::format("{:.4f}", *v) : "diverged");
-      md += fmt::format("| {} | {} ({}) |\n", p.run->name, cells,
-                        p.lr > 0 ? "chose " + lr_text(p.lr) : "not chosen yet");
-    }
-    md += "\n";
-  }
+  return md + "\n";
+}
 
-  // Test-time variants.
-  bool any_variant = false;
-  for (const RunPlan& p : plans) any_variant = any_variant || (!p.gp && !p.run->variants.empty());
-  if (any_variant) {
-    md += fmt::format("## Test-time variants ({} split, same checkpoints)\n\n", suite.eval_split);
-    md += "| run | variant | set | loss | perplexity |\n|---|---|---|---:|---:|\n";
-    for (const RunPlan& p : plans) {
-      if (p.gp) continue;
-      for (const SuiteVariant& v : p.run->variants) {
-        std::vector<double> l, pp;
-        for (const SeedResult& r : results[p.run->name]) {
-          auto it = r.variant_loss.find(v.name);
-          if (it == r.variant_loss.end() || r.diverged) continue;
-          l.push_back(it->second);
-          pp.push_back(std::exp(it->second));
-        }
-        std::string sets;
-        for (const std::string& s : v.sets) sets += (sets.empty() ? "" : " ") + s;
-        md += fmt::format("| {} | {} | `{}` | {} | {} |\n", p.run->name, v.name, sets,
-                          pm(mean_sd(l)), pm(mean_sd(pp), "{:.1f}"));
+// The LM runs' test-time variants on the evaluation split; "" when none has any.
+std::string variants_section(const Suite& suite, const std::vector<RunPlan>& plans,
+                             SuiteResults& results) {
+  bool any = false;
+  for (const RunPlan& p : plans) any = any || (!p.gp && !p.run->variants.empty());
+  if (!any) return "";
+  std::string md =
+      fmt::format("## Test-time variants ({} split, same checkpoints)\n\n", suite.eval_split);
+  md += "| run | variant | set | loss | perplexity |\n|---|---|---|---:|---:|\n";
+  for (const RunPlan& p : plans) {
+    if (p.gp) continue;
+    for (const SuiteVariant& v : p.run->variants) {
+      std::vector<double> l, pp;
+      for (const SeedResult& r : results[p.run->name]) {
+        auto it = r.variant_loss.find(v.name);
+        if (it == r.variant_loss.end() || r.diverged) continue;
+        l.push_back(it->second);
+        pp.push_back(std::exp(it->second));
       }
+      std::string sets;
+      for (const std::string& s : v.sets) sets += (sets.empty() ? "" : " ") + s;
+      md += fmt::format("| {} | {} | `{}` | {} | {} |\n", p.run->name, v.name, sets, pm(mean_sd(l)),
+                        pm(mean_sd(pp), "{:.1f}"));
     }
-    md += "\n";
   }
+  return md + "\n";
+}
 
-  // Claims.
-  json claims = json::array();
-  if (!suite.claims.empty()) {
-    const std::string unit = !has_gp  ? "nats per token"
-                             : has_lm ? "nats per token; RMSE for GP rows"
-                                      : "RMSE";
-    md += "## Claims\n\nd = a − b of the metric (" + unit +
-          ", lower is better), paired over the seeds both "
-          "rows share; 95% interval from Student's t with n − 1 degrees of freedom. `better`: "
-          "supported "
-          "when the interval lies below 0, contradicted when above 0; `not_worse` (margin m): "
-          "supported "
-          "when below +m, contradicted when above +m; otherwise, or with fewer than 2 seeds, "
-          "inconclusive.\n\n";
-    md +=
-        "| claim | a | b | metric | test | d (mean) | 95% interval | n | verdict |\n"
-        "|---|---|---|---|---|---:|---|---:|---|\n";
-    for (const SuiteClaim& c : suite.claims) {
-      std::vector<Verdict> vs;
-      json pairs = json::array();
-      std::string rows;
-      for (const std::string& a : c.a) {
-        const auto [an, av] = split_row(a);
-        const auto [bn, bv] = split_row(c.b);
-        std::vector<double> xa, xb;
-        std::vector<uint64_t> used;
-        for (const SeedResult& ra : results[an]) {
-          for (const SeedResult& rb : results[bn]) {
-            if (ra.seed != rb.seed) continue;
-            const auto va = metric_of(ra, c.metric, av), vb = metric_of(rb, c.metric, bv);
-            if (!va || !vb) continue;
-            xa.push_back(*va);
-            xb.push_back(*vb);
-            used.push_back(ra.seed);
-          }
-        }
-        const PairedDiff d = paired_difference(xa, xb);
-        const Verdict v = d.diff.n == 0 ? Verdict::kInconclusive : verdict(d, c.test, c.margin);
-        vs.push_back(v);
-        pairs.push_back({{"a", a},
-                         {"b", c.b},
-                         {"seeds", used},
-                         {"a_values", xa},
-                         {"b_values", xb},
-                         {"mean_diff", d.diff.mean},
-                         {"sd_diff", d.diff.sd},
-                         {"n", d.diff.n},
-                         {"lo", d.has_interval ? json(d.lo) : json(nullptr)},
-                         {"hi", d.has_interval ? json(d.hi) : json(nullptr)},
-                         {"verdict", to_string(v)}});
-        const std::string test =
-            c.test == "better" ? "better" : fmt::format("not_worse (m = {:g})", c.margin);
-        rows += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", c.id, a, c.b,
-                            c.metric, test, d.diff.n ? fmt::format("{:+.4f}", d.diff.mean) : "—",
-                            d.has_interval ? fmt::format("[{:+.4f}, {:+.4f}]", d.lo, d.hi) : "—",
-                            d.diff.n, to_string(v));
-      }
-      const Verdict overall = combine(vs);
-      md += rows;
-      claims.push_back({{"id", c.id},
-                        {"text", c.text},
-                        {"source", c.source},
-                        {"test", c.test},
-                        {"margin", c.margin},
-                        {"metric", c.metric},
-                        {"pairs", pairs},
-                        {"verdict", to_string(overall)}});
+// One row `a` of claim `c` against its b, paired over the seeds both have: the markdown row, its
+// results.json pair and its verdict.
+Verdict claim_pair(const SuiteClaim& c, const std::string& a, SuiteResults& results,
+                   std::string& rows, json& pairs) {
+  const auto [an, av] = split_row(a);
+  const auto [bn, bv] = split_row(c.b);
+  std::vector<double> xa, xb;
+  std::vector<uint64_t> used;
+  for (const SeedResult& ra : results[an]) {
+    for (const SeedResult& rb : results[bn]) {
+      if (ra.seed != rb.seed) continue;
+      const auto va = metric_of(ra, c.metric, av), vb = metric_of(rb, c.metric, bv);
+      if (!va || !vb) continue;
+      xa.push_back(*va);
+      xb.push_back(*vb);
+      used.push_back(ra.seed);
     }
-    md += "\n| claim | statement | source | verdict |\n|---|---|---|---|\n";
-    for (const json& c : claims)
-      md += fmt::format("| {} | {} | {} | **{}** |\n", c["id"].get<std::string>(),
-                        c["text"].get<std::string>(), c["source"].get<std::string>(),
-                        c["verdict"].get<std::string>());
-    md += "\n";
   }
-  J["claims"] = claims;
+  const PairedDiff d = paired_difference(xa, xb);
+  const Verdict v = d.diff.n == 0 ? Verdict::kInconclusive : verdict(d, c.test, c.margin);
+  pairs.push_back({{"a", a},
+                   {"b", c.b},
+                   {"seeds", used},
+                   {"a_values", xa},
+                   {"b_values", xb},
+                   {"mean_diff", d.diff.mean},
+                   {"sd_diff", d.diff.sd},
+                   {"n", d.diff.n},
+                   {"lo", d.has_interval ? json(d.lo) : json(nullptr)},
+                   {"hi", d.has_interval ? json(d.hi) : json(nullptr)},
+                   {"verdict", to_string(v)}});
+  const std::string test =
+      c.test == "better" ? "better" : fmt::format("not_worse (m = {:g})", c.margin);
+  rows += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", c.id, a, c.b, c.metric,
+                      test, d.diff.n ? fmt::format("{:+.4f}", d.diff.mean) : "—",
+                      d.has_interval ? fmt::format("[{:+.4f}, {:+.4f}]", d.lo, d.hi) : "—",
+                      d.diff.n, to_string(v));
+  return v;
+}
 
-  // Plots.
-  if (has_gp) rep.plots["gp_rmse_vs_T.svg"] = to_svg(gp_rmse_plot(plans, results, suite));
-  if (has_lm) {
-    std::vector<RunPlan> lm_plans;  // the plots below are of the LM runs only
-    for (const RunPlan& p : plans)
-      if (!p.gp) lm_plans.push_back(p);
-    Plot val;
-    val.title =
-        fmt::format("{}: validation loss during training (band: ± sd over seeds)", suite.name);
-    val.x_label = "training tokens";
-    val.y_label = "validation loss (nats/token)";
-    for (const RunPlan& p : lm_plans) {
-      PlotSeries s;
-      s.name = p.run->name;
-      std::map<double, std::vector<double>> at;
-      for (const SeedResult& r : results[p.run->name])
-        if (!r.diverged)
-          for (const auto& [t, v] : r.val_curve) at[t].push_back(v);
-      for (const auto& [t, v] : at) {
-        const MeanSd m = mean_sd(v);
-        s.x.push_back(t);
-        s.y.push_back(m.mean);
-        s.lo.push_back(m.mean - m.sd);
-        s.hi.push_back(m.mean + m.sd);
-      }
-      val.series.push_back(s);
-    }
-    rep.plots["val_loss.svg"] = to_svg(val);
+// The claims: every pair's difference, interval and verdict, then each claim's statement and
+// overall verdict; their results.json entries go to `claims`. "" without claims.
+std::string claims_section(const Suite& suite, SuiteResults& results, json& claims) {
+  if (suite.claims.empty()) return "";
+  const bool has_lm = suite.has_task("lm"), has_gp = suite.has_task("gp");
+  const std::string unit = !has_gp  ? "nats per token"
+                           : has_lm ? "nats per token; RMSE for GP rows"
+                                    : "RMSE";
+  std::string md =
+      "## Claims\n\nd = a − b of the metric (" + unit +
+      ", lower is better), paired over the seeds both rows share; 95% interval from Student's t "
+      "with n − 1 degrees of freedom. `better`: supported when the interval lies below 0, "
+      "contradicted when above 0; `not_worse` (margin m): supported when below +m, contradicted "
+      "when above +m; otherwise, or with fewer than 2 seeds, inconclusive.\n\n"
+      "| claim | a | b | metric | test | d (mean) | 95% interval | n | verdict |\n"
+      "|---|---|---|---|---|---:|---|---:|---|\n";
+  for (const SuiteClaim& c : suite.claims) {
+    std::vector<Verdict> vs;
+    json pairs = json::array();
+    for (const std::string& a : c.a) vs.push_back(claim_pair(c, a, results, md, pairs));
+    claims.push_back({{"id", c.id},
+                      {"text", c.text},
+                      {"source", c.source},
+                      {"test", c.test},
+                      {"margin", c.margin},
+                      {"metric", c.metric},
+                      {"pairs", pairs},
+                      {"verdict", to_string(combine(vs))}});
+  }
+  md += "\n| claim | statement | source | verdict |\n|---|---|---|---|\n";
+  for (const json& c : claims)
+    md += fmt::format("| {} | {} | {} | **{}** |\n", c["id"].get<std::string>(),
+                      c["text"].get<std::string>(), c["source"].get<std::string>(),
+                      c["verdict"].get<std::string>());
+  return md + "\n";
+}
 
-    Plot ppl;
-    ppl.title = fmt::format("{}: {} perplexity (error bars: ± sd over seeds)", suite.name,
-                            suite.eval_split);
-    ppl.y_label = suite.eval_split + " perplexity";
-    Plot pvp;
-    pvp.title = fmt::format("{}: parameters against {} perplexity", suite.name, suite.eval_split);
-    pvp.x_label = "parameters";
-    pvp.y_label = suite.eval_split + " perplexity";
-    PlotSeries bars;
-    bars.name = suite.eval_split + " perplexity";
-    bars.line = false;
-    bars.band = false;
-    for (size_t i = 0; i < lm_plans.size(); ++i) {
-      std::vector<double> v;
-      for (const SeedResult& r : results[lm_plans[i].run->name])
-        if (!r.diverged && r.test_ppl) v.push_back(*r.test_ppl);
+// Validation loss against training tokens, one curve per LM run (band: ± sd over seeds).
+Plot val_loss_plot(const Suite& suite, const std::vector<RunPlan>& lm_plans,
+                   SuiteResults& results) {
+  Plot val;
+  val.title =
+      fmt::format("{}: validation loss during training (band: ± sd over seeds)", suite.name);
+  val.x_label = "training tokens";
+  val.y_label = "validation loss (nats/token)";
+  for (const RunPlan& p : lm_plans) {
+    PlotSeries s;
+    s.name = p.run->name;
+    std::map<double, std::vector<double>> at;
+    for (const SeedResult& r : results[p.run->name])
+      if (!r.diverged)
+        for (const auto& [t, v] : r.val_curve) at[t].push_back(v);
+    for (const auto& [t, v] : at) {
       const MeanSd m = mean_sd(v);
-      ppl.categories.push_back(lm_plans[i].run->name);
-      const double y = m.n ? m.mean : std::nan("");
-      bars.x.push_back(static_cast<double>(i));
-      bars.y.push_back(y);
-      bars.lo.push_back(y - m.sd);
-      bars.hi.push_back(y + m.sd);
-      PlotSeries pt;
-      pt.name = lm_plans[i].run->name;
-      pt.line = false;
-      pt.band = false;
-      pt.x = {static_cast<double>(lm_plans[i].params)};
-      pt.y = {y};
-      pt.lo = {y - m.sd};
-      pt.hi = {y + m.sd};
-      pvp.series.push_back(pt);
+      s.x.push_back(t);
+      s.y.push_back(m.mean);
+      s.lo.push_back(m.mean - m.sd);
+      s.hi.push_back(m.mean + m.sd);
     }
-    ppl.series.push_back(bars);
-    rep.plots["perplexity.svg"] = to_svg(ppl);
-    rep.plots["params_vs_perplexity.svg"] = to_svg(pvp);
-
-    Plot steps;
-    steps.title = fmt::format("{}: CEM steps T at test time ({} perplexity, ± sd over seeds)",
-                              suite.name, suite.eval_split);
-    steps.x_label = "model.cem.steps at evaluation";
-    steps.y_label = suite.eval_split + " perplexity";
-    steps.log_x = true;
-    std::set<int64_t> steps_T;  // a tick at every T evaluated
-    for (const RunPlan& p : lm_plans)
-      for (const SuiteVariant& v : p.run->variants)
-        if (v.cem_steps > 0) steps_T.insert(v.cem_steps);
-    for (const int64_t T : steps_T) steps.x_ticks.push_back(static_cast<double>(T));
-    for (const RunPlan& p : lm_plans) {
-      PlotSeries s;
-      s.name = p.run->name;
-      for (const SuiteVariant& v : p.run->variants) {
-        if (v.cem_steps <= 0) continue;
-        std::vector<double> pp;
-        for (const SeedResult& r : results[p.run->name]) {
-          auto it = r.variant_loss.find(v.name);
-          if (!r.diverged && it != r.variant_loss.end()) pp.push_back(std::exp(it->second));
-        }
-        const MeanSd m = mean_sd(pp);
-        s.x.push_back(static_cast<double>(v.cem_steps));
-        s.y.push_back(m.n ? m.mean : std::nan(""));
-        s.lo.push_back(m.mean - m.sd);
-        s.hi.push_back(m.mean + m.sd);
-      }
-      s.band = false;
-      if (!s.x.empty()) steps.series.push_back(s);
-    }
-    if (!steps.series.empty()) rep.plots["cem_test_time_steps.svg"] = to_svg(steps);
+    val.series.push_back(s);
   }
+  return val;
+}
+
+// The evaluation split's perplexity per LM run (bars) and against the run's parameters.
+std::pair<Plot, Plot> perplexity_plots(const Suite& suite, const std::vector<RunPlan>& lm_plans,
+                                       SuiteResults& results) {
+  Plot ppl;
+  ppl.title =
+      fmt::format("{}: {} perplexity (error bars: ± sd over seeds)", suite.name, suite.eval_split);
+  ppl.y_label = suite.eval_split + " perplexity";
+  Plot pvp;
+  pvp.title = fmt::format("{}: parameters against {} perplexity", suite.name, suite.eval_split);
+  pvp.x_label = "parameters";
+  pvp.y_label = suite.eval_split + " perplexity";
+  PlotSeries bars;
+  bars.name = suite.eval_split + " perplexity";
+  bars.line = false;
+  bars.band = false;
+  for (size_t i = 0; i < lm_plans.size(); ++i) {
+    std::vector<double> v;
+    for (const SeedResult& r : results[lm_plans[i].run->name])
+      if (!r.diverged && r.test_ppl) v.push_back(*r.test_ppl);
+    const MeanSd m = mean_sd(v);
+    ppl.categories.push_back(lm_plans[i].run->name);
+    const double y = m.n ? m.mean : std::nan("");
+    bars.x.push_back(static_cast<double>(i));
+    bars.y.push_back(y);
+    bars.lo.push_back(y - m.sd);
+    bars.hi.push_back(y + m.sd);
+    PlotSeries pt;
+    pt.name = lm_plans[i].run->name;
+    pt.line = false;
+    pt.band = false;
+    pt.x = {static_cast<double>(lm_plans[i].params)};
+    pt.y = {y};
+    pt.lo = {y - m.sd};
+    pt.hi = {y + m.sd};
+    pvp.series.push_back(pt);
+  }
+  ppl.series.push_back(bars);
+  return {ppl, pvp};
+}
+
+// Perplexity against the CEM steps T at test time, one curve per run with T variants (no series
+// when none has any).
+Plot cem_steps_plot(const Suite& suite, const std::vector<RunPlan>& lm_plans,
+                    SuiteResults& results) {
+  Plot steps;
+  steps.title = fmt::format("{}: CEM steps T at test time ({} perplexity, ± sd over seeds)",
+                            suite.name, suite.eval_split);
+  steps.x_label = "model.cem.steps at evaluation";
+  steps.y_label = suite.eval_split + " perplexity";
+  steps.log_x = true;
+  std::set<int64_t> steps_T;  // a tick at every T evaluated
+  for (const RunPlan& p : lm_plans)
+    for (const SuiteVariant& v : p.run->variants)
+      if (v.cem_steps > 0) steps_T.insert(v.cem_steps);
+  for (const int64_t T : steps_T) steps.x_ticks.push_back(static_cast<double>(T));
+  for (const RunPlan& p : lm_plans) {
+    PlotSeries s;
+    s.name = p.run->name;
+    for (const SuiteVariant& v : p.run->variants) {
+      if (v.cem_steps <= 0) continue;
+      std::vector<double> pp;
+      for (const SeedResult& r : results[p.run->name]) {
+        auto it = r.variant_loss.find(v.name);
+        if (!r.diverged && it != r.variant_loss.end()) pp.push_back(std::exp(it->second));
+      }
+      const MeanSd m = mean_sd(pp);
+      s.x.push_back(static_cast<double>(v.cem_steps));
+      s.y.push_back(m.n ? m.mean : std::nan(""));
+      s.lo.push_back(m.mean - m.sd);
+      s.hi.push_back(m.mean + m.sd);
+    }
+    s.band = false;
+    if (!s.x.empty()) steps.series.push_back(s);
+  }
+  return steps;
+}
+
+// Every plot of the report, by file name.
+std::map<std::string, std::string> plots(const Suite& suite, const std::vector<RunPlan>& plans,
+                                         SuiteResults& results) {
+  std::map<std::string, std::string> out;
+  if (suite.has_task("gp")) out["gp_rmse_vs_T.svg"] = to_svg(gp_rmse_plot(plans, results, suite));
+  if (!suite.has_task("lm")) return out;
+  std::vector<RunPlan> lm_plans;  // the plots below are of the LM runs only
+  for (const RunPlan& p : plans)
+    if (!p.gp) lm_plans.push_back(p);
+  out["val_loss.svg"] = to_svg(val_loss_plot(suite, lm_plans, results));
+  const auto [ppl, pvp] = perplexity_plots(suite, lm_plans, results);
+  out["perplexity.svg"] = to_svg(ppl);
+  out["params_vs_perplexity.svg"] = to_svg(pvp);
+  const Plot steps = cem_steps_plot(suite, lm_plans, results);
+  if (!steps.series.empty()) out["cem_test_time_steps.svg"] = to_svg(steps);
+  return out;
+}
+
+}  // namespace
+
+Report make_report(const Suite& suite, const std::vector<RunPlan>& plans, SuiteResults results,
+                   int64_t train_split_tokens, const json& provenance) {
+  Report rep;
+  json& J = rep.results;
+  J["suite"] = suite.name;
+  J["suite_file"] = suite.path;
+  J["description"] = suite.description;
+  J["provenance"] = provenance;
+  J["data"] = suite.data;
+  J["eval_split"] = suite.eval_split;
+  J["train_split_tokens"] = train_split_tokens;
+
+  std::string md = header_section(suite, provenance);
+  json runs = json::array();
+  if (suite.has_task("lm")) md += lm_runs_section(suite, plans, results, train_split_tokens, runs);
+  if (suite.has_task("gp")) md += gp_runs_section(plans, results, suite, runs);
+  J["runs"] = runs;
+  md += lr_search_section(suite, plans, false);
+  md += lr_search_section(suite, plans, true);
+  md += variants_section(suite, plans, results);
+  json claims = json::array();
+  md += claims_section(suite, results, claims);
+  J["claims"] = claims;
+  rep.plots = plots(suite, plans, results);
   md += "## Plots\n\n";
   for (const auto& [name, svg] : rep.plots) md += fmt::format("- [{}](plots/{})\n", name, name);
   md += "\n";

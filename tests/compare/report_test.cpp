@@ -71,10 +71,13 @@ struct Fixture {
   std::vector<RunPlan> plans;
 };
 
-Fixture make(const std::string& tag) {
+Fixture make(const std::string& tag, const std::string& edit_from = "",
+             const std::string& edit_to = "") {
   Fixture f;
   f.out = test::temp_dir(tag);
-  put(f.out + "/suite.toml", report_suite(f.out));
+  std::string text = report_suite(f.out);
+  if (!edit_from.empty()) text.replace(text.find(edit_from), edit_from.size(), edit_to);
+  put(f.out + "/suite.toml", text);
   f.suite = load_suite(f.out + "/suite.toml");
   for (const SuiteRun& r : f.suite.runs) {
     RunPlan p;
@@ -154,6 +157,10 @@ TEST(CompareReport, SeedStatisticsIntoTablesAndClaims) {
       << md;
   EXPECT_NE(md.find("| g | 2 | 0.5000 ± 0.0000 | **0.4100 ± 0.0100** |"), std::string::npos) << md;
   EXPECT_EQ(md.find("Partial report"), std::string::npos);
+  // One depth, the models' own FFNs: said once, no per-run keys.
+  EXPECT_NE(md.find("sequences per step, L = 2, positions none;"), std::string::npos) << md;
+  EXPECT_FALSE(rep.results["runs"][2].contains("layers"));
+  EXPECT_FALSE(rep.results["runs"][2].contains("ffn"));
   for (const char* plot :
        {"gp_rmse_vs_T.svg", "val_loss.svg", "perplexity.svg", "params_vs_perplexity.svg"})
     EXPECT_EQ(rep.plots.count(plot), 1u) << plot;
@@ -184,6 +191,27 @@ TEST(CompareReport, PartialReportSaysWhatItHolds) {
   EXPECT_EQ(c1["verdict"], "inconclusive");
   EXPECT_EQ(c1["pairs"][0]["n"], 1);
   EXPECT_TRUE(c1["pairs"][0]["lo"].is_null());
+}
+
+// GP runs of several depths, attention-only: the text says so and results.json gives each run's.
+TEST(CompareReport, GpDepthAndFfnByRun) {
+  Fixture f = make("report-gp-depth", "[gp]\nsteps = 10\n", "[gp]\nsteps = 10\nffn = \"none\"\n");
+  Fixture g =
+      make("report-gp-depth2", "T = 2\ntest_time_steps", "T = 2\nlayers = 1\ntest_time_steps");
+  const Report uniform =
+      make_report(f.suite, f.plans, collect_results(f.suite, f.plans, f.out), 1000, provenance);
+  EXPECT_NE(uniform.markdown.find("L = 2, attention-only (ffn = none), positions none"),
+            std::string::npos)
+      << uniform.markdown;
+  EXPECT_EQ(uniform.results["runs"][2]["ffn"], "none");
+  EXPECT_FALSE(uniform.results["runs"][2].contains("layers"));
+  const Report mixed =
+      make_report(g.suite, g.plans, collect_results(g.suite, g.plans, g.out), 1000, provenance);
+  EXPECT_NE(mixed.markdown.find("L = 1 or 2 by run (results.json: \"layers\"), positions none"),
+            std::string::npos)
+      << mixed.markdown;
+  EXPECT_EQ(mixed.results["runs"][2]["layers"], 1);
+  EXPECT_EQ(mixed.results["runs"][3]["layers"], 2);
 }
 
 }  // namespace
