@@ -414,14 +414,17 @@ int run_float64_check(const RunConfig& rc, int64_t S, const TrainBenchFlags& fla
   return agree ? 0 : 1;
 }
 
-int run_train_bench(const TrainBenchFlags& flags) {
+// The flags that do not combine with --nproc, refused before the config is read.
+void check_nproc_flags(const TrainBenchFlags& flags) {
   CEMFRAC_CHECK(!(flags.profile && flags.nproc > 0),
                 "--profile times one process's step; it does not combine with --nproc");
   CEMFRAC_CHECK(!(flags.check_float64 && flags.nproc > 0),
                 "--check-float64 compares one process with the peer; it does not combine with "
                 "--nproc");
-  const RunConfig rc = load_run_config(flags.config, flags.sets);
-  const torch::Device device = command_device(flags.device, rc.train.device);
+}
+
+// The devices (and device-dependent flags) the step bench refuses, each in one line.
+void check_train_bench_device(const TrainBenchFlags& flags, const torch::Device& device) {
   CEMFRAC_CHECK(!device.is_meta(),
                 "bench train: the meta device computes nothing to time (a dry run "
                 "of shapes is `cemfrac --device meta train`); use cpu or cuda");
@@ -433,216 +436,209 @@ int run_train_bench(const TrainBenchFlags& flags) {
                 "--check-float64 compares float64 steps on the CPU; it does not run on {}",
                 device.str());
   CEMFRAC_CHECK(flags.peak_tflops >= 0, "--peak-tflops must be >= 0 (got {})", flags.peak_tflops);
-  if (flags.nproc > 0)
-    return run_train_bench_nproc(flags.config, flags.sets, flags.nproc, flags.steps, flags.warmup,
-                                 flags.json);
+}
+
+// The flags of the one-process step, checked once --nproc is known not to be given.
+void check_step_flags(const TrainBenchFlags& flags) {
   CEMFRAC_CHECK(!(flags.peer && flags.no_peer), "--peer and --no-peer exclude each other");
   CEMFRAC_CHECK(!(flags.check_float64 && flags.profile),
                 "--check-float64 times nothing; it does not combine with --profile");
   CEMFRAC_CHECK(flags.steps >= 1, "--steps must be >= 1 (got {})", flags.steps);
   CEMFRAC_CHECK(flags.warmup >= 0, "--warmup must be >= 0 (got {})", flags.warmup);
-  if (!flags.malloc_default) keep_heap();
-  const TrainConfig& t = rc.train;
-  const int64_t B = t.micro_batch;
-  const int64_t S = t.seq_len > 0 ? t.seq_len : rc.model.context;
-  CEMFRAC_CHECK(S <= rc.model.context, "train.seq_len {} exceeds model.context {}", S,
-                rc.model.context);
-  const int threads = at::get_num_threads();
-  const std::string core = blas_status().core;
+}
 
-  // Decide on the peer before spending minutes on the C++ side.
-  std::optional<fs::path> peer_script;
-  std::string peer_note;
-  if (!flags.no_peer) {
-    const std::string why_not = peer_unsupported(rc.model, Peer::kTrainStep);
-    const bool have_python = python_with_torch();
-    peer_script = locate_peer(flags.peer_script, kPeerRelPath);
-    if (flags.peer) {
-      CEMFRAC_CHECK(have_python, "--peer needs {} with torch (Debian: python3-torch)", kPython);
-      CEMFRAC_CHECK(
-          peer_script.has_value(),
-          "--peer: {} not found; run from the source tree, set CEMFRAC_SOURCE_DIR or pass "
-          "--peer-script",
-          kPeerRelPath);
-      CEMFRAC_CHECK(why_not.empty(), "--peer: the PyTorch peer does not model {}", why_not);
-    } else if (!have_python || !peer_script || !why_not.empty()) {
-      peer_note = !have_python   ? fmt::format("peer skipped: no {} with torch", kPython)
-                  : !peer_script ? fmt::format("peer skipped: {} not found", kPeerRelPath)
-                                 : fmt::format("peer skipped: it does not model {}", why_not);
-      peer_script.reset();
-    }
+// Whether the PyTorch peer runs, decided before minutes are spent on the C++ side: its script, or
+// the note saying why it is skipped. --peer makes every reason to skip an error.
+struct PeerChoice {
+  std::optional<fs::path> script;
+  std::string note;
+};
+
+PeerChoice choose_peer(const TrainBenchFlags& flags, const RunConfig& rc) {
+  PeerChoice c;
+  if (flags.no_peer) return c;
+  const std::string why_not = peer_unsupported(rc.model, Peer::kTrainStep);
+  const bool have_python = python_with_torch();
+  c.script = locate_peer(flags.peer_script, kPeerRelPath);
+  if (flags.peer) {
+    CEMFRAC_CHECK(have_python, "--peer needs {} with torch (Debian: python3-torch)", kPython);
+    CEMFRAC_CHECK(c.script.has_value(),
+                  "--peer: {} not found; run from the source tree, set CEMFRAC_SOURCE_DIR or pass "
+                  "--peer-script",
+                  kPeerRelPath);
+    CEMFRAC_CHECK(why_not.empty(), "--peer: the PyTorch peer does not model {}", why_not);
+  } else if (!have_python || !c.script || !why_not.empty()) {
+    c.note = !have_python ? fmt::format("peer skipped: no {} with torch", kPython)
+             : !c.script  ? fmt::format("peer skipped: {} not found", kPeerRelPath)
+                          : fmt::format("peer skipped: it does not model {}", why_not);
+    c.script.reset();
   }
+  return c;
+}
 
-  if (flags.check_float64) {
-    CEMFRAC_CHECK(!flags.no_peer && peer_script.has_value() && peer_note.empty(),
-                  "--check-float64 compares with the PyTorch peer: {}",
-                  flags.no_peer ? std::string("--no-peer given") : peer_note);
-    return run_float64_check(rc, S, flags, *peer_script, core);
-  }
+// The matmul rates now, on this device, at the model's size and at a large size (MFU's
+// denominator: the higher of the two).
+struct MatmulRate {
+  double at_n_model = 0, at_large = 0, peak = 0;
+};
+struct MatmulSizes {
+  int n_model = 0, n_large = 0;
+};
 
-  torch::manual_seed(t.seed);
-  LmModel model(rc.model, device);
-  const int64_t n_params = model->num_parameters();
-  const Flops flops = model_flops(*model, B, S);
+MatmulSizes matmul_sizes(const RunConfig& rc, int64_t tokens, const torch::Device& device) {
+  const auto geo = std::cbrt(double(tokens) * double(rc.model.d_model) * double(rc.model.d_ff));
+  MatmulSizes n;
+  n.n_large = device.is_cuda() ? 8192 : 2048;
+  n.n_model = static_cast<int>(std::clamp<double>(std::round(geo / 64.0) * 64.0, 64.0, n.n_large));
+  return n;
+}
 
-  // The matmul rates now, on this device, at the model's size and at a large size: float32 for the
-  // fp32 step, bfloat16 too when the bf16 step is timed.
-  const auto geo = std::cbrt(double(B * S) * double(rc.model.d_model) * double(rc.model.d_ff));
-  const int n_large = device.is_cuda() ? 8192 : 2048;
-  const int n_model =
-      static_cast<int>(std::clamp<double>(std::round(geo / 64.0) * 64.0, 64.0, n_large));
-  struct MatmulRate {
-    double at_n_model = 0, at_large = 0, peak = 0;
-  };
-  auto rate = [&](torch::ScalarType dtype) {
-    MatmulRate r;
-    r.at_n_model = measure_matmul_gflops(n_model, 5, device, dtype);
-    r.at_large = measure_matmul_gflops(n_large, 5, device, dtype);
-    r.peak = std::max(r.at_n_model, r.at_large);
-    return r;
-  };
-  const MatmulRate fp32_rate = rate(torch::kFloat32);
-  const MatmulRate bf16_rate = flags.precision == "bf16" ? rate(torch::kBFloat16) : MatmulRate{};
+MatmulRate measure_rate(const MatmulSizes& n, const torch::Device& device,
+                        torch::ScalarType dtype) {
+  MatmulRate r;
+  r.at_n_model = measure_matmul_gflops(n.n_model, 5, device, dtype);
+  r.at_large = measure_matmul_gflops(n.n_large, 5, device, dtype);
+  r.peak = std::max(r.at_n_model, r.at_large);
+  return r;
+}
 
-  if (!flags.json) {
-    fmt::print(stderr, "timing {} warm-up + {} steps of {} ({} parameters, batch {} x {})...\n",
-               flags.warmup, flags.steps, flags.config, n_params, B, S);
-  }
-  const torch::Tensor data = bench_batch(rc, S);
-  const torch::Tensor data_here = data.to(device);
-  // The peer starts from these very weights and batch (see kPeerLossRtol).
-  std::string peer_weights;
-  if (peer_script) {
-    peer_weights =
-        (fs::temp_directory_path() / fmt::format("cemfrac-bench-peer-{}.safetensors", getpid()))
-            .string();
-    write_peer_inputs(peer_weights, *model, data);
-  }
-  const StepTimes cpp = run_cpp_steps(rc, S, flags, model, data_here, device);
-  model = nullptr;  // free the C++ model before the peer starts
+json rate_json(const MatmulSizes& n, const MatmulRate& r) {
+  return {{"n_model", n.n_model},
+          {"at_n_model", r.at_n_model},
+          {"n_large", n.n_large},
+          {"at_large", r.at_large},
+          {"peak", r.peak}};
+}
+
+// Runs the peer from the weights and batch in `weights` and returns its JSON result, checked to
+// have built as many parameters as cemfrac.
+json run_train_peer(const TrainBenchFlags& flags, const RunConfig& rc, int64_t S,
+                    const fs::path& script, const std::string& weights, const std::string& core,
+                    int threads, const torch::Device& device, int64_t n_params) {
+  const json cfg = peer_config(rc, S, rc.train.grad_clip);
+  const std::string cmd = fmt::format(
+      "{}OPENBLAS_CORETYPE={} {} {} --config-json {} --steps {} --warmup {} --threads {} "
+      "--weights {} --device {}",
+      flags.peer_keep_heap ? kKeepHeapEnv : "", quote_for_shell(core), kPython,
+      quote_for_shell(script.string()), quote_for_shell(cfg.dump()), flags.steps, flags.warmup,
+      threads, quote_for_shell(weights), device.str());
+  if (!flags.json) fmt::print(stderr, "running the PyTorch peer: {}\n", cmd);
+  const std::string peer_out = run_peer(cmd, "the PyTorch peer", weights);
+  json peer = json::parse(peer_out, nullptr, /*allow_exceptions=*/false);
+  CEMFRAC_CHECK(peer.is_object() && peer.contains("median_s"),
+                "the PyTorch peer printed no JSON result: {}", cmd);
+  CEMFRAC_CHECK(peer["parameters"].get<int64_t>() == n_params,
+                "the PyTorch peer built {} parameters, cemfrac {}: the models differ",
+                peer["parameters"].get<int64_t>(), n_params);
+  return peer;
+}
+
+// One side's speed; its MFU against `peak_gflops`, the matmul rate measured in this run in that
+// side's precision (named by `peak_name`), and against --peak-tflops when given.
+json side_json(double median_s, double min_s, int64_t tokens, const Flops& flops,
+               double peak_gflops, const std::string& peak_name, double stated_peak_tflops) {
+  json j{{"median_s", median_s},
+         {"min_s", min_s},
+         {"tokens_per_s", tokens / median_s},
+         {"achieved_gflops", flops.per_step / median_s / 1e9},
+         {"mfu", flops.per_step / median_s / (peak_gflops * 1e9)},
+         {"mfu_best", flops.per_step / min_s / (peak_gflops * 1e9)},
+         {"mfu_peak", peak_name},
+         {"mfu_peak_gflops", peak_gflops}};
+  if (stated_peak_tflops > 0)
+    j["mfu_vs_stated_peak"] = flops.per_step / median_s / (stated_peak_tflops * 1e12);
+  return j;
+}
+
+// A cemfrac side (the fp32 step or the bf16 one): its speed and the step's details.
+json cpp_side_json(const StepTimes& st, int64_t tokens, const Flops& flops, double peak_gflops,
+                   const std::string& peak_name, const TrainBenchFlags& flags,
+                   const std::string& core) {
+  json j = side_json(median(st.step_s), *std::min_element(st.step_s.begin(), st.step_s.end()),
+                     tokens, flops, peak_gflops, peak_name, flags.peak_tflops);
+  j["step_s"] = st.step_s;
+  j["cpu_s"] = st.cpu_s;
+  j["cpu_median_s"] = median(st.cpu_s);
+  j["malloc"] = flags.malloc_default ? "glibc default" : "heap kept (no mmap, no trim)";
+  j["phases_median_s"] = {{"forward", median(st.forward_s)},
+                          {"backward", median(st.backward_s)},
+                          {"clip_and_optimizer", median(st.optimizer_s)}};
+  j["first_loss"] = st.first_loss;
+  j["last_loss"] = st.last_loss;
+  j["blas_core"] = core;
+  return j;
+}
+
+// Everything the bench measured, before the peer is compared.
+struct TrainBenchRun {
+  torch::Device device = torch::kCPU;
+  int64_t B = 0, S = 0, n_params = 0;
+  int threads = 0;
+  std::string core;
+  Flops flops;
+  MatmulSizes sizes;
+  MatmulRate fp32_rate, bf16_rate;
+  StepTimes cpp;
   std::optional<StepTimes> bf16;
-  if (flags.precision == "bf16") {
-    // The same weights and batch again, the step under bf16 autocast (train.precision = "bf16").
-    torch::manual_seed(t.seed);
-    LmModel again(rc.model, device);
-    TrainBenchFlags plain = flags;
-    plain.profile = false;
-    bf16 = run_cpp_steps(rc, S, plain, again, data_here, device, /*bf16=*/true);
-  }
+  json peer;  // null without one
+  std::string peer_note;
+};
 
-  json peer;
-  if (peer_script) {
-    const json cfg = peer_config(rc, S, t.grad_clip);
-    const std::string cmd = fmt::format(
-        "{}OPENBLAS_CORETYPE={} {} {} --config-json {} --steps {} --warmup {} --threads {} "
-        "--weights {} --device {}",
-        flags.peer_keep_heap ? kKeepHeapEnv : "", quote_for_shell(core), kPython,
-        quote_for_shell(peer_script->string()), quote_for_shell(cfg.dump()), flags.steps,
-        flags.warmup, threads, quote_for_shell(peer_weights), device.str());
-    if (!flags.json) fmt::print(stderr, "running the PyTorch peer: {}\n", cmd);
-    const std::string peer_out = run_peer(cmd, "the PyTorch peer", peer_weights);
-    peer = json::parse(peer_out, nullptr, /*allow_exceptions=*/false);
-    CEMFRAC_CHECK(peer.is_object() && peer.contains("median_s"),
-                  "the PyTorch peer printed no JSON result: {}", cmd);
-    CEMFRAC_CHECK(peer["parameters"].get<int64_t>() == n_params,
-                  "the PyTorch peer built {} parameters, cemfrac {}: the models differ",
-                  peer["parameters"].get<int64_t>(), n_params);
-  }
-
-  const int64_t tokens = B * S;
-  const double med = median(cpp.step_s);
-  const double best = *std::min_element(cpp.step_s.begin(), cpp.step_s.end());
-  // One side's speed; its MFU against `peak_gflops`, the matmul rate measured in this run in that
-  // side's precision (named by `peak_name`), and against --peak-tflops when given.
-  auto side = [&](double median_s, double min_s, double peak_gflops, const std::string& peak_name) {
-    json j{{"median_s", median_s},
-           {"min_s", min_s},
-           {"tokens_per_s", tokens / median_s},
-           {"achieved_gflops", flops.per_step / median_s / 1e9},
-           {"mfu", flops.per_step / median_s / (peak_gflops * 1e9)},
-           {"mfu_best", flops.per_step / min_s / (peak_gflops * 1e9)},
-           {"mfu_peak", peak_name},
-           {"mfu_peak_gflops", peak_gflops}};
-    if (flags.peak_tflops > 0)
-      j["mfu_vs_stated_peak"] = flops.per_step / median_s / (flags.peak_tflops * 1e12);
-    return j;
-  };
+// The report without the peer's part.
+json train_bench_report(const TrainBenchFlags& flags, const TrainBenchRun& m) {
+  const int64_t tokens = m.B * m.S;
   const std::string fp32_peak_name =
-      fmt::format("float32 matmul on {} measured in this run", device.str());
-  json cpp_j = side(med, best, fp32_rate.peak, fp32_peak_name);
-  cpp_j["step_s"] = cpp.step_s;
-  cpp_j["cpu_s"] = cpp.cpu_s;
-  cpp_j["cpu_median_s"] = median(cpp.cpu_s);
-  cpp_j["malloc"] = flags.malloc_default ? "glibc default" : "heap kept (no mmap, no trim)";
-  cpp_j["phases_median_s"] = {{"forward", median(cpp.forward_s)},
-                              {"backward", median(cpp.backward_s)},
-                              {"clip_and_optimizer", median(cpp.optimizer_s)}};
-  cpp_j["first_loss"] = cpp.first_loss;
-  cpp_j["last_loss"] = cpp.last_loss;
-  cpp_j["blas_core"] = core;
-  cpp_j["threads"] = threads;
-  if (cpp.profile) cpp_j["profile"] = profile_to_json(*cpp.profile, flags.profile_top);
-  json bf16_j;
-  if (bf16) {
-    bf16_j = side(median(bf16->step_s), *std::min_element(bf16->step_s.begin(), bf16->step_s.end()),
-                  bf16_rate.peak,
-                  fmt::format("bfloat16 matmul on {} measured in this run", device.str()));
-    bf16_j["step_s"] = bf16->step_s;
-    bf16_j["cpu_s"] = bf16->cpu_s;
-    bf16_j["cpu_median_s"] = median(bf16->cpu_s);
-    bf16_j["malloc"] = cpp_j["malloc"];
-    bf16_j["phases_median_s"] = {{"forward", median(bf16->forward_s)},
-                                 {"backward", median(bf16->backward_s)},
-                                 {"clip_and_optimizer", median(bf16->optimizer_s)}};
-    bf16_j["first_loss"] = bf16->first_loss;
-    bf16_j["last_loss"] = bf16->last_loss;
-    bf16_j["blas_core"] = core;
-    bf16_j["ratio_to_fp32_median"] = median(bf16->step_s) / med;
-  }
-
+      fmt::format("float32 matmul on {} measured in this run", m.device.str());
+  json cpp_j =
+      cpp_side_json(m.cpp, tokens, m.flops, m.fp32_rate.peak, fp32_peak_name, flags, m.core);
+  cpp_j["threads"] = m.threads;
+  if (m.cpp.profile) cpp_j["profile"] = profile_to_json(*m.cpp.profile, flags.profile_top);
   json report = {
       {"bench", "train"},
       {"config", flags.config},
       {"overrides", flags.sets},
       {"cpu", read_cpu_features().model_name},
-      {"device", device.str()},
-      {"threads", threads},
-      {"blas_core", core},
+      {"device", m.device.str()},
+      {"threads", m.threads},
+      {"blas_core", m.core},
       {"blas_library", blas_status().library},
-      {"parameters", n_params},
-      {"matmul_parameters", flops.matmul_params},
-      {"micro_batch", B},
-      {"seq_len", S},
+      {"parameters", m.n_params},
+      {"matmul_parameters", m.flops.matmul_params},
+      {"micro_batch", m.B},
+      {"seq_len", m.S},
       {"tokens_per_step", tokens},
-      {"flops_per_token", flops.per_token},
+      {"flops_per_token", m.flops.per_token},
       {"forward_flops_per_token",
-       {{"mixers", flops.mixers}, {"ffns", flops.ffns}, {"head", flops.head}}},
-      {"flops_per_step", flops.per_step},
-      {"flops_formula", flops.formula},
-      {"sgemm_gflops",
-       {{"n_model", n_model},
-        {"at_n_model", fp32_rate.at_n_model},
-        {"n_large", n_large},
-        {"at_large", fp32_rate.at_large},
-        {"peak", fp32_rate.peak}}},
+       {{"mixers", m.flops.mixers}, {"ffns", m.flops.ffns}, {"head", m.flops.head}}},
+      {"flops_per_step", m.flops.per_step},
+      {"flops_formula", m.flops.formula},
+      {"sgemm_gflops", rate_json(m.sizes, m.fp32_rate)},
       {"steps", flags.steps},
       {"warmup", flags.warmup},
       {"cpp", cpp_j},
   };
-  if (bf16) {
+  if (m.bf16) {
+    json bf16_j = cpp_side_json(
+        *m.bf16, tokens, m.flops, m.bf16_rate.peak,
+        fmt::format("bfloat16 matmul on {} measured in this run", m.device.str()), flags, m.core);
+    bf16_j["ratio_to_fp32_median"] = median(m.bf16->step_s) / median(m.cpp.step_s);
     report["cpp_bf16"] = bf16_j;
-    report["bf16_matmul_gflops"] = {{"n_model", n_model},
-                                    {"at_n_model", bf16_rate.at_n_model},
-                                    {"n_large", n_large},
-                                    {"at_large", bf16_rate.at_large},
-                                    {"peak", bf16_rate.peak}};
+    report["bf16_matmul_gflops"] = rate_json(m.sizes, m.bf16_rate);
   }
   if (flags.peak_tflops > 0) report["stated_peak_tflops"] = flags.peak_tflops;
-  bool met = cpp_j["mfu"].get<double>() >= kTargetMfu;
-  std::string loss_refusal;
+  return report;
+}
+
+// The peer's part of the report: its step 0 checked against cemfrac's (the refusal when they
+// differ, "" when they agree or there is no peer), then its speed and the ratios; and whether the
+// CPU targets are met.
+std::string add_peer_to_report(const TrainBenchFlags& flags, const TrainBenchRun& m, json& report) {
+  bool met = report["cpp"]["mfu"].get<double>() >= kTargetMfu;
+  std::string refusal;
+  const json& peer = m.peer;
   if (!peer.is_null()) {
-    const double a = cpp.first_loss, b = peer["first_loss"].get<double>();
-    const double ga = cpp.first_grad_norm, gb = peer["first_grad_norm"].get<double>();
+    const double a = m.cpp.first_loss, b = peer["first_loss"].get<double>();
+    const double ga = m.cpp.first_grad_norm, gb = peer["first_grad_norm"].get<double>();
     const double tol = kPeerLossRtol * std::abs(a), gtol = kPeerGradNormRtol * std::abs(ga);
     const bool loss_ok = std::abs(a - b) <= tol;  // false for NaN too
     const bool grad_ok = std::abs(ga - gb) <= gtol;
@@ -656,7 +652,7 @@ int run_train_bench(const TrainBenchFlags& flags) {
                                  {"grad_norm_tolerance", gtol},
                                  {"agree", loss_ok && grad_ok}};
     if (!loss_ok || !grad_ok) {
-      loss_refusal = fmt::format(
+      refusal = fmt::format(
           "no ratio: from the same weights and batch the peer's step 0 differs from cemfrac's "
           "(loss "
           "{:.9g} vs {:.9g}, tolerance {:.2g}; gradient norm {:.9g} vs {:.9g}, tolerance {:.2g}): "
@@ -664,53 +660,58 @@ int run_train_bench(const TrainBenchFlags& flags) {
           b, a, tol, gb, ga, gtol);
     }
   }
-  if (!peer.is_null() && loss_refusal.empty()) {
-    json peer_j = side(peer["median_s"].get<double>(), peer["min_s"].get<double>(), fp32_rate.peak,
-                       fp32_peak_name);
+  if (!peer.is_null() && refusal.empty()) {
+    json peer_j = side_json(peer["median_s"].get<double>(), peer["min_s"].get<double>(), m.B * m.S,
+                            m.flops, m.fp32_rate.peak, report["cpp"]["mfu_peak"].get<std::string>(),
+                            flags.peak_tflops);
     for (const char* key :
          {"step_s", "cpu_s", "cpu_median_s", "phases_median_s", "first_loss", "last_loss",
           "blas_core", "threads", "python", "torch", "adamw_foreach"})
       peer_j[key] = peer[key];
     report["peer"] = peer_j;
-    report["ratio_median"] = med / peer["median_s"].get<double>();
-    report["ratio_min"] = best / peer["min_s"].get<double>();
-    report["ratio_cpu_median"] = median(cpp.cpu_s) / peer["cpu_median_s"].get<double>();
+    report["ratio_median"] = median(m.cpp.step_s) / peer["median_s"].get<double>();
+    report["ratio_min"] =
+        *std::min_element(m.cpp.step_s.begin(), m.cpp.step_s.end()) / peer["min_s"].get<double>();
+    report["ratio_cpu_median"] = median(m.cpp.cpu_s) / peer["cpu_median_s"].get<double>();
     report["peer"]["malloc"] =
         flags.peer_keep_heap ? "heap kept (no mmap, no trim)" : "glibc default";
     met = met && report["ratio_median"].get<double>() <= kTargetRatio;
-  } else if (!loss_refusal.empty()) {
-    report["peer_note"] = loss_refusal;
+  } else if (!refusal.empty()) {
+    report["peer_note"] = refusal;
     met = false;
-  } else if (!peer_note.empty()) {
-    report["peer_note"] = peer_note;
+  } else if (!m.peer_note.empty()) {
+    report["peer_note"] = m.peer_note;
   }
   // The targets are the CPU's (kTargetMfu); a GPU step is judged by gpu_check.sh's own.
-  if (device.is_cpu()) {
+  if (m.device.is_cpu()) {
     report["targets"] = {{"mfu_at_least", kTargetMfu},
                          {"ratio_at_most", peer.is_null() ? json(nullptr) : json(kTargetRatio)},
                          {"met", met}};
   }
+  return refusal;
+}
 
-  if (flags.json) {
-    fmt::print("{}\n", report.dump(2));
-    if (!loss_refusal.empty()) fmt::print(stderr, "{}\n", loss_refusal);
-    return loss_refusal.empty() ? 0 : 1;
-  }
+// The report as text.
+void print_train_bench(const TrainBenchFlags& flags, const TrainBenchRun& m, const json& report,
+                       const std::string& refusal) {
+  const std::string dev = m.device.str();
   fmt::print(
       "train-step bench: {} ({} parameters), micro-batch {} x {} = {} tokens, on {}, {} threads\n",
-      flags.config, n_params, B, S, tokens, device.str(), threads);
+      flags.config, m.n_params, m.B, m.S, m.B * m.S, dev, m.threads);
   fmt::print("CPU {}; BLAS {} core {}\n", read_cpu_features().model_name, blas_status().library,
-             core);
-  fmt::print("model FLOPs/step = {}\n", flops.formula);
+             m.core);
+  fmt::print("model FLOPs/step = {}\n", m.flops.formula);
   fmt::print(
       "float32 matmul on {} now: {:.1f} GFLOP/s at {}^3, {:.1f} at {}^3 (the fp32 MFU's "
       "denominator: {:.1f})\n",
-      device.str(), fp32_rate.at_n_model, n_model, fp32_rate.at_large, n_large, fp32_rate.peak);
-  if (bf16)
+      dev, m.fp32_rate.at_n_model, m.sizes.n_model, m.fp32_rate.at_large, m.sizes.n_large,
+      m.fp32_rate.peak);
+  if (m.bf16)
     fmt::print(
         "bfloat16 matmul on {} now: {:.1f} GFLOP/s at {}^3, {:.1f} at {}^3 (the bf16 MFU's "
         "denominator: {:.1f})\n",
-        device.str(), bf16_rate.at_n_model, n_model, bf16_rate.at_large, n_large, bf16_rate.peak);
+        dev, m.bf16_rate.at_n_model, m.sizes.n_model, m.bf16_rate.at_large, m.sizes.n_large,
+        m.bf16_rate.peak);
   if (flags.peak_tflops > 0)
     fmt::print("stated peak: {:.1f} TFLOP/s (MFU* below)\n", flags.peak_tflops);
   fmt::print(
@@ -733,40 +734,117 @@ int run_train_bench(const TrainBenchFlags& flags) {
         j["malloc"].get<std::string>());
   };
   row("cemfrac", report["cpp"]);
-  if (bf16) {
+  if (m.bf16) {
     row("bf16", report["cpp_bf16"]);
     fmt::print("(MFU of each row against the matmul of its own precision measured above)\n");
     fmt::print("bf16 / fp32 step time (median): {:.3f}; same weights and batch, autocast bf16\n",
                report["cpp_bf16"]["ratio_to_fp32_median"].get<double>());
   }
-  if (cpp.profile) fmt::print("\n{}\n", profile_table(*cpp.profile, flags.profile_top));
+  if (m.cpp.profile) fmt::print("\n{}\n", profile_table(*m.cpp.profile, flags.profile_top));
   if (report.contains("peer")) {
     row("pytorch", report["peer"]);
     fmt::print(
         "\nC++ / PyTorch step time: {:.3f} (median), {:.3f} (min), CPU time {:.3f}; PyTorch {} "
         "under Python {}\n",
         report["ratio_median"].get<double>(), report["ratio_min"].get<double>(),
-        report["ratio_cpu_median"].get<double>(), peer["torch"].get<std::string>(),
-        peer["python"].get<std::string>());
-  } else if (!loss_refusal.empty()) {
-    fmt::print("\n{}\n", loss_refusal);
-  } else if (!peer_note.empty()) {
-    fmt::print("\n{}\n", peer_note);
+        report["ratio_cpu_median"].get<double>(), m.peer["torch"].get<std::string>(),
+        m.peer["python"].get<std::string>());
+  } else if (!refusal.empty()) {
+    fmt::print("\n{}\n", refusal);
+  } else if (!m.peer_note.empty()) {
+    fmt::print("\n{}\n", m.peer_note);
   }
   if (flags.peak_tflops > 0) {
     fmt::print("MFU* against the stated {:.1f} TFLOP/s: fp32 step {:.1f}%{}\n", flags.peak_tflops,
                100 * report["cpp"]["mfu_vs_stated_peak"].get<double>(),
-               bf16 ? fmt::format(", bf16 step {:.1f}%",
-                                  100 * report["cpp_bf16"]["mfu_vs_stated_peak"].get<double>())
-                    : std::string());
+               m.bf16 ? fmt::format(", bf16 step {:.1f}%",
+                                    100 * report["cpp_bf16"]["mfu_vs_stated_peak"].get<double>())
+                      : std::string());
   }
-  if (device.is_cpu()) {
-    fmt::print("CPU targets: MFU >= {:.0f}% of the measured float32 matmul{}: {}\n",
-               100 * kTargetMfu,
-               peer.is_null() ? "" : fmt::format(", C++/PyTorch step time <= {:.2f}", kTargetRatio),
-               met ? "met" : "NOT met");
+  if (m.device.is_cpu()) {
+    fmt::print(
+        "CPU targets: MFU >= {:.0f}% of the measured float32 matmul{}: {}\n", 100 * kTargetMfu,
+        m.peer.is_null() ? "" : fmt::format(", C++/PyTorch step time <= {:.2f}", kTargetRatio),
+        report["targets"]["met"].get<bool>() ? "met" : "NOT met");
   }
-  return loss_refusal.empty() ? 0 : 1;
+}
+
+// The C++ steps (fp32, and bf16 when asked) from one initial model, then the peer's from the same
+// weights and batch.
+void time_train_steps(const TrainBenchFlags& flags, const RunConfig& rc, const PeerChoice& choice,
+                      TrainBenchRun& m) {
+  const TrainConfig& t = rc.train;
+  torch::manual_seed(t.seed);
+  LmModel model(rc.model, m.device);
+  m.n_params = model->num_parameters();
+  m.flops = model_flops(*model, m.B, m.S);
+  m.sizes = matmul_sizes(rc, m.B * m.S, m.device);
+  m.fp32_rate = measure_rate(m.sizes, m.device, torch::kFloat32);
+  if (flags.precision == "bf16") m.bf16_rate = measure_rate(m.sizes, m.device, torch::kBFloat16);
+  if (!flags.json) {
+    fmt::print(stderr, "timing {} warm-up + {} steps of {} ({} parameters, batch {} x {})...\n",
+               flags.warmup, flags.steps, flags.config, m.n_params, m.B, m.S);
+  }
+  const torch::Tensor data = bench_batch(rc, m.S);
+  const torch::Tensor data_here = data.to(m.device);
+  // The peer starts from these very weights and batch (see kPeerLossRtol).
+  std::string peer_weights;
+  if (choice.script) {
+    peer_weights =
+        (fs::temp_directory_path() / fmt::format("cemfrac-bench-peer-{}.safetensors", getpid()))
+            .string();
+    write_peer_inputs(peer_weights, *model, data);
+  }
+  m.cpp = run_cpp_steps(rc, m.S, flags, model, data_here, m.device);
+  model = nullptr;  // free the C++ model before the peer starts
+  if (flags.precision == "bf16") {
+    // The same weights and batch again, the step under bf16 autocast (train.precision = "bf16").
+    torch::manual_seed(t.seed);
+    LmModel again(rc.model, m.device);
+    TrainBenchFlags plain = flags;
+    plain.profile = false;
+    m.bf16 = run_cpp_steps(rc, m.S, plain, again, data_here, m.device, /*bf16=*/true);
+  }
+  if (choice.script)
+    m.peer = run_train_peer(flags, rc, m.S, *choice.script, peer_weights, m.core, m.threads,
+                            m.device, m.n_params);
+}
+
+int run_train_bench(const TrainBenchFlags& flags) {
+  check_nproc_flags(flags);
+  const RunConfig rc = load_run_config(flags.config, flags.sets);
+  TrainBenchRun m;
+  m.device = command_device(flags.device, rc.train.device);
+  check_train_bench_device(flags, m.device);
+  if (flags.nproc > 0)
+    return run_train_bench_nproc(flags.config, flags.sets, flags.nproc, flags.steps, flags.warmup,
+                                 flags.json);
+  check_step_flags(flags);
+  if (!flags.malloc_default) keep_heap();
+  m.B = rc.train.micro_batch;
+  m.S = rc.train.seq_len > 0 ? rc.train.seq_len : rc.model.context;
+  CEMFRAC_CHECK(m.S <= rc.model.context, "train.seq_len {} exceeds model.context {}", m.S,
+                rc.model.context);
+  m.threads = at::get_num_threads();
+  m.core = blas_status().core;
+  const PeerChoice peer = choose_peer(flags, rc);
+  m.peer_note = peer.note;
+  if (flags.check_float64) {
+    CEMFRAC_CHECK(!flags.no_peer && peer.script.has_value() && peer.note.empty(),
+                  "--check-float64 compares with the PyTorch peer: {}",
+                  flags.no_peer ? std::string("--no-peer given") : peer.note);
+    return run_float64_check(rc, m.S, flags, *peer.script, m.core);
+  }
+  time_train_steps(flags, rc, peer, m);
+  json report = train_bench_report(flags, m);
+  const std::string refusal = add_peer_to_report(flags, m, report);
+  if (flags.json) {
+    fmt::print("{}\n", report.dump(2));
+    if (!refusal.empty()) fmt::print(stderr, "{}\n", refusal);
+  } else {
+    print_train_bench(flags, m, report, refusal);
+  }
+  return refusal.empty() ? 0 : 1;
 }
 
 }  // namespace
