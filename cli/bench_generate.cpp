@@ -232,282 +232,256 @@ double copy_bandwidth_gbs(int64_t bytes) {
   return 2.0 * double(elems) * 4 / (t.best_ms * 1e-3) / 1e9;
 }
 
-int run_generate_bench(const GenerateBenchFlags& flags) {
-  CEMFRAC_CHECK(flags.config.empty() != flags.checkpoint.empty(),
-                "bench generate needs exactly one of --config FILE and --checkpoint DIR");
-  CEMFRAC_CHECK(flags.checkpoint.empty() || flags.kinds.empty(),
-                "--kinds builds models from a config; a checkpoint is one model (use --config)");
-  CEMFRAC_CHECK(!(flags.peer && flags.no_peer), "--peer and --no-peer exclude each other");
-  const std::vector<int64_t> batches =
-      parse_int_list(flags.batches, "--batches", "a batch size", "1,8", 4096);
-  const std::vector<RowSpec> specs = parse_kinds(flags.kinds);
-  const int64_t B_max = *std::max_element(batches.begin(), batches.end());
-  const int64_t P = flags.prompt_len, N_new = flags.new_tokens;
-  if (!flags.malloc_default) keep_heap();
-  const int threads = at::get_num_threads();
-  const std::string core = blas_status().core;
-  const bool have_python = !flags.no_peer && python_with_torch();
-  const std::optional<fs::path> peer_script =
-      flags.no_peer ? std::nullopt : locate_peer(flags.peer_script, kPeerRelPath);
-  if (flags.peer) {
-    CEMFRAC_CHECK(have_python, "--peer needs {} with torch (Debian: python3-torch)", kPython);
-    CEMFRAC_CHECK(peer_script.has_value(),
-                  "--peer: {} not found; run from the source tree, set CEMFRAC_SOURCE_DIR or pass "
-                  "--peer-script",
-                  kPeerRelPath);
-  }
-
-  // Every row's config is checked before any row is timed.
-  if (flags.checkpoint.empty()) {
-    const RunConfig rc = load_run_config(flags.config, flags.sets);
-    for (const RowSpec& spec : specs) {
-      if (!spec.sets.empty()) with_overrides(rc, spec.sets);
-    }
-  }
-  json rows = json::array();
-  std::vector<double> mha_cache(batches.size(), 0);  // cache bytes of the mha row, per batch
+// What every row of one invocation shares, and the totals the rows add to.
+struct DecodeBench {
+  std::vector<int64_t> batches;
+  int64_t B_max = 0, P = 0, N_new = 0;
+  int threads = 0;
+  std::string core;
+  bool have_python = false;
+  std::optional<fs::path> peer_script;
+  std::vector<double> mha_cache;  // cache bytes of the mha row, per batch
+  double copy_gbs = 0;            // measured once, before the first row is timed
   bool met = true, any_target = false;
-  double copy_gbs = 0;                  // measured once, before the first row is timed
   int peer_rows = 0;                    // rows the peer ran for
   std::vector<std::string> unmodelled;  // rows it does not model, and why
-  for (const RowSpec& spec : specs) {
-    Model m = build_model(flags, spec);
-    LmModelImpl& model = *m.model;
-    const ModelConfig& c = model.config();
-    CEMFRAC_CHECK(P >= 1 && N_new >= 1, "--prompt-len and --new-tokens must be >= 1");
-    CEMFRAC_CHECK(P + N_new - 1 <= c.context,
-                  "--prompt-len {} + --new-tokens {} needs {} positions; the model's context is {}",
-                  P, N_new, P + N_new - 1, c.context);
-    const std::string label = spec.label.empty() ? c.mixer : spec.label;
-    if (!flags.json) fmt::print(stderr, "timing {} ...\n", label);
+};
 
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(0);
-    const torch::Tensor prompts =
-        torch::randint(0, m.vocab_limit, {B_max, P}, gen, torch::TensorOptions(torch::kInt64));
-    const torch::Tensor prompts_here = prompts.to(model.head_weight().device());
-    GenerateOptions options;
-    options.sampling.temperature = 0;
-    options.max_new_tokens = N_new;
-    options.eos_id = -1;
-    options.vocab_limit = m.vocab_limit;
+// The peer's reference for one model, written with its weights: cemfrac's logits of the prompts'
+// last position and, after feeding the first greedy tokens, of the next one. Returns the file.
+std::string write_decode_reference(LmModelImpl& model, const torch::Tensor& prompts,
+                                   const torch::Tensor& prompts_here, int64_t vocab_limit) {
+  torch::NoGradGuard no_grad;
+  const int64_t B = prompts.size(0);
+  DecodeState state = model.new_decode_state();
+  const torch::Tensor l0 =
+      model.forward(prompts_here, &state).select(1, -1).narrow(-1, 0, vocab_limit).contiguous();
+  const torch::Tensor first = l0.argmax(-1);
+  const torch::Tensor l1 = model.forward(first.view({B, 1}), &state)
+                               .select(1, -1)
+                               .narrow(-1, 0, vocab_limit)
+                               .contiguous();
+  TensorMap tensors;
+  for (const auto& item : model.named_parameters(/*recurse=*/true))
+    tensors[item.key()] = item.value().detach();
+  tensors["__prompts__"] = prompts;
+  tensors["__logits0__"] = l0;
+  tensors["__first__"] = first.contiguous();
+  tensors["__logits1__"] = l1;
+  const std::string path =
+      (fs::temp_directory_path() / fmt::format("cemfrac-bench-decode-{}.safetensors", getpid()))
+          .string();
+  save_safetensors(path, tensors, {{"producer", "cemfrac bench generate"}});
+  return path;
+}
 
-    // The peer's reference: cemfrac's logits of the prompts' last position and, after feeding the
-    // first greedy tokens, of the next one.
-    std::string why_not = peer_unsupported(c, Peer::kDecode);
-    const bool want_peer = !flags.no_peer && have_python && peer_script && why_not.empty();
-    if (!why_not.empty()) unmodelled.push_back(label + ": " + why_not);
-    peer_rows += want_peer ? 1 : 0;
-    std::string weights_path;
-    if (want_peer) {
-      torch::NoGradGuard no_grad;
-      DecodeState state = model.new_decode_state();
-      const torch::Tensor l0 = model.forward(prompts_here, &state)
-                                   .select(1, -1)
-                                   .narrow(-1, 0, m.vocab_limit)
-                                   .contiguous();
-      const torch::Tensor first = l0.argmax(-1);
-      const torch::Tensor l1 = model.forward(first.view({B_max, 1}), &state)
-                                   .select(1, -1)
-                                   .narrow(-1, 0, m.vocab_limit)
-                                   .contiguous();
-      TensorMap tensors;
-      for (const auto& item : model.named_parameters(/*recurse=*/true))
-        tensors[item.key()] = item.value().detach();
-      tensors["__prompts__"] = prompts;
-      tensors["__logits0__"] = l0;
-      tensors["__first__"] = first.contiguous();
-      tensors["__logits1__"] = l1;
-      weights_path =
-          (fs::temp_directory_path() / fmt::format("cemfrac-bench-decode-{}.safetensors", getpid()))
-              .string();
-      save_safetensors(weights_path, tensors, {{"producer", "cemfrac bench generate"}});
-    }
-
-    const int64_t weight_bytes = weight_bytes_per_step(model);
-    if (copy_gbs == 0) copy_gbs = copy_bandwidth_gbs(weight_bytes);
-    json row = {{"label", label},
-                {"mixer", c.mixer},
-                {"overrides", spec.sets},
-                {"parameters", model.num_parameters()},
-                {"weight_bytes_per_step", weight_bytes}};
-    json per_batch = json::array();
-    std::vector<std::vector<int64_t>> row0_tokens;
-    for (size_t bi = 0; bi < batches.size(); ++bi) {
-      const int64_t B = batches[bi];
-      const auto batch = rows_of(prompts, B);
-      // Untimed: warm-up and memory.
-      GenerateTimings t;
-      auto tracker = std::make_shared<TensorMemoryPeak>();
-      std::vector<GenerateResult> tokens;
-      {
-        c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, tracker);
-        tokens = generate_batch(model, batch, options, &t);
-      }
-      row0_tokens.push_back(tokens[0].tokens);
-      std::vector<double> prefill, decode;
-      for (int r = 0; r < flags.reps; ++r) {
-        GenerateTimings tr;
-        generate_batch(model, batch, options, &tr);
-        prefill.push_back(tr.prefill_s);
-        decode.push_back(tr.decode_s);
-      }
-      const double pm = median(prefill), dm = median(decode);
-      json b = {{"batch", B},
-                {"prefill_s", prefill},
-                {"decode_s", decode},
-                {"prefill_median_s", pm},
-                {"decode_median_s", dm},
-                {"decode_steps", t.decode_steps},
-                {"prefill_tokens_per_s", double(B * P) / pm},
-                {"decode_tokens_per_s", double(B * t.decode_steps) / dm},
-                {"peak_tensor_bytes", tracker->peak()},
-                {"cache_bytes", t.cache_bytes},
-                // Every decode step reads all weights once: at batch B about B x bandwidth /
-                // weight bytes tokens/s at most (an estimate, not a strict bound: the cache reads
-                // are left out, and a matrix-vector product only reads, which can beat a copy).
-                {"decode_bandwidth_limit_tokens_per_s",
-                 double(B) * copy_gbs * 1e9 / double(weight_bytes)}};
-      b["decode_fraction_of_limit"] = b["decode_tokens_per_s"].get<double>() /
-                                      b["decode_bandwidth_limit_tokens_per_s"].get<double>();
-      if (c.mixer == "mha" && spec.sets.size() <= 1) mha_cache[bi] = double(t.cache_bytes);
-      if (mha_cache[bi] > 0) b["cache_bytes_vs_mha"] = double(t.cache_bytes) / mha_cache[bi];
-      json toks = json::array();
-      for (const auto& r : tokens) toks.push_back(r.tokens);
-      b["tokens"] = toks;
-      per_batch.push_back(b);
-    }
-    // Every batch gives its first prompt the same greedy tokens (they share prompt 0).
-    bool same = true;
-    for (const auto& t : row0_tokens) same = same && t == row0_tokens[0];
-    row["row0_tokens_equal_across_batches"] = same;
-    m.model = nullptr;  // free cemfrac's model before the peer starts
-
-    if (want_peer) {
-      const std::string cmd = fmt::format(
-          "{}OPENBLAS_CORETYPE={} {} {} --config-json {} --weights {} --batches {} --new-tokens {} "
-          "--vocab-limit {} --reps {} --threads {}",
-          flags.peer_keep_heap ? kKeepHeapEnv : "", quote_for_shell(core), kPython,
-          quote_for_shell(peer_script->string()), quote_for_shell(to_json(c).dump()),
-          quote_for_shell(weights_path), flags.batches, N_new, options.vocab_limit, flags.reps,
-          threads);
-      if (!flags.json) fmt::print(stderr, "running the PyTorch peer: {}\n", cmd);
-      const std::string out = run_peer(cmd, "the PyTorch decode peer", weights_path);
-      const json peer = json::parse(out, nullptr, /*allow_exceptions=*/false);
-      CEMFRAC_CHECK(peer.is_object() && peer.contains("results") && peer.contains("check"),
-                    "the PyTorch decode peer printed no JSON result: {}", cmd);
-      const double diff = peer["check"]["max_abs_diff"].get<double>();
-      const double scale = peer["check"]["max_abs_logit"].get<double>();
-      const bool agree = diff <= kPeerLogitRtol * scale;  // false for NaN
-      row["peer_check"] = {{"max_abs_logit_diff", diff},
-                           {"max_abs_logit", scale},
-                           {"tolerance", kPeerLogitRtol * scale},
-                           {"agree", agree}};
-      row["peer_info"] = {{"python", peer["python"]},
-                          {"torch", peer["torch"]},
-                          {"threads", peer["threads"]},
-                          {"blas_core", peer["blas_core"]},
-                          {"malloc", flags.peer_keep_heap ? "heap kept" : "glibc default"}};
-      if (!agree) {
-        row["peer_note"] = fmt::format(
-            "no ratio: the peer's logits differ from cemfrac's by {:.3g} (tolerance {:.3g}): it "
-            "does not compute the same model",
-            diff, kPeerLogitRtol * scale);
-        met = false;
-      }
-      for (size_t bi = 0; bi < batches.size(); ++bi) {
-        json& b = per_batch[bi];
-        const json* p = nullptr;
-        for (const auto& r : peer["results"])
-          if (r["batch"].get<int64_t>() == batches[bi]) p = &r;
-        if (!p) continue;
-        // Greedy tokens: rows equal over all new tokens, and the first step where any row differs.
-        int64_t rows_equal = 0, first_diff = -1;
-        const json& mine = b["tokens"];
-        const json& theirs = (*p)["tokens"];
-        for (size_t i = 0; i < mine.size() && i < theirs.size(); ++i) {
-          if (mine[i] == theirs[i]) {
-            ++rows_equal;
-            continue;
-          }
-          for (size_t s = 0; s < mine[i].size() && s < theirs[i].size(); ++s) {
-            if (mine[i][s] != theirs[i][s]) {
-              if (first_diff < 0 || int64_t(s) < first_diff) first_diff = int64_t(s);
-              break;
-            }
-          }
-        }
-        b["peer_tokens_rows_equal"] = rows_equal;
-        b["peer_tokens_first_difference"] = first_diff < 0 ? json(nullptr) : json(first_diff);
-        if (!agree) continue;
-        json pj = {{"prefill_tokens_per_s", (*p)["prefill_tokens_per_s"]},
-                   {"decode_tokens_per_s", (*p)["decode_tokens_per_s"]},
-                   {"prefill_s", (*p)["prefill_s"]},
-                   {"decode_s", (*p)["decode_s"]},
-                   {"peak_rss_growth_bytes", (*p)["peak_rss_growth_bytes"]},
-                   {"cache_bytes", (*p)["cache_bytes"]}};
-        b["peer"] = pj;
-        b["decode_ratio_vs_peer"] =
-            b["decode_tokens_per_s"].get<double>() / pj["decode_tokens_per_s"].get<double>();
-        b["prefill_ratio_vs_peer"] =
-            b["prefill_tokens_per_s"].get<double>() / pj["prefill_tokens_per_s"].get<double>();
-        if (batches[bi] == 1) {
-          any_target = true;
-          met = met && b["decode_ratio_vs_peer"].get<double>() >= kTargetDecodeRatio;
-        }
-      }
-    } else if (!flags.no_peer) {
-      row["peer_note"] = !have_python ? fmt::format("peer skipped: no {} with torch", kPython)
-                         : !peer_script
-                             ? fmt::format("peer skipped: {} not found", kPeerRelPath)
-                             : fmt::format("peer skipped: it does not model {}", why_not);
-    }
-    row["batches"] = per_batch;
-    rows.push_back(row);
+// One batch size of one row: an untimed generation (warm-up, memory, the tokens), then `reps`
+// timed ones.
+json time_batch(const GenerateBenchFlags& flags, DecodeBench& d, LmModelImpl& model,
+                const torch::Tensor& prompts, const GenerateOptions& options, size_t bi,
+                int64_t weight_bytes, bool mha_row, std::vector<int64_t>& row0_tokens) {
+  const int64_t B = d.batches[bi];
+  const auto batch = rows_of(prompts, B);
+  GenerateTimings t;
+  auto tracker = std::make_shared<TensorMemoryPeak>();
+  std::vector<GenerateResult> tokens;
+  {
+    c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, tracker);
+    tokens = generate_batch(model, batch, options, &t);
   }
-
-  CEMFRAC_CHECK(!flags.peer || peer_rows > 0,
-                "--peer: the decode peer models none of the rows (it writes mha with swiglu or "
-                "gelu_mlp only): {}",
-                fmt::join(unmodelled, "; "));
-  json report = {
-      {"bench", "generate"},
-      {"commit", build_commit()},
-      {"date_utc", utc_now()},
-      {"source", flags.checkpoint.empty() ? flags.config : flags.checkpoint},
-      {"overrides", flags.sets},
-      {"cpu", read_cpu_features().model_name},
-      {"threads", threads},
-      {"blas_core", core},
-      {"copy_gbs", copy_gbs},
-      {"prompt_len", P},
-      {"new_tokens", N_new},
-      {"reps", flags.reps},
-      {"sampling", "greedy, no end-of-text stop"},
-      {"malloc", flags.malloc_default ? "glibc default" : "heap kept (no mmap, no trim)"},
-      {"memory",
-       "peak_tensor_bytes: largest live tensor memory allocated during one generation (LibTorch "
-       "CPU allocator reports; weights excluded); peer: peak RSS growth (VmHWM reset)"},
-      {"rows", rows},
-      {"targets",
-       {{"decode_ratio_at_batch_1_at_least", kTargetDecodeRatio},
-        {"met", any_target ? json(met) : json(nullptr)}}},
-  };
-  if (flags.json) {
-    fmt::print("{}\n", report.dump(2));
-    return 0;
+  row0_tokens = tokens[0].tokens;
+  std::vector<double> prefill, decode;
+  for (int r = 0; r < flags.reps; ++r) {
+    GenerateTimings tr;
+    generate_batch(model, batch, options, &tr);
+    prefill.push_back(tr.prefill_s);
+    decode.push_back(tr.decode_s);
   }
+  const double pm = median(prefill), dm = median(decode);
+  json b = {
+      {"batch", B},
+      {"prefill_s", prefill},
+      {"decode_s", decode},
+      {"prefill_median_s", pm},
+      {"decode_median_s", dm},
+      {"decode_steps", t.decode_steps},
+      {"prefill_tokens_per_s", double(B * d.P) / pm},
+      {"decode_tokens_per_s", double(B * t.decode_steps) / dm},
+      {"peak_tensor_bytes", tracker->peak()},
+      {"cache_bytes", t.cache_bytes},
+      // Every decode step reads all weights once: at batch B about B x bandwidth / weight
+      // bytes tokens/s at most (an estimate, not a strict bound: the cache reads are left
+      // out, and a matrix-vector product only reads, which can beat a copy).
+      {"decode_bandwidth_limit_tokens_per_s", double(B) * d.copy_gbs * 1e9 / double(weight_bytes)}};
+  b["decode_fraction_of_limit"] = b["decode_tokens_per_s"].get<double>() /
+                                  b["decode_bandwidth_limit_tokens_per_s"].get<double>();
+  if (mha_row) d.mha_cache[bi] = double(t.cache_bytes);
+  if (d.mha_cache[bi] > 0) b["cache_bytes_vs_mha"] = double(t.cache_bytes) / d.mha_cache[bi];
+  json toks = json::array();
+  for (const auto& r : tokens) toks.push_back(r.tokens);
+  b["tokens"] = toks;
+  return b;
+}
+
+// Greedy tokens against the peer's: rows equal over all new tokens, and the first step where any
+// row differs (-1: none).
+std::pair<int64_t, int64_t> token_agreement(const json& mine, const json& theirs) {
+  int64_t rows_equal = 0, first_diff = -1;
+  for (size_t i = 0; i < mine.size() && i < theirs.size(); ++i) {
+    if (mine[i] == theirs[i]) {
+      ++rows_equal;
+      continue;
+    }
+    for (size_t s = 0; s < mine[i].size() && s < theirs[i].size(); ++s) {
+      if (mine[i][s] != theirs[i][s]) {
+        if (first_diff < 0 || int64_t(s) < first_diff) first_diff = int64_t(s);
+        break;
+      }
+    }
+  }
+  return {rows_equal, first_diff};
+}
+
+// Runs the decode peer for one row and adds its part: the logit check, and per batch the token
+// agreement and (when the logits agree) its speed and the ratios.
+void add_decode_peer(const GenerateBenchFlags& flags, DecodeBench& d, const ModelConfig& c,
+                     const std::string& weights_path, int64_t vocab_limit, json& row,
+                     json& per_batch) {
+  const std::string cmd = fmt::format(
+      "{}OPENBLAS_CORETYPE={} {} {} --config-json {} --weights {} --batches {} --new-tokens {} "
+      "--vocab-limit {} --reps {} --threads {}",
+      flags.peer_keep_heap ? kKeepHeapEnv : "", quote_for_shell(d.core), kPython,
+      quote_for_shell(d.peer_script->string()), quote_for_shell(to_json(c).dump()),
+      quote_for_shell(weights_path), flags.batches, d.N_new, vocab_limit, flags.reps, d.threads);
+  if (!flags.json) fmt::print(stderr, "running the PyTorch peer: {}\n", cmd);
+  const std::string out = run_peer(cmd, "the PyTorch decode peer", weights_path);
+  const json peer = json::parse(out, nullptr, /*allow_exceptions=*/false);
+  CEMFRAC_CHECK(peer.is_object() && peer.contains("results") && peer.contains("check"),
+                "the PyTorch decode peer printed no JSON result: {}", cmd);
+  const double diff = peer["check"]["max_abs_diff"].get<double>();
+  const double scale = peer["check"]["max_abs_logit"].get<double>();
+  const bool agree = diff <= kPeerLogitRtol * scale;  // false for NaN
+  row["peer_check"] = {{"max_abs_logit_diff", diff},
+                       {"max_abs_logit", scale},
+                       {"tolerance", kPeerLogitRtol * scale},
+                       {"agree", agree}};
+  row["peer_info"] = {{"python", peer["python"]},
+                      {"torch", peer["torch"]},
+                      {"threads", peer["threads"]},
+                      {"blas_core", peer["blas_core"]},
+                      {"malloc", flags.peer_keep_heap ? "heap kept" : "glibc default"}};
+  if (!agree) {
+    row["peer_note"] = fmt::format(
+        "no ratio: the peer's logits differ from cemfrac's by {:.3g} (tolerance {:.3g}): it "
+        "does not compute the same model",
+        diff, kPeerLogitRtol * scale);
+    d.met = false;
+  }
+  for (size_t bi = 0; bi < d.batches.size(); ++bi) {
+    json& b = per_batch[bi];
+    const json* p = nullptr;
+    for (const auto& r : peer["results"])
+      if (r["batch"].get<int64_t>() == d.batches[bi]) p = &r;
+    if (!p) continue;
+    const auto [rows_equal, first_diff] = token_agreement(b["tokens"], (*p)["tokens"]);
+    b["peer_tokens_rows_equal"] = rows_equal;
+    b["peer_tokens_first_difference"] = first_diff < 0 ? json(nullptr) : json(first_diff);
+    if (!agree) continue;
+    json pj = {{"prefill_tokens_per_s", (*p)["prefill_tokens_per_s"]},
+               {"decode_tokens_per_s", (*p)["decode_tokens_per_s"]},
+               {"prefill_s", (*p)["prefill_s"]},
+               {"decode_s", (*p)["decode_s"]},
+               {"peak_rss_growth_bytes", (*p)["peak_rss_growth_bytes"]},
+               {"cache_bytes", (*p)["cache_bytes"]}};
+    b["peer"] = pj;
+    b["decode_ratio_vs_peer"] =
+        b["decode_tokens_per_s"].get<double>() / pj["decode_tokens_per_s"].get<double>();
+    b["prefill_ratio_vs_peer"] =
+        b["prefill_tokens_per_s"].get<double>() / pj["prefill_tokens_per_s"].get<double>();
+    if (d.batches[bi] == 1) {
+      d.any_target = true;
+      d.met = d.met && b["decode_ratio_vs_peer"].get<double>() >= kTargetDecodeRatio;
+    }
+  }
+}
+
+// One row: its model built, timed at every batch size, and compared with the peer where it runs.
+json bench_row(const GenerateBenchFlags& flags, DecodeBench& d, const RowSpec& spec) {
+  Model m = build_model(flags, spec);
+  LmModelImpl& model = *m.model;
+  const ModelConfig c = model.config();
+  CEMFRAC_CHECK(d.P >= 1 && d.N_new >= 1, "--prompt-len and --new-tokens must be >= 1");
+  CEMFRAC_CHECK(d.P + d.N_new - 1 <= c.context,
+                "--prompt-len {} + --new-tokens {} needs {} positions; the model's context is {}",
+                d.P, d.N_new, d.P + d.N_new - 1, c.context);
+  const std::string label = spec.label.empty() ? c.mixer : spec.label;
+  if (!flags.json) fmt::print(stderr, "timing {} ...\n", label);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(0);
+  const torch::Tensor prompts =
+      torch::randint(0, m.vocab_limit, {d.B_max, d.P}, gen, torch::TensorOptions(torch::kInt64));
+  const torch::Tensor prompts_here = prompts.to(model.head_weight().device());
+  GenerateOptions options;
+  options.sampling.temperature = 0;
+  options.max_new_tokens = d.N_new;
+  options.eos_id = -1;
+  options.vocab_limit = m.vocab_limit;
+
+  const std::string why_not = peer_unsupported(c, Peer::kDecode);
+  const bool want_peer = !flags.no_peer && d.have_python && d.peer_script && why_not.empty();
+  if (!why_not.empty()) d.unmodelled.push_back(label + ": " + why_not);
+  d.peer_rows += want_peer ? 1 : 0;
+  const std::string weights_path =
+      want_peer ? write_decode_reference(model, prompts, prompts_here, m.vocab_limit) : "";
+
+  const int64_t weight_bytes = weight_bytes_per_step(model);
+  if (d.copy_gbs == 0) d.copy_gbs = copy_bandwidth_gbs(weight_bytes);
+  json row = {{"label", label},
+              {"mixer", c.mixer},
+              {"overrides", spec.sets},
+              {"parameters", model.num_parameters()},
+              {"weight_bytes_per_step", weight_bytes}};
+  json per_batch = json::array();
+  std::vector<std::vector<int64_t>> row0_tokens(d.batches.size());
+  const bool mha_row = c.mixer == "mha" && spec.sets.size() <= 1;
+  for (size_t bi = 0; bi < d.batches.size(); ++bi)
+    per_batch.push_back(
+        time_batch(flags, d, model, prompts, options, bi, weight_bytes, mha_row, row0_tokens[bi]));
+  // Every batch gives its first prompt the same greedy tokens (they share prompt 0).
+  bool same = true;
+  for (const auto& t : row0_tokens) same = same && t == row0_tokens[0];
+  row["row0_tokens_equal_across_batches"] = same;
+  m.model = nullptr;  // free cemfrac's model before the peer starts
+
+  if (want_peer) {
+    add_decode_peer(flags, d, c, weights_path, options.vocab_limit, row, per_batch);
+  } else if (!flags.no_peer) {
+    row["peer_note"] = !d.have_python ? fmt::format("peer skipped: no {} with torch", kPython)
+                       : !d.peer_script
+                           ? fmt::format("peer skipped: {} not found", kPeerRelPath)
+                           : fmt::format("peer skipped: it does not model {}", why_not);
+  }
+  row["batches"] = per_batch;
+  return row;
+}
+
+// The report as text.
+void print_generate_bench(const GenerateBenchFlags& flags, const DecodeBench& d,
+                          const json& report) {
   fmt::print("generate bench: {}, prompt {} + {} new tokens, greedy, {} threads, medians of {}\n",
-             report["source"].get<std::string>(), P, N_new, threads, flags.reps);
+             report["source"].get<std::string>(), d.P, d.N_new, d.threads, flags.reps);
   fmt::print("CPU {}; BLAS {} core {}; binary {}; {}\n", read_cpu_features().model_name,
-             blas_status().library, core, build_commit(), report["date_utc"].get<std::string>());
+             blas_status().library, d.core, build_commit(), report["date_utc"].get<std::string>());
   fmt::print(
       "copy bandwidth {:.1f} GB/s (measured now); limit = batch x bandwidth / weight bytes "
       "per decode step\n",
-      copy_gbs);
+      d.copy_gbs);
   fmt::print("{:<28} {:>5} {:>13} {:>13} {:>7} {:>9} {:>10} {:>6} {:>13} {:>7} {:>7}\n", "model",
              "batch", "prefill tok/s", "decode tok/s", "xlimit", "peak MiB", "cache KiB", "/mha",
              "peer dec tok/s", "x peer", "pre x");
-  for (const auto& row : rows) {
+  auto ratio = [](const json& b, const char* key) {
+    return b.contains(key) ? fmt::format("{:.2f}", b[key].get<double>()) : std::string("-");
+  };
+  for (const auto& row : report["rows"]) {
     for (const auto& b : row["batches"]) {
       fmt::print(
           "{:<28} {:>5} {:>13.1f} {:>13.1f} {:>7.2f} {:>9.1f} {:>10.1f} {:>6} {:>13} {:>7} {:>7}\n",
@@ -515,17 +489,10 @@ int run_generate_bench(const GenerateBenchFlags& flags) {
           b["prefill_tokens_per_s"].get<double>(), b["decode_tokens_per_s"].get<double>(),
           b["decode_fraction_of_limit"].get<double>(),
           b["peak_tensor_bytes"].get<double>() / (1 << 20), b["cache_bytes"].get<double>() / 1024,
-          b.contains("cache_bytes_vs_mha")
-              ? fmt::format("{:.2f}", b["cache_bytes_vs_mha"].get<double>())
-              : std::string("-"),
+          ratio(b, "cache_bytes_vs_mha"),
           b.contains("peer") ? fmt::format("{:.1f}", b["peer"]["decode_tokens_per_s"].get<double>())
                              : std::string("-"),
-          b.contains("decode_ratio_vs_peer")
-              ? fmt::format("{:.2f}", b["decode_ratio_vs_peer"].get<double>())
-              : std::string("-"),
-          b.contains("prefill_ratio_vs_peer")
-              ? fmt::format("{:.2f}", b["prefill_ratio_vs_peer"].get<double>())
-              : std::string("-"));
+          ratio(b, "decode_ratio_vs_peer"), ratio(b, "prefill_ratio_vs_peer"));
     }
     if (row.contains("peer_note")) fmt::print("  {}\n", row["peer_note"].get<std::string>());
     if (row.contains("peer_check"))
@@ -536,10 +503,77 @@ int run_generate_bench(const GenerateBenchFlags& flags) {
   fmt::print(
       "xlimit = decode tokens/s / the bandwidth limit; /mha = cache bytes / the mha row's; x peer, "
       "pre x = cemfrac / peer tokens/s, decode and prefill\n");
-  if (any_target) {
+  if (d.any_target) {
     fmt::print("target: decode tokens/s at batch 1 >= {:.0f}x the PyTorch peer's: {}\n",
-               kTargetDecodeRatio, met ? "met" : "NOT met");
+               kTargetDecodeRatio, d.met ? "met" : "NOT met");
   }
+}
+
+int run_generate_bench(const GenerateBenchFlags& flags) {
+  CEMFRAC_CHECK(flags.config.empty() != flags.checkpoint.empty(),
+                "bench generate needs exactly one of --config FILE and --checkpoint DIR");
+  CEMFRAC_CHECK(flags.checkpoint.empty() || flags.kinds.empty(),
+                "--kinds builds models from a config; a checkpoint is one model (use --config)");
+  CEMFRAC_CHECK(!(flags.peer && flags.no_peer), "--peer and --no-peer exclude each other");
+  DecodeBench d;
+  d.batches = parse_int_list(flags.batches, "--batches", "a batch size", "1,8", 4096);
+  const std::vector<RowSpec> specs = parse_kinds(flags.kinds);
+  d.B_max = *std::max_element(d.batches.begin(), d.batches.end());
+  d.P = flags.prompt_len;
+  d.N_new = flags.new_tokens;
+  if (!flags.malloc_default) keep_heap();
+  d.threads = at::get_num_threads();
+  d.core = blas_status().core;
+  d.have_python = !flags.no_peer && python_with_torch();
+  d.peer_script = flags.no_peer ? std::nullopt : locate_peer(flags.peer_script, kPeerRelPath);
+  if (flags.peer) {
+    CEMFRAC_CHECK(d.have_python, "--peer needs {} with torch (Debian: python3-torch)", kPython);
+    CEMFRAC_CHECK(d.peer_script.has_value(),
+                  "--peer: {} not found; run from the source tree, set CEMFRAC_SOURCE_DIR or pass "
+                  "--peer-script",
+                  kPeerRelPath);
+  }
+  // Every row's config is checked before any row is timed.
+  if (flags.checkpoint.empty()) {
+    const RunConfig rc = load_run_config(flags.config, flags.sets);
+    for (const RowSpec& spec : specs) {
+      if (!spec.sets.empty()) with_overrides(rc, spec.sets);
+    }
+  }
+  d.mha_cache.assign(d.batches.size(), 0);
+  json rows = json::array();
+  for (const RowSpec& spec : specs) rows.push_back(bench_row(flags, d, spec));
+  CEMFRAC_CHECK(!flags.peer || d.peer_rows > 0,
+                "--peer: the decode peer models none of the rows (it writes mha with swiglu or "
+                "gelu_mlp only): {}",
+                fmt::join(d.unmodelled, "; "));
+  const json report = {
+      {"bench", "generate"},
+      {"commit", build_commit()},
+      {"date_utc", utc_now()},
+      {"source", flags.checkpoint.empty() ? flags.config : flags.checkpoint},
+      {"overrides", flags.sets},
+      {"cpu", read_cpu_features().model_name},
+      {"threads", d.threads},
+      {"blas_core", d.core},
+      {"copy_gbs", d.copy_gbs},
+      {"prompt_len", d.P},
+      {"new_tokens", d.N_new},
+      {"reps", flags.reps},
+      {"sampling", "greedy, no end-of-text stop"},
+      {"malloc", flags.malloc_default ? "glibc default" : "heap kept (no mmap, no trim)"},
+      {"memory",
+       "peak_tensor_bytes: largest live tensor memory allocated during one generation (LibTorch "
+       "CPU allocator reports; weights excluded); peer: peak RSS growth (VmHWM reset)"},
+      {"rows", rows},
+      {"targets",
+       {{"decode_ratio_at_batch_1_at_least", kTargetDecodeRatio},
+        {"met", d.any_target ? json(d.met) : json(nullptr)}}},
+  };
+  if (flags.json)
+    fmt::print("{}\n", report.dump(2));
+  else
+    print_generate_bench(flags, d, report);
   return 0;
 }
 
