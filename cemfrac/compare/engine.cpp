@@ -94,7 +94,7 @@ Suite load_checked_suite(const CompareOptions& o) {
 
 // The token counts of the prepared dataset's splits; a suite of GP runs only needs none.
 void read_split_tokens(Session& s) {
-  if (!s.suite.has_task("lm")) return;
+  if (!s.suite.has_task(SuiteTask::kLm)) return;
   const auto meta = read_json(s.suite.data + "/meta.json");
   CEMFRAC_CHECK(meta.has_value(),
                 "{}/meta.json not found: prepare the data first (cemfrac prepare --corpus "
@@ -106,7 +106,7 @@ void read_split_tokens(Session& s) {
 
 std::string timing_dir(const Session& s, const SuiteRun& r) {
   return fmt::format("{}/plan/{}-t{}", s.out, r.name,
-                     r.task == "gp" ? s.suite.gp.threads : s.threads);
+                     r.task == SuiteTask::kGp ? s.suite.gp.threads : s.threads);
 }
 
 // 1. Plan: every run's RunPlan, and the timed 3-step trainings still to run (a timing of another
@@ -130,7 +130,7 @@ std::vector<Job> plan_runs(Session& s) {
     RunPlan p;
     p.run = &r;
     const double lr = r.lr.empty() ? 1e-3 : r.lr.front();
-    if (r.task == "gp") {
+    if (r.task == SuiteTask::kGp) {
       // Timing: 3 steps without validation or test sets, on the GP jobs' threads.
       p.gp = true;
       s.plans.push_back(p);
@@ -289,11 +289,12 @@ std::pair<std::string, std::string> plan_tables(const Session& s, const Estimate
       totals.search_s += search;
       totals.final_s += fin;
       totals.count(s.out, p, search, fin);
-      const bool cem = r.gp.model == "cem";
-      gp_table += fmt::format("{:<24} {:>9} {:>6} {:>16} {:>3} {:>9} {:>5} {:>22} {:>9}\n", r.name,
-                              with_commas(p.params), r.gp.model, cem ? r.gp.variant : "-",
-                              cem ? std::to_string(r.gp.T) : "-", with_commas(r.gp.steps),
-                              r.seeds.size(), lr_column(r), format_duration((fin + search) / jobs));
+      const bool cem = r.gp.model == GpModelKind::kCem;
+      gp_table +=
+          fmt::format("{:<24} {:>9} {:>6} {:>16} {:>3} {:>9} {:>5} {:>22} {:>9}\n", r.name,
+                      with_commas(p.params), enum_name(r.gp.model), cem ? r.gp.variant : "-",
+                      cem ? std::to_string(r.gp.T) : "-", with_commas(r.gp.steps), r.seeds.size(),
+                      lr_column(r), format_duration((fin + search) / jobs));
       continue;
     }
     const double fin = e.lm_final(p), search = e.lm_search(p), ev = e.lm_evals(p);
@@ -320,8 +321,8 @@ void print_plan(const Session& s, const Estimates& e) {
   getloadavg(load, 3);
   const double jobs = s.o.jobs;
   fmt::print("suite {} ({}) -> {}\n{}\n\n", s.suite.name, s.suite.path, s.out, s.suite.description);
-  if (s.suite.has_task("lm")) fmt::print("{}\n", table);
-  if (s.suite.has_task("gp"))
+  if (s.suite.has_task(SuiteTask::kLm)) fmt::print("{}\n", table);
+  if (s.suite.has_task(SuiteTask::kGp))
     fmt::print(
         "{}(GP jobs: {} thread(s) each; their validation and test sets are scored inside the "
         "job, in its estimate)\n\n",

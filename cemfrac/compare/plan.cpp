@@ -150,7 +150,7 @@ GpSpec make_gp(const Suite& suite, const SuiteRun& run, const std::string& label
   // Only when set, so that the settings (compare-run.json) of a suite without it stay those of
   // earlier runs and their finished jobs are reused.
   if (!run.gp.ffn.empty()) spec.args.insert(spec.args.end(), {"--ffn", run.gp.ffn});
-  if (run.gp.model == "llama") {
+  if (run.gp.model == GpModelKind::kLlama) {
     spec.args.insert(spec.args.end(), {"--model", "llama"});
   } else {
     spec.args.insert(spec.args.end(),

@@ -67,7 +67,7 @@ std::string gp_runs_section(const std::vector<RunPlan>& plans,
   for (const RunPlan& p : plans) {
     if (!p.gp) continue;
     const SuiteRun& run = *p.run;
-    const bool cem = run.gp.model == "cem";
+    const bool cem = run.gp.model == GpModelKind::kCem;
     std::vector<double> val, test, targets, rate;
     int diverged = 0;
     size_t finished = 0;
@@ -95,7 +95,7 @@ std::string gp_runs_section(const std::vector<RunPlan>& plans,
     }
     md += fmt::format(
         "| {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", run.name,
-        diverged ? fmt::format(" ({} diverged)", diverged) : "", run.gp.model,
+        diverged ? fmt::format(" ({} diverged)", diverged) : "", enum_name(run.gp.model),
         cem ? run.gp.variant : "–", cem ? std::to_string(run.gp.T) : "–", with_commas(p.params),
         with_commas(run.gp.steps), seeds_cell(finished, run.seeds.size()),
         p.lr > 0 ? lr_text(p.lr) + (run.lr_from.empty() ? "" : " (from " + run.lr_from + ")") : "—",
@@ -105,7 +105,7 @@ std::string gp_runs_section(const std::vector<RunPlan>& plans,
     for (const auto& [k, v] : p.lr_search) lrj[k] = v ? json(*v) : json(nullptr);
     runs.push_back({{"name", run.name},
                     {"task", "gp"},
-                    {"model", run.gp.model},
+                    {"model", enum_name(run.gp.model)},
                     {"variant", cem ? json(run.gp.variant) : json(nullptr)},
                     {"T", cem ? json(run.gp.T) : json(nullptr)},
                     {"steps", run.gp.steps},
@@ -197,7 +197,7 @@ Plot gp_rmse_plot(const std::vector<RunPlan>& plans,
   std::vector<std::string> readings;
   int64_t t_lo = 1, t_hi = 1;
   for (const RunPlan& p : plans) {
-    if (!p.gp || p.run->gp.model != "cem") continue;
+    if (!p.gp || p.run->gp.model != GpModelKind::kCem) continue;
     if (std::find(readings.begin(), readings.end(), p.run->gp.variant) == readings.end())
       readings.push_back(p.run->gp.variant);
     t_hi = std::max(t_hi, p.run->gp.T);
@@ -205,7 +205,7 @@ Plot gp_rmse_plot(const std::vector<RunPlan>& plans,
   }
   std::set<int64_t> all_T;  // a tick at every T trained or evaluated
   for (const RunPlan& p : plans) {
-    if (!p.gp || p.run->gp.model != "cem") continue;
+    if (!p.gp || p.run->gp.model != GpModelKind::kCem) continue;
     all_T.insert(p.run->gp.T);
     for (const SuiteVariant& v : p.run->variants) all_T.insert(v.cem_steps);
   }
@@ -213,7 +213,7 @@ Plot gp_rmse_plot(const std::vector<RunPlan>& plans,
   for (const std::string& reading : readings) {
     std::vector<std::pair<int64_t, MeanSd>> points;
     for (const RunPlan& p : plans)
-      if (p.gp && p.run->gp.model == "cem" && p.run->gp.variant == reading)
+      if (p.gp && p.run->gp.model == GpModelKind::kCem && p.run->gp.variant == reading)
         points.emplace_back(p.run->gp.T, stat(p.run->name, ""));
     std::sort(points.begin(), points.end(),
               [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -233,7 +233,7 @@ Plot gp_rmse_plot(const std::vector<RunPlan>& plans,
     plot.series.push_back(s);
   }
   for (const RunPlan& p : plans) {
-    if (!p.gp || p.run->gp.model != "llama") continue;
+    if (!p.gp || p.run->gp.model != GpModelKind::kLlama) continue;
     PlotSeries s;
     s.name = p.run->name + " (llama baseline)";
     s.band = false;
@@ -463,7 +463,7 @@ Verdict claim_pair(const SuiteClaim& c, const std::string& a, SuiteResults& resu
                    {"hi", d.has_interval ? json(d.hi) : json(nullptr)},
                    {"verdict", to_string(v)}});
   const std::string test =
-      c.test == "better" ? "better" : fmt::format("not_worse (m = {:g})", c.margin);
+      c.test == ClaimTest::kBetter ? "better" : fmt::format("not_worse (m = {:g})", c.margin);
   rows += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", c.id, a, c.b, c.metric,
                       test, d.diff.n ? fmt::format("{:+.4f}", d.diff.mean) : "—",
                       d.has_interval ? fmt::format("[{:+.4f}, {:+.4f}]", d.lo, d.hi) : "—",
@@ -475,7 +475,7 @@ Verdict claim_pair(const SuiteClaim& c, const std::string& a, SuiteResults& resu
 // overall verdict; their results.json entries go to `claims`. "" without claims.
 std::string claims_section(const Suite& suite, SuiteResults& results, json& claims) {
   if (suite.claims.empty()) return "";
-  const bool has_lm = suite.has_task("lm"), has_gp = suite.has_task("gp");
+  const bool has_lm = suite.has_task(SuiteTask::kLm), has_gp = suite.has_task(SuiteTask::kGp);
   const std::string unit = !has_gp  ? "nats per token"
                            : has_lm ? "nats per token; RMSE for GP rows"
                                     : "RMSE";
@@ -494,7 +494,7 @@ std::string claims_section(const Suite& suite, SuiteResults& results, json& clai
     claims.push_back({{"id", c.id},
                       {"text", c.text},
                       {"source", c.source},
-                      {"test", c.test},
+                      {"test", enum_name(c.test)},
                       {"margin", c.margin},
                       {"metric", c.metric},
                       {"pairs", pairs},
@@ -616,8 +616,9 @@ Plot cem_steps_plot(const Suite& suite, const std::vector<RunPlan>& lm_plans,
 std::map<std::string, std::string> plots(const Suite& suite, const std::vector<RunPlan>& plans,
                                          SuiteResults& results) {
   std::map<std::string, std::string> out;
-  if (suite.has_task("gp")) out["gp_rmse_vs_T.svg"] = to_svg(gp_rmse_plot(plans, results, suite));
-  if (!suite.has_task("lm")) return out;
+  if (suite.has_task(SuiteTask::kGp))
+    out["gp_rmse_vs_T.svg"] = to_svg(gp_rmse_plot(plans, results, suite));
+  if (!suite.has_task(SuiteTask::kLm)) return out;
   std::vector<RunPlan> lm_plans;  // the plots below are of the LM runs only
   for (const RunPlan& p : plans)
     if (!p.gp) lm_plans.push_back(p);
@@ -646,8 +647,9 @@ Report make_report(const Suite& suite, const std::vector<RunPlan>& plans, SuiteR
 
   std::string md = header_section(suite, provenance);
   json runs = json::array();
-  if (suite.has_task("lm")) md += lm_runs_section(suite, plans, results, train_split_tokens, runs);
-  if (suite.has_task("gp")) md += gp_runs_section(plans, results, suite, runs);
+  if (suite.has_task(SuiteTask::kLm))
+    md += lm_runs_section(suite, plans, results, train_split_tokens, runs);
+  if (suite.has_task(SuiteTask::kGp)) md += gp_runs_section(plans, results, suite, runs);
   J["runs"] = runs;
   md += lr_search_section(suite, plans, false);
   md += lr_search_section(suite, plans, true);

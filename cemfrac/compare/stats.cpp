@@ -107,9 +107,9 @@ const char* to_string(Verdict v) {
   return "?";
 }
 
-Verdict verdict(const PairedDiff& d, const std::string& test, double margin) {
+Verdict verdict(const PairedDiff& d, ClaimTest test, double margin) {
   if (!d.has_interval) return Verdict::kInconclusive;
-  const double bound = test == "not_worse" ? margin : 0.0;
+  const double bound = test == ClaimTest::kNotWorse ? margin : 0.0;
   if (d.hi < bound) return Verdict::kSupported;
   if (d.lo > bound) return Verdict::kContradicted;
   return Verdict::kInconclusive;

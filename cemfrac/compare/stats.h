@@ -1,9 +1,13 @@
 // The statistics of `cemfrac compare`: mean and standard deviation over seeds, the Student t
 // quantile, the paired difference of two rows with its 95% interval, and the verdict of a claim.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "cemfrac/core/fields.h"
 
 namespace cemfrac {
 
@@ -33,12 +37,19 @@ PairedDiff paired_difference(const std::vector<double>& a, const std::vector<dou
 enum class Verdict { kSupported, kContradicted, kInconclusive };
 const char* to_string(Verdict v);
 
+// A claim's test (suite files: test = "better" | "not_worse").
+enum class ClaimTest { kBetter, kNotWorse };
+template <>
+struct EnumNames<ClaimTest> {
+  static constexpr std::array<std::pair<ClaimTest, const char*>, 2> kNames = {
+      {{ClaimTest::kBetter, "better"}, {ClaimTest::kNotWorse, "not_worse"}}};
+};
+
 // A claim on a lower-is-better metric, d = a - b:
-//   test "better":    supported when the interval lies below 0, contradicted when it lies above 0;
-//   test "not_worse": supported when it lies below +margin, contradicted when it lies above
-//   +margin;
+//   better:    supported when the interval lies below 0, contradicted when it lies above 0;
+//   not_worse: supported when it lies below +margin, contradicted when it lies above +margin;
 // otherwise (or without an interval) inconclusive.
-Verdict verdict(const PairedDiff& d, const std::string& test, double margin);
+Verdict verdict(const PairedDiff& d, ClaimTest test, double margin);
 // A claim over several pairs: supported when every pair is, contradicted when any pair is, else
 // inconclusive.
 Verdict combine(const std::vector<Verdict>& pairs);

@@ -46,6 +46,17 @@ struct Reader {
                   "{}: {}.{}: expected a non-empty string", at(*n), where, key);
     return n->as_string()->get();
   }
+  // A name of enum E (core/fields.h EnumNames); an unknown one names the valid ones.
+  template <typename E>
+  E name_of(const toml::table& t, const char* key, const std::string& where, E fallback) const {
+    const toml::node* n = t.get(key);
+    if (n == nullptr) return fallback;
+    const std::string text = str(t, key, where, true);
+    const std::optional<E> v = enum_from_name<E>(text);
+    CEMFRAC_CHECK(v.has_value(), "{}: {}.{} '{}': expected one of {}", at(*n), where, key, text,
+                  enum_names_text<E>());
+    return *v;
+  }
   int64_t integer(const toml::table& t, const char* key, const std::string& where, int64_t fallback,
                   int64_t min) const {
     const toml::node* n = t.get(key);
@@ -228,17 +239,15 @@ void check_lr(const Reader& r, const toml::node& node, const std::string& where,
   CEMFRAC_CHECK(!run.lr.empty(), "{}: {}: no learning rate ([suite].lr, the run's lr or lr_from)",
                 r.at(node), where);
   CEMFRAC_CHECK(run.lr.size() == 1 || has_search_budget, "{}: {}: a learning-rate grid {}needs {}",
-                r.at(node), where, run.task == "gp" ? "of a GP run " : "", budget_key);
+                r.at(node), where, run.task == SuiteTask::kGp ? "of a GP run " : "", budget_key);
 }
 
 // The keys of a task = "gp" run: model, reading, T, budget, depth, FFN, test-time T.
 void read_gp_run(const Reader& r, const toml::table& t, const toml::node& node, const Suite& s,
                  const std::string& where, SuiteRun& run) {
   SuiteGpRun& g = run.gp;
-  g.model = r.str(t, "model", where, false, g.model);
-  CEMFRAC_CHECK(g.model == "cem" || g.model == "llama", "{}: {}.model '{}': expected cem or llama",
-                r.at(*t.get("model")), where, g.model);
-  if (g.model == "llama") {
+  g.model = r.name_of(t, "model", where, g.model);
+  if (g.model == GpModelKind::kLlama) {
     for (const char* k : {"variant", "T", "test_time_steps"})
       CEMFRAC_CHECK(t.get(k) == nullptr,
                     "{}: {}: key '{}' is for CEM models; model = \"llama\" has no steps T",
@@ -246,7 +255,7 @@ void read_gp_run(const Reader& r, const toml::table& t, const toml::node& node, 
   }
   g.variant = r.str(t, "variant", where, false, g.variant);
   g.variant_at = t.get("variant") ? r.at(*t.get("variant")) : r.at(node);
-  if (g.model == "cem") {
+  if (g.model == GpModelKind::kCem) {
     try {  // an unknown reading of the recursion fails here, before anything trains
       ModelConfig probe;
       apply_gp_variant(probe, g.variant);
@@ -318,22 +327,21 @@ SuiteRun read_run(const Reader& r, const toml::node& node, const Suite& s, const
   CEMFRAC_CHECK(valid_name(run.name) && run.name.find('@') == std::string::npos,
                 "{}: run name '{}': use letters, digits, '-', '_', '.', '='", r.at(node), run.name);
   CEMFRAC_CHECK(names.insert(run.name).second, "{}: two runs named '{}'", r.at(node), run.name);
-  run.task = r.str(*t, "task", where, false, run.task);
-  CEMFRAC_CHECK(run.task == "lm" || run.task == "gp", "{}: {}.task '{}': expected lm or gp",
-                r.at(*t->get("task")), where, run.task);
+  run.task = r.name_of(*t, "task", where, run.task);
   const std::vector<std::string> lm_only = {"config", "set", "tokens", "variants"};
   const std::vector<std::string> gp_only = {"model", "variant", "T", "steps", "layers", "ffn"};
-  for (const std::string& k : run.task == "gp" ? lm_only : gp_only) {
+  for (const std::string& k : run.task == SuiteTask::kGp ? lm_only : gp_only) {
     const toml::node* n = t->get(k);
     CEMFRAC_CHECK(n == nullptr, "{}: {}: key '{}' is for task = \"{}\" runs, this one is \"{}\"",
-                  r.at(*n), where, k, run.task == "gp" ? "lm" : "gp", run.task);
+                  r.at(*n), where, k, run.task == SuiteTask::kGp ? "lm" : "gp",
+                  enum_name(run.task));
   }
   run.seeds = r.seeds(*t, "seeds", where);
   if (run.seeds.empty()) run.seeds = d.seeds;
   run.lr = r.lrs(*t, "lr", where);
   if (run.lr.empty()) run.lr = d.lr;
   run.lr_from = r.str(*t, "lr_from", where, false);
-  if (run.task == "gp")
+  if (run.task == SuiteTask::kGp)
     read_gp_run(r, *t, node, s, where, run);
   else
     read_lm_run(r, *t, node, s, d, where, run);
@@ -345,7 +353,7 @@ SuiteRun read_run(const Reader& r, const toml::node& node, const Suite& s, const
     CEMFRAC_CHECK(vnames.insert(v.name).second, "{}: {}: two variants named '{}'", r.at(node),
                   where, v.name);
   }
-  if (run.task == "lm") {
+  if (run.task == SuiteTask::kLm) {
     try {
       (void)load_run_config(run.config, run.sets);
     } catch (const Error& e) {
@@ -371,25 +379,25 @@ void check_lr_from(const Suite& s) {
   }
 }
 
-// A claim's rows name runs of one task (returned) and, with "@variant", one of the run's test-time
-// variants, whose only metric is the test one.
-std::string check_claim_rows(const Reader& r, const toml::node& node, const std::string& where,
-                             const Suite& s, const SuiteClaim& c) {
+// A claim's rows name runs of one task (returned).
+SuiteTask check_claim_rows(const Reader& r, const toml::node& node, const std::string& where,
+                           const Suite& s, const SuiteClaim& c) {
   std::vector<std::string> rows = c.a;
   rows.push_back(c.b);
-  std::string task;
+  std::optional<SuiteTask> task;
   for (const std::string& row : rows) {
     const std::string name = split_row(row).first;
     const bool exists = std::any_of(s.runs.begin(), s.runs.end(),
                                     [&](const SuiteRun& o) { return o.name == name; });
     CEMFRAC_CHECK(exists, "{}: {}: '{}' names no run", r.at(node), where, row);
-    const std::string& row_task = s.run(name).task;
-    CEMFRAC_CHECK(task.empty() || task == row_task,
+    const SuiteTask row_task = s.run(name).task;
+    CEMFRAC_CHECK(!task || *task == row_task,
                   "{}: {}: '{}' is a {} run, '{}' a {} run: a claim compares runs of one task",
-                  r.at(node), where, rows.front(), task, row, row_task);
+                  r.at(node), where, rows.front(), task ? enum_name(*task) : "", row,
+                  enum_name(row_task));
     task = row_task;
   }
-  return task;
+  return *task;
 }
 
 void check_claim_variants(const Reader& r, const toml::node& node, const std::string& where,
@@ -424,14 +432,12 @@ SuiteClaim read_claim(const Reader& r, const toml::node& node, const Suite& s,
   c.source = r.str(*t, "source", where, false);
   c.a = r.names(*t, "a", where);
   c.b = r.str(*t, "b", where, true);
-  c.test = r.str(*t, "test", where, false, c.test);
-  CEMFRAC_CHECK(c.test == "better" || c.test == "not_worse",
-                "{}: {}: test '{}': expected better or not_worse", r.at(node), where, c.test);
+  c.test = r.name_of(*t, "test", where, c.test);
   c.margin = r.number(*t, "margin", where, 0.0);
   CEMFRAC_CHECK(c.margin >= 0, "{}: {}: margin must be >= 0", r.at(node), where);
-  CEMFRAC_CHECK(c.test == "not_worse" || c.margin == 0,
+  CEMFRAC_CHECK(c.test == ClaimTest::kNotWorse || c.margin == 0,
                 "{}: {}: margin is only for test = not_worse", r.at(node), where);
-  const bool gp = check_claim_rows(r, node, where, s, c) == "gp";
+  const bool gp = check_claim_rows(r, node, where, s, c) == SuiteTask::kGp;
   c.metric = r.str(*t, "metric", where, false, gp ? "test_rmse" : c.metric);
   if (gp) {
     CEMFRAC_CHECK(
@@ -456,7 +462,7 @@ std::pair<std::string, std::string> split_row(const std::string& row) {
   return {row.substr(0, at), row.substr(at + 1)};
 }
 
-bool Suite::has_task(const std::string& task) const {
+bool Suite::has_task(SuiteTask task) const {
   for (const SuiteRun& r : runs)
     if (r.task == task) return true;
   return false;

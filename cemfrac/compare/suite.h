@@ -2,11 +2,32 @@
 // their budget, seeds and learning-rate grid, the eval sets, and the claims to test. The format is
 // documented in docs/compare.md; every problem in a file is one cemfrac::Error naming file:line.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "cemfrac/compare/stats.h"  // ClaimTest
+#include "cemfrac/core/fields.h"
+
 namespace cemfrac {
+
+// A run's task (suite files: task = "lm" | "gp").
+enum class SuiteTask { kLm, kGp };
+template <>
+struct EnumNames<SuiteTask> {
+  static constexpr std::array<std::pair<SuiteTask, const char*>, 2> kNames = {
+      {{SuiteTask::kLm, "lm"}, {SuiteTask::kGp, "gp"}}};
+};
+
+// A GP run's model (model = "cem" | "llama": the baseline, mha + swiglu).
+enum class GpModelKind { kCem, kLlama };
+template <>
+struct EnumNames<GpModelKind> {
+  static constexpr std::array<std::pair<GpModelKind, const char*>, 2> kNames = {
+      {{GpModelKind::kCem, "cem"}, {GpModelKind::kLlama, "llama"}}};
+};
 
 // An evaluation of a trained run with fields changed at test time (e.g. model.cem.steps=4).
 struct SuiteVariant {
@@ -18,7 +39,7 @@ struct SuiteVariant {
 // The settings of a GP run (task = "gp": the GP in-context regression task of docs/gp.md, one
 // model trained and evaluated by `cemfrac gp --one`).
 struct SuiteGpRun {
-  std::string model = "cem";      // "cem" or "llama" (the baseline: mha + swiglu)
+  GpModelKind model = GpModelKind::kCem;
   std::string variant = "fixed";  // CEM reading of the recursion (apply_gp_variant's names)
   std::string variant_at;         // file:line of the variant
   int64_t T = 1;                  // CEM steps at training
@@ -43,7 +64,7 @@ struct SuiteGp {
 
 struct SuiteRun {
   std::string name;
-  std::string task = "lm";        // "lm" (a language model, cemfrac train) or "gp"
+  SuiteTask task = SuiteTask::kLm;  // lm: a language model (cemfrac train); gp: docs/gp.md
   SuiteGpRun gp;                  // task = "gp" only
   std::string config;             // LM: run config TOML path (relative to the working directory)
   std::vector<std::string> sets;  // the suite's `set`, then the run's own
@@ -61,7 +82,7 @@ struct SuiteClaim {
   std::string source;
   std::vector<std::string> a;  // "run" or "run@variant"
   std::string b;
-  std::string test = "better";  // "better": a < b; "not_worse": a < b + margin
+  ClaimTest test = ClaimTest::kBetter;  // better: a < b; not_worse: a < b + margin
   double margin = 0;            // nats per token (not_worse)
   // LM rows: test_loss, val_loss, or text_loss:<name>; GP rows: test_rmse (against the posterior
   // mean, the default for them), val_rmse, test_rmse_targets.
@@ -83,7 +104,7 @@ struct Suite {
   std::vector<SuiteClaim> claims;
 
   const SuiteRun& run(const std::string& name) const;
-  bool has_task(const std::string& task) const;
+  bool has_task(SuiteTask task) const;
 };
 
 // Reads and checks a suite file. Run configs and --set texts are checked by load_run_config, so a

@@ -140,7 +140,7 @@ std::vector<RunPlan> plans_of(const Suite& s) {
   for (const SuiteRun& r : s.runs) {
     RunPlan p;
     p.run = &r;
-    p.gp = r.task == "gp";
+    p.gp = r.task == SuiteTask::kGp;
     plans.push_back(p);
   }
   return plans;

@@ -82,7 +82,7 @@ Fixture make(const std::string& tag, const std::string& edit_from = "",
   for (const SuiteRun& r : f.suite.runs) {
     RunPlan p;
     p.run = &r;
-    p.gp = r.task == "gp";
+    p.gp = r.task == SuiteTask::kGp;
     p.per_step = 64;
     p.params = 1234567;
     p.lr = 3e-3;

@@ -42,7 +42,7 @@ TEST(CompareStats, PairedIntervalByHand) {
   // One seed: no interval.
   const PairedDiff one = paired_difference({1.0}, {2.0});
   EXPECT_FALSE(one.has_interval);
-  EXPECT_EQ(verdict(one, "better", 0), Verdict::kInconclusive);
+  EXPECT_EQ(verdict(one, ClaimTest::kBetter, 0), Verdict::kInconclusive);
   EXPECT_THROW(paired_difference({1.0, 2.0}, {1.0}), Error);
 }
 
@@ -55,14 +55,14 @@ TEST(CompareStats, Verdicts) {
     d.has_interval = true;
     return d;
   };
-  EXPECT_EQ(verdict(diff(-0.3, -0.1), "better", 0), Verdict::kSupported);
-  EXPECT_EQ(verdict(diff(0.1, 0.3), "better", 0), Verdict::kContradicted);
-  EXPECT_EQ(verdict(diff(-0.1, 0.1), "better", 0), Verdict::kInconclusive);
+  EXPECT_EQ(verdict(diff(-0.3, -0.1), ClaimTest::kBetter, 0), Verdict::kSupported);
+  EXPECT_EQ(verdict(diff(0.1, 0.3), ClaimTest::kBetter, 0), Verdict::kContradicted);
+  EXPECT_EQ(verdict(diff(-0.1, 0.1), ClaimTest::kBetter, 0), Verdict::kInconclusive);
   // not_worse with margin 0.05: a may trail b by less than 0.05 nats.
-  EXPECT_EQ(verdict(diff(0.01, 0.04), "not_worse", 0.05), Verdict::kSupported);
-  EXPECT_EQ(verdict(diff(0.06, 0.09), "not_worse", 0.05), Verdict::kContradicted);
-  EXPECT_EQ(verdict(diff(0.01, 0.09), "not_worse", 0.05), Verdict::kInconclusive);
-  EXPECT_EQ(verdict(diff(0.01, 0.04), "better", 0), Verdict::kContradicted);
+  EXPECT_EQ(verdict(diff(0.01, 0.04), ClaimTest::kNotWorse, 0.05), Verdict::kSupported);
+  EXPECT_EQ(verdict(diff(0.06, 0.09), ClaimTest::kNotWorse, 0.05), Verdict::kContradicted);
+  EXPECT_EQ(verdict(diff(0.01, 0.09), ClaimTest::kNotWorse, 0.05), Verdict::kInconclusive);
+  EXPECT_EQ(verdict(diff(0.01, 0.04), ClaimTest::kBetter, 0), Verdict::kContradicted);
   using V = Verdict;
   EXPECT_EQ(combine({V::kSupported, V::kSupported}), V::kSupported);
   EXPECT_EQ(combine({V::kSupported, V::kInconclusive}), V::kInconclusive);

@@ -44,7 +44,7 @@ TEST(CompareSuite, ParsesRunsVariantsAndClaims) {
   EXPECT_EQ(s.runs[1].variants[1].sets, (std::vector<std::string>{"model.cem.steps=2"}));
   ASSERT_EQ(s.claims.size(), 2u);
   EXPECT_EQ(s.claims[1].a, (std::vector<std::string>{"cem@T=2"}));
-  EXPECT_EQ(s.claims[1].test, "not_worse");
+  EXPECT_EQ(s.claims[1].test, ClaimTest::kNotWorse);
   EXPECT_DOUBLE_EQ(s.claims[1].margin, 0.01);
   EXPECT_EQ(split_row("cem@T=2"), (std::pair<std::string, std::string>{"cem", "T=2"}));
 }
@@ -109,8 +109,8 @@ TEST(CompareSuite, ParsesGpRuns) {
   EXPECT_EQ(s.gp.eval_seed, 5u);
   EXPECT_EQ(s.gp.threads, 1);  // the default
   ASSERT_EQ(s.runs.size(), 3u);
-  EXPECT_EQ(s.runs[0].task, "gp");
-  EXPECT_EQ(s.runs[0].gp.model, "cem");
+  EXPECT_EQ(s.runs[0].task, SuiteTask::kGp);
+  EXPECT_EQ(s.runs[0].gp.model, GpModelKind::kCem);
   EXPECT_EQ(s.runs[0].gp.T, 1);
   EXPECT_EQ(s.runs[0].gp.steps, 3);
   ASSERT_EQ(s.runs[0].variants.size(), 2u);
@@ -118,11 +118,11 @@ TEST(CompareSuite, ParsesGpRuns) {
   EXPECT_EQ(s.runs[0].variants[1].cem_steps, 2);
   EXPECT_EQ(s.runs[1].gp.variant, "fixed");  // the default reading
   EXPECT_EQ(s.runs[1].gp.T, 2);
-  EXPECT_EQ(s.runs[2].gp.model, "llama");
+  EXPECT_EQ(s.runs[2].gp.model, GpModelKind::kLlama);
   EXPECT_EQ(s.runs[2].gp.steps, 2);  // the run's own budget
   EXPECT_EQ(s.runs[2].seeds, (std::vector<uint64_t>{1}));
-  EXPECT_TRUE(s.has_task("gp"));
-  EXPECT_FALSE(s.has_task("lm"));
+  EXPECT_TRUE(s.has_task(SuiteTask::kGp));
+  EXPECT_FALSE(s.has_task(SuiteTask::kLm));
   ASSERT_EQ(s.claims.size(), 2u);
   EXPECT_EQ(s.claims[0].metric, "test_rmse");  // the default for GP rows
   EXPECT_EQ(s.claims[1].metric, "test_rmse");
