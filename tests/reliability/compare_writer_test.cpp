@@ -1,6 +1,6 @@
 // `cemfrac compare` as a writer (label `reliability`): one compare per suite folder (a second one
-// is refused naming the first), and a compare killed outright leaves none of its job processes
-// running.
+// is refused naming the first), a compare killed outright leaves none of its job processes
+// running, and the same command run again finishes the suite with the uninterrupted one's numbers.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -109,6 +111,58 @@ TEST(CompareWriter, KilledCompareLeavesNoChild) {
   }
   if (!gone) ::kill(child, SIGKILL);  // leave nothing behind on failure
   EXPECT_TRUE(gone) << "the job " << child << " outlived its compare";
+}
+
+// A `compare` killed outright (SIGKILL) at a random moment of a job that has checkpointed, then run
+// again as it was: it resumes that job from its checkpoint, reuses what finished, and its results
+// are those of an uninterrupted compare of the same suite, bit for bit.
+TEST(CompareWriter, AKilledCompareRunAgainFinishesWithTheSameResults) {
+  const std::string root = test::temp_dir("compare-kill-resume");
+  const std::string suite =
+      write_suite(root,
+                  "[suite]\nname = \"resume\"\nseeds = [1, 2]\nlr = [3e-3]\n\n[gp]\n"
+                  "steps = 600\nbatch = 2\nlayers = 1\nval_seqs = 4\ntest_seqs = 4\n\n"
+                  "[[run]]\nname = \"g\"\ntask = \"gp\"\nT = 2\n");
+  auto args = [&](const std::string& out) {
+    return std::vector<std::string>{"--threads", "1", "compare", "--suite", suite, "--out", out};
+  };
+  const test::RunResult plain = test::run_cemfrac(args(root + "/plain"));
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+
+  const std::string out = root + "/out";
+  const std::string checkpoints = out + "/final/g/seed-1/checkpoints";
+  std::mt19937 rng{std::random_device{}()};
+  const int delay_ms = std::uniform_int_distribution<int>(0, 100)(rng);
+  SCOPED_TRACE(::testing::Message() << "killed " << delay_ms << " ms after the first checkpoint");
+  {
+    test::Background run(args(out), root);
+    ASSERT_TRUE(run.wait_for([&] {
+      std::error_code ec;
+      if (!fs::is_directory(checkpoints, ec)) return false;
+      for (const auto& e : fs::directory_iterator(checkpoints, ec))
+        if (e.path().filename().string().find(".tmp-") == std::string::npos) return true;
+      return false;
+    })) << run.err();
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    ASSERT_EQ(run.stop(SIGKILL), 128 + SIGKILL) << "compare ended before the kill";
+  }
+  EXPECT_FALSE(fs::exists(out + "/results.json"));
+  const test::RunResult again = test::run_cemfrac(args(out));
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  const std::string log = test::read_file(out + "/final/g/seed-1/gp.log");
+  EXPECT_NE(log.find("resumed from"), std::string::npos) << log;
+  auto numbers = [](const std::string& results) {
+    nlohmann::json seeds = nlohmann::json::parse(test::read_file(results))["runs"][0]["seeds"];
+    for (auto& s : seeds) {
+      s.erase("train_s");
+      s.erase("steps_per_s");
+    }
+    return seeds;
+  };
+  const nlohmann::json want = numbers(root + "/plain/results.json");
+  EXPECT_EQ(numbers(out + "/results.json"), want);
+  EXPECT_EQ(want.size(), 2u);
+  EXPECT_TRUE(want[0]["test_rmse"].is_number());
 }
 
 }  // namespace
