@@ -189,3 +189,38 @@ put("gpt2_files", "unchanged-merges", b"\1")
 put("gpt2_files", "edit-encoder", b"\0" + bytes([10, 0, 0, 3]) + b'"x"' + bytes([0, 1, 0, 0x85]))
 put("gpt2_files", "edit-merges", b"\1" + bytes([20, 0, 0, 0x82]) + bytes([0, 0, 0, 3]) + "\u0120t".encode())
 put("gpt2_files", "raw-tiny", b"\2" + b'{"!": 0, "<|endoftext|>": 50256}' + b"\0#version: 0.2\n! !\n")
+
+# ---- task_file: JSON Lines task files (cemfrac/eval/task_file.h) ----
+put("task_file", "choice.jsonl",
+    '{"context": "The sky is", "choices": [" blue", " green"], "gold": 0}\n'
+    '{"context": "Two and two make", "choices": [" four", " five", " six"], "gold": 0, "id": 3}\n')
+put("task_file", "cloze.jsonl", '{"context": "Once upon a", "target": " time"}\n')
+put("task_file", "lambada.jsonl", '{"text": "He opened the door and saw his old friend"}\n')
+put("task_file", "rolling.jsonl", '{"text": "A page of text."}\n{"page": " = Title = \\n body"}\n')
+put("task_file", "mixed.jsonl", '{"context": "a", "target": " b"}\n{"text": "c"}\n')
+put("task_file", "bad-gold.jsonl", '{"context": "x", "choices": [" a", " b"], "gold": 2}\n')
+put("task_file", "blank-line.jsonl", '{"text": "a"}\n\n{"text": "b"}\n')
+put("task_file", "unicode.jsonl", '{"context": "The sky is", "choices": [" \u00f1and\u00fa", " zo\u00eb"], "gold": 0}\n')
+
+# ---- glue_file: byte 0 picks the GLUE task (cola sst2 mrpc qqp stsb mnli qnli rte wnli), the rest is
+# its TSV; the whole input split at its first NUL is a plain TSV task's train.tsv and dev.tsv ----
+GLUE = ["cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli"]
+glue = {
+    "cola": "gj04\t1\t\tOur friends won't buy this analysis.\ngj04\t0\t*\tOne more pseudo generalization.\n",
+    "sst2": "sentence\tlabel\nhide new secretions \t0\nthe greatest musicians \t1\n",
+    "mrpc": "\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t702876\t702977\tAmrozi accused.\tHe accused.\n",
+    "qqp": "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n1\t2\t3\tHow is life?\tWhat is life?\t0\n",
+    "stsb": "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
+            "0\tmain\tMSRvid\t2012\t0001\tnone\tnone\tA plane.\tAn air plane.\t5.000\n",
+    "mnli": "index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\tsentence1_parse\t"
+            "sentence2_parse\tsentence1\tsentence2\tlabel1\tgold_label\n"
+            "0\t1\t1n\tgov\t( x )\t( y )\t(ROOT x)\t(ROOT y)\tCream skimming.\tProduct.\tneutral\tneutral\n",
+    "qnli": "index\tquestion\tsentence\tlabel\n0\tWhen?\tIn 1990.\tentailment\n",
+    "rte": "index\tsentence1\tsentence2\tlabel\n0\tNo weapons.\tWeapons.\tnot_entailment\n",
+    "wnli": "index\tsentence1\tsentence2\tlabel\n0\tI stuck a pin.\tIt had a hole.\t1\n",
+}
+for i, task in enumerate(GLUE):
+    put("glue_file", task + ".tsv", bytes([i]) + glue[task].encode())
+put("glue_file", "tsv-task", bytes([0]) + b"good film\tpos\nbad film\tneg\n\0fine film\tpos\n")
+put("glue_file", "stsb-nan", bytes([4]) + glue["stsb"].replace("5.000", "nan").encode())
+put("glue_file", "short-line", bytes([7]) + b"index\tsentence1\tsentence2\tlabel\n0\tonly one\n")
