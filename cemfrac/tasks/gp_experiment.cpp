@@ -437,6 +437,18 @@ bool row_has(const std::string& model, RowScope scope) {
 
 }  // namespace
 
+// The result's own top-level keys, for writing and reading alike (val_seqs is written only when a
+// validation set was drawn, and reads as 0 when absent).
+template <typename Result, typename F>
+void visit_gp_result(Result& r, F&& f) {
+  f("train_steps", r.train_steps);
+  f("batch", r.batch);
+  f("eval_seqs", r.eval_seqs);
+  f("n_points", r.n_points);
+  f("seed", r.seed);
+  f("seconds", r.seconds);
+}
+
 nlohmann::json to_json(const GpExperimentResult& result) {
   nlohmann::json rows = nlohmann::json::array();
   for (const GpRow& r : result.rows) {
@@ -459,13 +471,8 @@ nlohmann::json to_json(const GpExperimentResult& result) {
     }
     rows.push_back(j);
   }
-  nlohmann::json out = {{"rows", rows},
-                        {"train_steps", result.train_steps},
-                        {"batch", result.batch},
-                        {"eval_seqs", result.eval_seqs},
-                        {"n_points", result.n_points},
-                        {"seed", result.seed},
-                        {"seconds", result.seconds}};
+  nlohmann::json out = {{"rows", rows}};
+  visit_gp_result(result, [&](const char* key, const auto& field) { out[key] = field; });
   // Only with a validation set, so the files of runs without one stay as they were.
   if (result.val_seqs > 0) out["val_seqs"] = result.val_seqs;
   return out;
@@ -474,12 +481,9 @@ nlohmann::json to_json(const GpExperimentResult& result) {
 GpExperimentResult gp_result_from_json(const nlohmann::json& j, const std::string& source) {
   try {
     GpExperimentResult r;
-    r.train_steps = j.at("train_steps").get<int64_t>();
-    r.batch = j.at("batch").get<int64_t>();
-    r.eval_seqs = j.at("eval_seqs").get<int64_t>();
-    r.n_points = j.at("n_points").get<int64_t>();
-    r.seed = j.at("seed").get<uint64_t>();
-    r.seconds = j.at("seconds").get<double>();
+    visit_gp_result(r, [&](const char* key, auto& field) {
+      field = j.at(key).get<std::decay_t<decltype(field)>>();
+    });
     r.val_seqs = j.value("val_seqs", int64_t{0});
     for (const nlohmann::json& row : j.at("rows")) {
       GpRow g;
