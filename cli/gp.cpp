@@ -88,34 +88,156 @@ void print_table(const GpExperimentResult& r, const GpExperimentOptions& o) {
       r.seconds);
 }
 
+// The flags of `cemfrac gp`.
+struct GpFlags {
+  std::vector<int64_t> steps = {1, 2, 4, 8};
+  std::vector<std::string> variants = {"fixed"};
+  int64_t train_steps = 0;
+  int64_t batch = 0;
+  double lr = 0;
+  int64_t eval_seqs = 0;
+  int64_t layers = 0;
+  std::string positions = "none";
+  std::string ffn;  // "" = each model's own (cem_mlp, swiglu); "none" = attention-only
+  int64_t scale_from = 2;
+  bool no_baseline = false;
+  uint64_t seed = 1;
+  std::string out;
+  bool json = false;
+  bool quick = false;
+  std::string replot;
+  int64_t val_seqs = -1;  // -1: the mode's default (experiment: none; --one: 256)
+  bool one = false;
+  std::string model = "cem";
+  std::vector<int64_t> eval_steps;
+  uint64_t eval_seed = 1;
+  std::string checkpoint_dir;
+};
+
+// Which flags were given (their defaults say nothing).
+struct GpGiven {
+  bool steps = false, variants = false, eval_seqs = false;
+};
+
+// --replot: redraws the SVG of a finished experiment from its gp.json.
+int replot_gp(const GpFlags& f) {
+  const std::string source = f.replot;
+  const GpExperimentResult saved =
+      gp_result_from_json(nlohmann::json::parse(read_file(source), nullptr, false), source);
+  const std::filesystem::path dir =
+      f.out.empty() ? std::filesystem::path(source).parent_path() : std::filesystem::path(f.out);
+  const std::string svg = (dir / "gp-rmse.svg").string();
+  write_file_atomic(svg, gp_rmse_svg(saved));
+  fmt::print("Wrote {}\n", svg);
+  return 0;
+}
+
+// The experiment's options from the flags (both modes start from them).
+GpExperimentOptions gp_options(const GpFlags& f, const GlobalOptions& global) {
+  GpExperimentOptions o = default_gp_experiment();
+  o.device = command_device(global);
+  o.steps = f.steps;
+  o.variants = f.variants;
+  if (f.quick) o.train.steps = 60;
+  if (f.train_steps > 0) o.train.steps = f.train_steps;
+  if (f.batch > 0) o.train.batch = f.batch;
+  if (f.lr > 0) o.train.lr_max = f.lr;
+  o.train.lr_min = o.train.lr_max / 10;
+  o.train.warmup_steps = std::max<int64_t>(1, o.train.steps / 20);
+  o.train.progress = true;
+  if (f.layers > 0) o.cem_model.n_layers = o.baseline.n_layers = f.layers;
+  o.cem_model.positions = o.baseline.positions = parse_enum<Positions>(f.positions, "--positions");
+  if (!f.ffn.empty()) o.cem_model.ffn = o.baseline.ffn = f.ffn;
+  return o;
+}
+
+// --one: one model, trained and evaluated, its result as one JSON object (and <out>/gp-run.json).
+int run_gp_one(const GpFlags& f, const GpExperimentOptions& o, const GpGiven& given) {
+  GpRunOptions one;
+  one.device = o.device;
+  one.task = o.task;
+  one.train = o.train;
+  one.train.throw_on_nonfinite = false;  // a diverged run is a result ("status": "diverged")
+  one.train.label = f.model == "llama" ? "gp llama" : "gp cem";
+  if (f.model == "llama") {
+    CEMFRAC_CHECK(!given.steps && !given.variants && f.eval_steps.empty(),
+                  "gp --one --model llama: --steps, --variants and --eval-steps are for CEM");
+    one.model = o.baseline;
+  } else {
+    CEMFRAC_CHECK(given.steps && f.steps.size() == 1,
+                  "gp --one trains one CEM model: give its T as one --steps value");
+    CEMFRAC_CHECK(f.variants.size() == 1,
+                  "gp --one trains one CEM model: give at most one --variants value");
+    one.model = o.cem_model;
+    apply_gp_variant(one.model, f.variants[0]);
+    one.model.cem.steps = f.steps[0];
+    one.train.label = fmt::format("gp cem {} T={}", f.variants[0], f.steps[0]);
+  }
+  one.eval_steps = f.eval_steps;
+  one.val_seqs = f.val_seqs >= 0 ? f.val_seqs : 256;
+  one.test_seqs = given.eval_seqs ? f.eval_seqs : 1024;
+  one.seed = f.seed;
+  one.eval_seed = f.eval_seed;
+  one.checkpoint_run_dir = f.checkpoint_dir;
+  // One writer per directory (core/dir_lock.h): the trainer locks --checkpoint-dir; --out is
+  // locked here unless it is that same directory (a second lock on it would refuse us).
+  DirLock out_lock;
+  std::error_code ec1, ec2;
+  if (!f.out.empty() &&
+      (f.checkpoint_dir.empty() || std::filesystem::weakly_canonical(f.out, ec1) !=
+                                       std::filesystem::weakly_canonical(f.checkpoint_dir, ec2)))
+    out_lock = DirLock::acquire(f.out, "gp");
+  GpRunResult result;
+  try {
+    result = run_gp_single(one);
+  } catch (const TrainingInterrupted& e) {
+    fmt::print(stderr, "cemfrac: {}\n", e.what());
+    return kExitInterrupted;  // as `train`: a checkpoint was saved
+  }
+  const nlohmann::json j = to_json(result, one);
+  if (!f.out.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(f.out, ec);
+    CEMFRAC_CHECK(!ec, "cannot create --out directory {}: {}", f.out, ec.message());
+    write_file_atomic((std::filesystem::path(f.out) / "gp-run.json").string(), j.dump(2) + "\n");
+  }
+  fmt::print("{}\n", j.dump(2));
+  return 0;
+}
+
+// The experiment: every T and variant, the baseline and the oracle; gp.json, gp-rmse.svg and the
+// table (or the JSON).
+int run_gp_experiment_command(const GpFlags& f, GpExperimentOptions o, const GpGiven& given) {
+  o.eval_seqs = given.eval_seqs ? f.eval_seqs : (f.quick ? 256 : 1024);
+  o.val_seqs = std::max<int64_t>(0, f.val_seqs);
+  o.scale_from = f.scale_from;
+  o.run_baseline = !f.no_baseline;
+  o.seed = f.seed;
+  const std::string out = !f.out.empty() ? f.out : (f.quick ? "runs/gp-quick" : "runs/gp");
+  // Held for the whole experiment, so a second `gp` into the same --out is refused at once rather
+  // than after its minutes of training.
+  const DirLock out_lock = DirLock::acquire(out, "gp");
+  const GpExperimentResult result = run_gp_experiment(o);
+  std::error_code ec;
+  std::filesystem::create_directories(out, ec);
+  CEMFRAC_CHECK(!ec, "cannot create --out directory {}: {}", out, ec.message());
+  const nlohmann::json j = to_json(result);
+  write_file_atomic((std::filesystem::path(out) / "gp.json").string(), j.dump(2) + "\n");
+  write_file_atomic((std::filesystem::path(out) / "gp-rmse.svg").string(), gp_rmse_svg(result));
+  if (f.json) {
+    fmt::print("{}\n", j.dump(2));
+  } else {
+    print_table(result, o);
+    fmt::print("Wrote {0}/gp.json and {0}/gp-rmse.svg\n", out);
+  }
+  return 0;
+}
+
 }  // namespace
 
+// The flags, one declaration each (which makes this function long), then the mode they choose.
 Command add_gp(CLI::App& root, const GlobalOptions& global) {
-  struct Flags {
-    std::vector<int64_t> steps = {1, 2, 4, 8};
-    std::vector<std::string> variants = {"fixed"};
-    int64_t train_steps = 0;
-    int64_t batch = 0;
-    double lr = 0;
-    int64_t eval_seqs = 0;
-    int64_t layers = 0;
-    std::string positions = "none";
-    std::string ffn;  // "" = each model's own (cem_mlp, swiglu); "none" = attention-only
-    int64_t scale_from = 2;
-    bool no_baseline = false;
-    uint64_t seed = 1;
-    std::string out;
-    bool json = false;
-    bool quick = false;
-    std::string replot;
-    int64_t val_seqs = -1;  // -1: the mode's default (experiment: none; --one: 256)
-    bool one = false;
-    std::string model = "cem";
-    std::vector<int64_t> eval_steps;
-    uint64_t eval_seed = 1;
-    std::string checkpoint_dir;
-  };
-  auto flags = std::make_shared<Flags>();
+  auto flags = std::make_shared<GpFlags>();
   CLI::App* app = root.add_subcommand(
       "gp",
       "CEM synthetic experiment: Gaussian-process in-context regression, RMSE against T (one "
@@ -197,115 +319,18 @@ Command add_gp(CLI::App& root, const GlobalOptions& global) {
     one->excludes(app->get_option(other));
 
   auto run = [flags, app, &global]() {
-    const Flags& f = *flags;
+    const GpFlags& f = *flags;
     // One thread unless --threads says otherwise: the matrices are 128 wide, and splitting every op
     // over threads cost more than it saved (2-core machine under load: T = 1 ran 3.8 steps/s on one
     // thread, 0.6 on two; docs/gp.md).
     if (global.threads == 0) set_threads(1);
-    if (!f.replot.empty()) {
-      const std::string source = f.replot;
-      const GpExperimentResult saved =
-          gp_result_from_json(nlohmann::json::parse(read_file(source), nullptr, false), source);
-      const std::filesystem::path dir = f.out.empty() ? std::filesystem::path(source).parent_path()
-                                                      : std::filesystem::path(f.out);
-      const std::string svg = (dir / "gp-rmse.svg").string();
-      write_file_atomic(svg, gp_rmse_svg(saved));
-      fmt::print("Wrote {}\n", svg);
-      return 0;
-    }
-    GpExperimentOptions o = default_gp_experiment();
-    o.device = command_device(global);
-    o.steps = f.steps;
-    o.variants = f.variants;
-    if (f.quick) o.train.steps = 60;
-    if (f.train_steps > 0) o.train.steps = f.train_steps;
-    if (f.batch > 0) o.train.batch = f.batch;
-    if (f.lr > 0) o.train.lr_max = f.lr;
-    o.train.lr_min = o.train.lr_max / 10;
-    o.train.warmup_steps = std::max<int64_t>(1, o.train.steps / 20);
-    o.train.progress = true;
-    if (f.layers > 0) o.cem_model.n_layers = o.baseline.n_layers = f.layers;
-    o.cem_model.positions = o.baseline.positions =
-        parse_enum<Positions>(f.positions, "--positions");
-    if (!f.ffn.empty()) o.cem_model.ffn = o.baseline.ffn = f.ffn;
-    if (f.one) {
-      GpRunOptions one;
-      one.device = o.device;
-      one.task = o.task;
-      one.train = o.train;
-      one.train.throw_on_nonfinite = false;  // a diverged run is a result ("status": "diverged")
-      one.train.label = f.model == "llama" ? "gp llama" : "gp cem";
-      if (f.model == "llama") {
-        CEMFRAC_CHECK(
-            app->count("--steps") == 0 && app->count("--variants") == 0 && f.eval_steps.empty(),
-            "gp --one --model llama: --steps, --variants and --eval-steps are for CEM");
-        one.model = o.baseline;
-      } else {
-        CEMFRAC_CHECK(app->count("--steps") > 0 && f.steps.size() == 1,
-                      "gp --one trains one CEM model: give its T as one --steps value");
-        CEMFRAC_CHECK(f.variants.size() == 1,
-                      "gp --one trains one CEM model: give at most one --variants value");
-        one.model = o.cem_model;
-        apply_gp_variant(one.model, f.variants[0]);
-        one.model.cem.steps = f.steps[0];
-        one.train.label = fmt::format("gp cem {} T={}", f.variants[0], f.steps[0]);
-      }
-      one.eval_steps = f.eval_steps;
-      one.val_seqs = f.val_seqs >= 0 ? f.val_seqs : 256;
-      one.test_seqs = app->count("--eval-seqs") ? f.eval_seqs : 1024;
-      one.seed = f.seed;
-      one.eval_seed = f.eval_seed;
-      one.checkpoint_run_dir = f.checkpoint_dir;
-      // One writer per directory (core/dir_lock.h): the trainer locks --checkpoint-dir; --out is
-      // locked here unless it is that same directory (a second lock on it would refuse us).
-      DirLock out_lock;
-      std::error_code ec1, ec2;
-      if (!f.out.empty() && (f.checkpoint_dir.empty() ||
-                             std::filesystem::weakly_canonical(f.out, ec1) !=
-                                 std::filesystem::weakly_canonical(f.checkpoint_dir, ec2)))
-        out_lock = DirLock::acquire(f.out, "gp");
-      GpRunResult result;
-      try {
-        result = run_gp_single(one);
-      } catch (const TrainingInterrupted& e) {
-        fmt::print(stderr, "cemfrac: {}\n", e.what());
-        return kExitInterrupted;  // as `train`: a checkpoint was saved
-      }
-      const nlohmann::json j = to_json(result, one);
-      if (!f.out.empty()) {
-        std::error_code ec;
-        std::filesystem::create_directories(f.out, ec);
-        CEMFRAC_CHECK(!ec, "cannot create --out directory {}: {}", f.out, ec.message());
-        write_file_atomic((std::filesystem::path(f.out) / "gp-run.json").string(),
-                          j.dump(2) + "\n");
-      }
-      fmt::print("{}\n", j.dump(2));
-      return 0;
-    }
-    o.eval_seqs = app->count("--eval-seqs") ? f.eval_seqs : (f.quick ? 256 : 1024);
-    o.val_seqs = std::max<int64_t>(0, f.val_seqs);
-    o.scale_from = f.scale_from;
-    o.run_baseline = !f.no_baseline;
-    o.seed = f.seed;
-    const std::string out = !f.out.empty() ? f.out : (f.quick ? "runs/gp-quick" : "runs/gp");
-    // Held for the whole experiment, so a second `gp` into the same --out is refused at once
-    // rather than after its minutes of training.
-    const DirLock out_lock = DirLock::acquire(out, "gp");
-
-    const GpExperimentResult result = run_gp_experiment(o);
-    std::error_code ec;
-    std::filesystem::create_directories(out, ec);
-    CEMFRAC_CHECK(!ec, "cannot create --out directory {}: {}", out, ec.message());
-    const nlohmann::json j = to_json(result);
-    write_file_atomic((std::filesystem::path(out) / "gp.json").string(), j.dump(2) + "\n");
-    write_file_atomic((std::filesystem::path(out) / "gp-rmse.svg").string(), gp_rmse_svg(result));
-    if (f.json) {
-      fmt::print("{}\n", j.dump(2));
-    } else {
-      print_table(result, o);
-      fmt::print("Wrote {0}/gp.json and {0}/gp-rmse.svg\n", out);
-    }
-    return 0;
+    if (!f.replot.empty()) return replot_gp(f);
+    GpGiven given;
+    given.steps = app->count("--steps") > 0;
+    given.variants = app->count("--variants") > 0;
+    given.eval_seqs = app->count("--eval-seqs") > 0;
+    const GpExperimentOptions o = gp_options(f, global);
+    return f.one ? run_gp_one(f, o, given) : run_gp_experiment_command(f, o, given);
   };
   return {app, run};
 }
