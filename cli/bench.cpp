@@ -88,6 +88,205 @@ struct LadderFlags {
 // blocks, no trimming of the heap.
 constexpr const char* kPeerMallocEnv = "MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4294967295 ";
 
+// Copy bandwidth on the device (on CUDA, the HBM's): a float tensor of `elems`, copied into a
+// preallocated one.
+double measure_copy_gbs(int64_t elems, int reps, const c10::Device& device) {
+  const auto on_device = at::TensorOptions().device(device);
+  at::Tensor src = at::rand({elems}, on_device);
+  at::Tensor dst = at::empty_like(src);
+  const Timing t = time_it([&] { dst.copy_(src); }, std::max(reps, 5), device);
+  return 2.0 * elems * 4 / (t.best_ms * 1e-3) / 1e9;
+}
+
+// The Python peer, once for all depths (it prints JSON); null when it does not run, with the
+// reason in `note` when it was skipped rather than refused.
+nlohmann::json run_ladder_peer(const LadderFlags& flags, const c10::Device& device, int64_t n,
+                               int threads, std::string& note) {
+  bool want_peer = flags.peer;
+  CEMFRAC_CHECK(!(flags.peer && !device.is_cpu()),
+                "--peer: the ladder peer runs on the CPU only; drop --peer with --device {}",
+                device.str());
+  if (!device.is_cpu()) {
+    note =
+        fmt::format("peer skipped: the ladder peer runs on the CPU only, not on {}", device.str());
+    return nullptr;
+  }
+  if (!flags.peer && !flags.no_peer) {
+    want_peer = python_with_torch() &&
+                locate_peer(flags.peer_script, "bench/peers/ladder_peer.py").has_value();
+    if (!want_peer)
+      note = fmt::format("peer skipped: no {} with torch or no bench/peers/ladder_peer.py",
+                         kPeerPython);
+  }
+  if (!want_peer) return nullptr;
+  CEMFRAC_CHECK(python_with_torch(), "--peer needs {} with torch (Debian: python3-torch)",
+                kPeerPython);
+  const auto script = locate_peer(flags.peer_script, "bench/peers/ladder_peer.py");
+  CEMFRAC_CHECK(script.has_value(),
+                "--peer: bench/peers/ladder_peer.py not found; run from the source tree, set "
+                "CEMFRAC_SOURCE_DIR or pass --peer-script");
+  const std::string cmd = fmt::format(
+      "{}{} {} --depths {} --ladders {} --width {} --reps {} --threads {}",
+      flags.malloc_default ? "" : kPeerMallocEnv, kPeerPython, quote_for_shell(script->string()),
+      flags.depths, n, flags.width, flags.reps, threads);
+  if (!flags.json) fmt::print(stderr, "running the peer: {}\n", cmd);
+  return nlohmann::json::parse(capture_stdout(cmd, "the ladder peer"));
+}
+
+// One depth: the fused op and its raw kernels checked against the reference on the same inputs,
+// then every implementation timed, forward and forward + backward, beside the bytes floor.
+nlohmann::json ladder_depth_row(const LadderFlags& flags, int64_t d, int64_t rows,
+                                const c10::Device& device, double copy_gbs,
+                                const nlohmann::json& peer) {
+  const int64_t n = rows * flags.width;
+  const auto on_device = at::TensorOptions().device(device);
+  torch::manual_seed(0);
+  // Drawn on the CPU and moved, so every device times the same numbers.
+  const at::Tensor a = (at::rand({rows, d, flags.width}) * 6 - 3).to(device);  // U(-3, 3)
+  const at::Tensor g = (at::rand({rows, flags.width}) * 2 - 1).to(device);
+  const auto fused = ContinuantOptions();
+  const auto reference = ContinuantOptions().impl(ContinuantImpl::kReference);
+  const auto literal = ContinuantOptions().impl(ContinuantImpl::kLiteral);
+  auto forward = [&](const ContinuantOptions& o) {
+    return [&a, o] {
+      at::NoGradGuard no_grad;
+      return continuant(a, o);
+    };
+  };
+  auto forward_backward = [&](const ContinuantOptions& o) {
+    return [&a, &g, o] {
+      at::Tensor x = a.detach().requires_grad_(true);
+      at::Tensor f = continuant(x, o);
+      return torch::autograd::grad({f}, {x}, {g})[0];
+    };
+  };
+  // Kernels alone, into preallocated tensors: forward with the cached reciprocal, then backward.
+  at::Tensor kf = at::empty({rows, flags.width}, on_device);
+  at::Tensor kr = at::empty_like(kf);
+  at::Tensor kga = at::empty_like(a);
+  auto kernel_forward = [&] {
+#ifdef CEMFRAC_WITH_CUDA
+    if (device.is_cuda()) {
+      kernels::continuant_forward_cuda(a, 0.01, kf, at::Tensor(), at::Tensor());
+      return;
+    }
+#endif
+    kernels::continuant_forward_cpu(a, 0.01, kf, at::Tensor(), at::Tensor());
+  };
+  auto kernel_forward_backward = [&] {
+#ifdef CEMFRAC_WITH_CUDA
+    if (device.is_cuda()) {
+      kernels::continuant_forward_cuda(a, 0.01, kf, kr, at::Tensor());
+      kernels::continuant_backward_cuda(a, kr, at::Tensor(), g, 0.01, false, kga);
+      return;
+    }
+#endif
+    kernels::continuant_forward_cpu(a, 0.01, kf, kr, at::Tensor());
+    kernels::continuant_backward_cpu(a, kr, at::Tensor(), g, 0.01, false, kga);
+  };
+
+  // Check before timing: fused (op and raw kernels) against the reference on these inputs.
+  {
+    const at::Tensor f_ref = forward(reference)();
+    const at::Tensor g_ref = forward_backward(reference)();
+    const double e_f = max_rel_diff(forward(fused)(), f_ref);
+    const double e_g = max_rel_diff(forward_backward(fused)(), g_ref);
+    kernel_forward_backward();
+    const double e_k = std::max(max_rel_diff(kf, f_ref), max_rel_diff(kga, g_ref));
+    CEMFRAC_CHECK(e_f <= 1e-6 && e_g <= 1e-6 && e_k <= 1e-6,
+                  "ladder check failed at d={}: fused vs reference max rel. diff f {:.2e}, grad "
+                  "{:.2e}, kernel {:.2e}",
+                  d, e_f, e_g, e_k);
+  }
+
+  const double bytes_fwd = 4.0 * (d + 1) * n;     // a in, f out
+  const double bytes_fb = 4.0 * (3 * d + 2) * n;  // + a in again, g in, grad a out
+  nlohmann::json row = {{"depth", d},
+                        {"floor_forward_ms", bytes_fwd / (copy_gbs * 1e9) * 1e3},
+                        {"floor_forward_backward_ms", bytes_fb / (copy_gbs * 1e9) * 1e3},
+                        {"bytes_forward", bytes_fwd},
+                        {"bytes_forward_backward", bytes_fb}};
+  auto record = [&](const std::string& name, const Timing& fwd, const Timing& fb) {
+    row[name] = {{"forward", {{"best_ms", fwd.best_ms}, {"median_ms", fwd.median_ms}}},
+                 {"forward_backward", {{"best_ms", fb.best_ms}, {"median_ms", fb.median_ms}}}};
+  };
+  record("fused", time_it(forward(fused), flags.reps, device),
+         time_it(forward_backward(fused), flags.reps, device));
+  record("kernel", time_it(kernel_forward, flags.reps, device),
+         time_it(kernel_forward_backward, flags.reps, device));
+  record("reference", time_it(forward(reference), flags.reps, device),
+         time_it(forward_backward(reference), flags.reps, device));
+  record("literal", time_it(forward(literal), flags.reps, device),
+         time_it(forward_backward(literal), flags.reps, device));
+  if (!peer.is_null()) {
+    for (const auto& p : peer["results"]) {
+      if (p["depth"].get<int64_t>() != d) continue;
+      for (const char* name : {"custom_function", "autograd", "literal"})
+        row["peer_" + std::string(name)] = p[name];
+    }
+  }
+  return row;
+}
+
+double best_ms(const nlohmann::json& row, const std::string& impl, const char* pass) {
+  return row.contains(impl) ? row[impl][pass]["best_ms"].get<double>() : 0.0;
+}
+
+// The report as text: the two tables, forward and forward + backward.
+void print_ladder(const LadderFlags& flags, const nlohmann::json& report,
+                  const std::string& peer_note) {
+  const nlohmann::json& peer = report.contains("peer") ? report["peer"] : nlohmann::json();
+  fmt::print(
+      "ladder bench: {} ladders = {} rows x {} (float32) on {}, {} threads, ISA {}, best of {} "
+      "(medians in --json)\n",
+      report["ladders"].get<int64_t>(), report["rows"].get<int64_t>(), flags.width,
+      report["device"].get<std::string>(), report["threads"].get<int>(),
+      report["isa"].get<std::string>(), flags.reps);
+  fmt::print("CPU {}; copy bandwidth on {} {:.1f} GB/s (measured now); malloc: {}\n",
+             report["cpu"].get<std::string>(), report["device"].get<std::string>(),
+             report["copy_gbs"].get<double>(), report["malloc"].get<std::string>());
+  if (!peer.is_null()) {
+    fmt::print("peer: Python {} + torch {}, {} threads\n", peer["python"].get<std::string>(),
+               peer["torch"].get<std::string>(), peer["threads"].get<int>());
+  } else if (!peer_note.empty()) {
+    fmt::print("{}\n", peer_note);
+  }
+  fmt::print("\nforward (inference)\n");
+  fmt::print("{:>3} {:>9} {:>7} {:>7} {:>9} {:>10} {:>9} {:>9}\n", "d", "fused ms", "GB/s",
+             "xfloor", "kernel ms", "ref ms (x)", "lit (x)", "peer (x)");
+  for (const auto& row : report["results"]) {
+    const double t = best_ms(row, "fused", "forward");
+    const double floor = row["floor_forward_ms"].get<double>();
+    const double peer_t = best_ms(row, "peer_custom_function", "forward");
+    fmt::print("{:>3} {:>9.2f} {:>7.1f} {:>7.2f} {:>9.2f} {:>10.1f} {:>9.1f} {:>9}\n",
+               row["depth"].get<int64_t>(), t, row["bytes_forward"].get<double>() / (t * 1e6),
+               t / floor, best_ms(row, "kernel", "forward"),
+               best_ms(row, "reference", "forward") / t, best_ms(row, "literal", "forward") / t,
+               peer_t > 0 ? fmt::format("{:.1f}", peer_t / t) : std::string("-"));
+  }
+  fmt::print("\nforward + backward\n");
+  fmt::print("{:>3} {:>9} {:>7} {:>7} {:>9} {:>10} {:>9} {:>9} {:>9} {:>9}\n", "d", "fused ms",
+             "GB/s", "xfloor", "kernel ms", "ref ms (x)", "lit (x)", "peerF (x)", "peerA (x)",
+             "peerL (x)");
+  for (const auto& row : report["results"]) {
+    const double t = best_ms(row, "fused", "forward_backward");
+    const double floor = row["floor_forward_backward_ms"].get<double>();
+    auto ratio = [&](const std::string& impl) {
+      const double v = best_ms(row, impl, "forward_backward");
+      return v > 0 ? fmt::format("{:.1f}", v / t) : std::string("-");
+    };
+    fmt::print("{:>3} {:>9.2f} {:>7.1f} {:>7.2f} {:>9.2f} {:>10} {:>9} {:>9} {:>9} {:>9}\n",
+               row["depth"].get<int64_t>(), t,
+               row["bytes_forward_backward"].get<double>() / (t * 1e6), t / floor,
+               best_ms(row, "kernel", "forward_backward"), ratio("reference"), ratio("literal"),
+               ratio("peer_custom_function"), ratio("peer_autograd"), ratio("peer_literal"));
+  }
+  fmt::print(
+      "\n(x) = that implementation's time / fused time; xfloor = fused time / (bytes that must "
+      "move / copy bandwidth);\npeerF/peerA/peerL = Python custom autograd Function / autograd "
+      "through the continuant ops / literal ladder\n");
+}
+
 int run_ladder(const LadderFlags& flags) {
   CEMFRAC_CHECK(flags.width >= 1 && flags.ladders >= flags.width,
                 "--ladders ({}) must be >= --width ({}) >= 1", flags.ladders, flags.width);
@@ -100,154 +299,16 @@ int run_ladder(const LadderFlags& flags) {
                 "cuda");
   kernels::set_continuant_cpu_isa(flags.isa);
   if (!flags.malloc_default) keep_heap();
-  const auto on_device = at::TensorOptions().device(device);
   const int64_t rows = flags.ladders / flags.width;
   const int64_t n = rows * flags.width;  // ladders actually timed
   const int64_t max_depth = *std::max_element(depths.begin(), depths.end());
   const int threads = at::get_num_threads();
-
-  // Copy bandwidth on the device (on CUDA, the HBM's): a float tensor of 2x the largest a, copied
-  // into a preallocated one.
-  double copy_gbs = 0;
-  {
-    const int64_t elems = 2 * rows * max_depth * flags.width;
-    at::Tensor src = at::rand({elems}, on_device);
-    at::Tensor dst = at::empty_like(src);
-    const Timing t = time_it([&] { dst.copy_(src); }, std::max(flags.reps, 5), device);
-    copy_gbs = 2.0 * elems * 4 / (t.best_ms * 1e-3) / 1e9;
-  }
-
-  // The Python peer, once for all depths (it prints JSON).
-  nlohmann::json peer;
-  bool want_peer = flags.peer;
+  const double copy_gbs = measure_copy_gbs(2 * rows * max_depth * flags.width, flags.reps, device);
   std::string peer_note;
-  CEMFRAC_CHECK(!(flags.peer && !device.is_cpu()),
-                "--peer: the ladder peer runs on the CPU only; drop --peer with --device {}",
-                device.str());
-  if (!device.is_cpu()) {
-    want_peer = false;
-    peer_note =
-        fmt::format("peer skipped: the ladder peer runs on the CPU only, not on {}", device.str());
-  } else if (!flags.peer && !flags.no_peer) {
-    want_peer = python_with_torch() &&
-                locate_peer(flags.peer_script, "bench/peers/ladder_peer.py").has_value();
-    if (!want_peer)
-      peer_note = fmt::format("peer skipped: no {} with torch or no bench/peers/ladder_peer.py",
-                              kPeerPython);
-  }
-  if (want_peer) {
-    CEMFRAC_CHECK(python_with_torch(), "--peer needs {} with torch (Debian: python3-torch)",
-                  kPeerPython);
-    const auto script = locate_peer(flags.peer_script, "bench/peers/ladder_peer.py");
-    CEMFRAC_CHECK(script.has_value(),
-                  "--peer: bench/peers/ladder_peer.py not found; run from the source tree, set "
-                  "CEMFRAC_SOURCE_DIR or pass --peer-script");
-    const std::string cmd = fmt::format(
-        "{}{} {} --depths {} --ladders {} --width {} --reps {} --threads {}",
-        flags.malloc_default ? "" : kPeerMallocEnv, kPeerPython, quote_for_shell(script->string()),
-        flags.depths, n, flags.width, flags.reps, threads);
-    if (!flags.json) fmt::print(stderr, "running the peer: {}\n", cmd);
-    peer = nlohmann::json::parse(capture_stdout(cmd, "the ladder peer"));
-  }
-
+  const nlohmann::json peer = run_ladder_peer(flags, device, n, threads, peer_note);
   nlohmann::json results = nlohmann::json::array();
-  for (const int64_t d : depths) {
-    torch::manual_seed(0);
-    // Drawn on the CPU and moved, so every device times the same numbers.
-    const at::Tensor a = (at::rand({rows, d, flags.width}) * 6 - 3).to(device);  // U(-3, 3)
-    const at::Tensor g = (at::rand({rows, flags.width}) * 2 - 1).to(device);
-    const auto fused = ContinuantOptions();
-    const auto reference = ContinuantOptions().impl(ContinuantImpl::kReference);
-    const auto literal = ContinuantOptions().impl(ContinuantImpl::kLiteral);
-
-    auto forward = [&](const ContinuantOptions& o) {
-      return [&a, o] {
-        at::NoGradGuard no_grad;
-        return continuant(a, o);
-      };
-    };
-    auto forward_backward = [&](const ContinuantOptions& o) {
-      return [&a, &g, o] {
-        at::Tensor x = a.detach().requires_grad_(true);
-        at::Tensor f = continuant(x, o);
-        return torch::autograd::grad({f}, {x}, {g})[0];
-      };
-    };
-    // Kernels alone, into preallocated tensors: forward with the cached reciprocal, then backward.
-    at::Tensor kf = at::empty({rows, flags.width}, on_device);
-    at::Tensor kr = at::empty_like(kf);
-    at::Tensor kga = at::empty_like(a);
-    auto kernel_forward = [&] {
-#ifdef CEMFRAC_WITH_CUDA
-      if (device.is_cuda()) {
-        kernels::continuant_forward_cuda(a, 0.01, kf, at::Tensor(), at::Tensor());
-        return;
-      }
-#endif
-      kernels::continuant_forward_cpu(a, 0.01, kf, at::Tensor(), at::Tensor());
-    };
-    auto kernel_forward_backward = [&] {
-#ifdef CEMFRAC_WITH_CUDA
-      if (device.is_cuda()) {
-        kernels::continuant_forward_cuda(a, 0.01, kf, kr, at::Tensor());
-        kernels::continuant_backward_cuda(a, kr, at::Tensor(), g, 0.01, false, kga);
-        return;
-      }
-#endif
-      kernels::continuant_forward_cpu(a, 0.01, kf, kr, at::Tensor());
-      kernels::continuant_backward_cpu(a, kr, at::Tensor(), g, 0.01, false, kga);
-    };
-
-    // Check before timing: fused (op and raw kernels) against the reference on these inputs.
-    {
-      const at::Tensor f_ref = forward(reference)();
-      const at::Tensor g_ref = forward_backward(reference)();
-      const double e_f = max_rel_diff(forward(fused)(), f_ref);
-      const double e_g = max_rel_diff(forward_backward(fused)(), g_ref);
-      kernel_forward_backward();
-      const double e_k = std::max(max_rel_diff(kf, f_ref), max_rel_diff(kga, g_ref));
-      CEMFRAC_CHECK(e_f <= 1e-6 && e_g <= 1e-6 && e_k <= 1e-6,
-                    "ladder check failed at d={}: fused vs reference max rel. diff f {:.2e}, grad "
-                    "{:.2e}, kernel {:.2e}",
-                    d, e_f, e_g, e_k);
-    }
-
-    const double bytes_fwd = 4.0 * (d + 1) * n;     // a in, f out
-    const double bytes_fb = 4.0 * (3 * d + 2) * n;  // + a in again, g in, grad a out
-    const double floor_fwd_ms = bytes_fwd / (copy_gbs * 1e9) * 1e3;
-    const double floor_fb_ms = bytes_fb / (copy_gbs * 1e9) * 1e3;
-
-    nlohmann::json row = {{"depth", d},
-                          {"floor_forward_ms", floor_fwd_ms},
-                          {"floor_forward_backward_ms", floor_fb_ms},
-                          {"bytes_forward", bytes_fwd},
-                          {"bytes_forward_backward", bytes_fb}};
-    auto record = [&](const std::string& name, const Timing& fwd, const Timing& fb) {
-      row[name] = {{"forward", {{"best_ms", fwd.best_ms}, {"median_ms", fwd.median_ms}}},
-                   {"forward_backward", {{"best_ms", fb.best_ms}, {"median_ms", fb.median_ms}}}};
-    };
-    record("fused", time_it(forward(fused), flags.reps, device),
-           time_it(forward_backward(fused), flags.reps, device));
-    record("kernel", time_it(kernel_forward, flags.reps, device),
-           time_it(kernel_forward_backward, flags.reps, device));
-    record("reference", time_it(forward(reference), flags.reps, device),
-           time_it(forward_backward(reference), flags.reps, device));
-    record("literal", time_it(forward(literal), flags.reps, device),
-           time_it(forward_backward(literal), flags.reps, device));
-    if (!peer.is_null()) {
-      for (const auto& p : peer["results"]) {
-        if (p["depth"].get<int64_t>() != d) continue;
-        for (const char* name : {"custom_function", "autograd", "literal"}) {
-          row["peer_" + std::string(name)] = p[name];
-        }
-      }
-    }
-    results.push_back(row);
-  }
-
-  auto best = [](const nlohmann::json& row, const std::string& impl, const char* pass) {
-    return row.contains(impl) ? row[impl][pass]["best_ms"].get<double>() : 0.0;
-  };
+  for (const int64_t d : depths)
+    results.push_back(ladder_depth_row(flags, d, rows, device, copy_gbs, peer));
   nlohmann::json report = {
       {"bench", "ladder"},
       {"device", device.str()},
@@ -268,58 +329,10 @@ int run_ladder(const LadderFlags& flags) {
     report["peer"] = {
         {"python", peer["python"]}, {"torch", peer["torch"]}, {"threads", peer["threads"]}};
   }
-  if (flags.json) {
+  if (flags.json)
     fmt::print("{}\n", report.dump(2));
-    return 0;
-  }
-
-  fmt::print(
-      "ladder bench: {} ladders = {} rows x {} (float32) on {}, {} threads, ISA {}, best of {} "
-      "(medians in --json)\n",
-      n, rows, flags.width, device.str(), threads, kernels::continuant_cpu_isa(), flags.reps);
-  fmt::print("CPU {}; copy bandwidth on {} {:.1f} GB/s (measured now); malloc: {}\n",
-             read_cpu_features().model_name, device.str(), copy_gbs,
-             flags.malloc_default ? "glibc default" : "heap kept (no mmap, no trim)");
-  if (!peer.is_null()) {
-    fmt::print("peer: Python {} + torch {}, {} threads\n", peer["python"].get<std::string>(),
-               peer["torch"].get<std::string>(), peer["threads"].get<int>());
-  } else if (!peer_note.empty()) {
-    fmt::print("{}\n", peer_note);
-  }
-  fmt::print("\nforward (inference)\n");
-  fmt::print("{:>3} {:>9} {:>7} {:>7} {:>9} {:>10} {:>9} {:>9}\n", "d", "fused ms", "GB/s",
-             "xfloor", "kernel ms", "ref ms (x)", "lit (x)", "peer (x)");
-  for (const auto& row : results) {
-    const double t = best(row, "fused", "forward");
-    const double floor = row["floor_forward_ms"].get<double>();
-    const double peer_t = best(row, "peer_custom_function", "forward");
-    fmt::print("{:>3} {:>9.2f} {:>7.1f} {:>7.2f} {:>9.2f} {:>10.1f} {:>9.1f} {:>9}\n",
-               row["depth"].get<int64_t>(), t, row["bytes_forward"].get<double>() / (t * 1e6),
-               t / floor, best(row, "kernel", "forward"), best(row, "reference", "forward") / t,
-               best(row, "literal", "forward") / t,
-               peer_t > 0 ? fmt::format("{:.1f}", peer_t / t) : std::string("-"));
-  }
-  fmt::print("\nforward + backward\n");
-  fmt::print("{:>3} {:>9} {:>7} {:>7} {:>9} {:>10} {:>9} {:>9} {:>9} {:>9}\n", "d", "fused ms",
-             "GB/s", "xfloor", "kernel ms", "ref ms (x)", "lit (x)", "peerF (x)", "peerA (x)",
-             "peerL (x)");
-  for (const auto& row : results) {
-    const double t = best(row, "fused", "forward_backward");
-    const double floor = row["floor_forward_backward_ms"].get<double>();
-    auto ratio = [&](const std::string& impl) {
-      const double v = best(row, impl, "forward_backward");
-      return v > 0 ? fmt::format("{:.1f}", v / t) : std::string("-");
-    };
-    fmt::print("{:>3} {:>9.2f} {:>7.1f} {:>7.2f} {:>9.2f} {:>10} {:>9} {:>9} {:>9} {:>9}\n",
-               row["depth"].get<int64_t>(), t,
-               row["bytes_forward_backward"].get<double>() / (t * 1e6), t / floor,
-               best(row, "kernel", "forward_backward"), ratio("reference"), ratio("literal"),
-               ratio("peer_custom_function"), ratio("peer_autograd"), ratio("peer_literal"));
-  }
-  fmt::print(
-      "\n(x) = that implementation's time / fused time; xfloor = fused time / (bytes that must "
-      "move / copy bandwidth);\npeerF/peerA/peerL = Python custom autograd Function / autograd "
-      "through the continuant ops / literal ladder\n");
+  else
+    print_ladder(flags, report, peer_note);
   return 0;
 }
 
