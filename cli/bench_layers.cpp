@@ -173,35 +173,28 @@ void time_round_robin(std::vector<Subject>& subjects, const torch::Tensor& x,
   }
 }
 
-int run_layers(const LayersFlags& flags) {
-  if (!flags.malloc_default) keep_heap();
-  RunConfig base;
-  base.model.d_model = flags.width;
-  base.model.n_heads = std::max<int64_t>(1, flags.width / 64);
-  base.model.d_ff = 4 * flags.width;
-  base.model.context = flags.context;
-  base.model.n_layers = 12;  // only scales the residual-projection init
-  base = with_overrides(base, flags.sets);
-  const std::vector<std::string> only = split_names(flags.kinds);
+// One row of the bench: a sub-layer kind with one variant's overrides.
+struct LayerJob {
+  std::string sublayer, kind, variant;
+  std::vector<std::string> sets;
+};
+
+// The rows: every mixer kind (defaults, then its variants), then every FFN kind likewise, of the
+// kinds --kinds names (all when empty); the baselines always run.
+std::vector<LayerJob> layer_jobs(const std::string& kinds) {
+  const std::vector<std::string> only = split_names(kinds);
+  const auto& mixers = mixer_kind_names();
+  const auto& ffns = ffn_kind_names();
+  for (const std::string& k : only) {
+    CEMFRAC_CHECK(std::find(mixers.begin(), mixers.end(), k) != mixers.end() ||
+                      std::find(ffns.begin(), ffns.end(), k) != ffns.end(),
+                  "--kinds: '{}' is not a mixer or FFN kind (mixers: {}; FFNs: {})", k,
+                  fmt::join(mixers, ", "), fmt::join(ffns, ", "));
+  }
   auto wanted = [&](const std::string& kind) {
     return only.empty() || std::find(only.begin(), only.end(), kind) != only.end();
   };
-  for (const std::string& k : only) {
-    const auto& m = mixer_kind_names();
-    const auto& f = ffn_kind_names();
-    CEMFRAC_CHECK(
-        std::find(m.begin(), m.end(), k) != m.end() || std::find(f.begin(), f.end(), k) != f.end(),
-        "--kinds: '{}' is not a mixer or FFN kind (mixers: {}; FFNs: {})", k, fmt::join(m, ", "),
-        fmt::join(f, ", "));
-  }
-
-  // The rows: every mixer kind (defaults, then its variants), then every FFN kind likewise; the
-  // baselines always run.
-  struct Job {
-    std::string sublayer, kind, variant;
-    std::vector<std::string> sets;
-  };
-  std::vector<Job> jobs;
+  std::vector<LayerJob> jobs;
   auto add_kind = [&](const char* sublayer, const std::string& kind, const char* baseline) {
     if (kind != baseline && !wanted(kind)) return;
     const std::string field =
@@ -214,18 +207,19 @@ int run_layers(const LayersFlags& flags) {
       jobs.push_back({sublayer, kind, v.label, sets});
     }
   };
-  for (const std::string& k : mixer_kind_names()) add_kind("mixer", k, kMixerBaseline);
-  for (const std::string& k : ffn_kind_names()) add_kind("ffn", k, kFfnBaseline);
+  for (const std::string& k : mixers) add_kind("mixer", k, kMixerBaseline);
+  for (const std::string& k : ffns) add_kind("ffn", k, kFfnBaseline);
+  return jobs;
+}
 
-  // Build every row's module first (same seed each), then time them all round-robin on one input.
-  const torch::Device device = command_device(flags.device, "");
-  CEMFRAC_CHECK(!device.is_meta(),
-                "bench layers: the meta device computes nothing to time; use cpu or "
-                "cuda");
+// The modules to time, one per job, each built from the same seed; a mixer's context (with RoPE
+// tables when its config rotates) lives in `contexts` / `rotaries`.
+std::vector<Subject> build_subjects(const std::vector<LayerJob>& jobs, const RunConfig& base,
+                                    const torch::Device& device,
+                                    std::vector<std::unique_ptr<MixerContext>>& contexts,
+                                    std::vector<std::unique_ptr<RotaryEmbedding>>& rotaries) {
   std::vector<Subject> subjects;
-  std::vector<std::unique_ptr<MixerContext>> contexts;
-  std::vector<std::unique_ptr<RotaryEmbedding>> rotaries;
-  for (const Job& job : jobs) {
+  for (const LayerJob& job : jobs) {
     const ModelConfig c = with_overrides(base, job.sets).model;
     torch::manual_seed(1);
     Subject s;
@@ -252,6 +246,90 @@ int run_layers(const LayersFlags& flags) {
     s.params = s.module->parameters();
     subjects.push_back(std::move(s));
   }
+  return subjects;
+}
+
+// The report's rows: times, throughput, MFU against `sgemm_gflops` and the ratio to the baseline
+// of the row's sub-layer.
+json layer_rows(const std::vector<Row>& rows, double tokens, double sgemm_gflops) {
+  auto baseline_ms = [&](const std::string& sublayer) {
+    const std::string kind = sublayer == "mixer" ? kMixerBaseline : kFfnBaseline;
+    for (const Row& r : rows)
+      if (r.sublayer == sublayer && r.kind == kind && r.variant == "default")
+        return r.forward_backward.best_ms;
+    return 0.0;
+  };
+  json out = json::array();
+  for (const Row& r : rows) {
+    const double base_ms = baseline_ms(r.sublayer);
+    // forward + backward = 3 forwards (docs/flops.md)
+    const double gflops =
+        3.0 * r.forward_flops_per_token * tokens / (r.forward_backward.best_ms * 1e6);
+    out.push_back(
+        {{"sublayer", r.sublayer},
+         {"kind", r.kind},
+         {"variant", r.variant},
+         {"parameters", r.params},
+         {"forward_ms", {{"best", r.forward.best_ms}, {"median", r.forward.median_ms}}},
+         {"forward_backward_ms",
+          {{"best", r.forward_backward.best_ms}, {"median", r.forward_backward.median_ms}}},
+         {"forward_backward_rounds_ms", r.forward_backward_rounds},
+         {"forward_backward_us_per_token", 1e3 * r.forward_backward.best_ms / tokens},
+         {"forward_flops_per_token", r.forward_flops_per_token},
+         {"forward_backward_gflops", gflops},
+         {"mfu", gflops / sgemm_gflops},
+         {"ratio_vs_baseline", base_ms > 0 ? r.forward_backward.best_ms / base_ms : 0.0}});
+  }
+  return out;
+}
+
+void print_layers(const json& report, int reps) {
+  fmt::print(
+      "cemfrac bench layers: width {}, heads {}, d_ff {}, context {}, batch {}, on {}, {} "
+      "threads, best of {} after a warm-up\nCPU {}; BLAS core {}\n\n",
+      report["width"].get<int64_t>(), report["heads"].get<int64_t>(), report["d_ff"].get<int64_t>(),
+      report["context"].get<int64_t>(), report["batch"].get<int64_t>(),
+      report["device"].get<std::string>(), report["threads"].get<int>(), reps,
+      report["cpu"].get<std::string>(), report["blas_core"].get<std::string>());
+  fmt::print("{:<6} {:<18} {:<10} {:>10} {:>9} {:>10} {:>9} {:>8} {:>7}\n", "", "kind", "variant",
+             "params", "fwd ms", "f+b ms", "f+b us/t", "x base", "MFU");
+  for (const json& r : report["rows"]) {
+    fmt::print("{:<6} {:<18} {:<10} {:>10} {:>9.2f} {:>10.2f} {:>9.2f} {:>8.2f} {:>6.1f}%\n",
+               r["sublayer"].get<std::string>(), r["kind"].get<std::string>(),
+               r["variant"].get<std::string>(), r["parameters"].get<int64_t>(),
+               r["forward_ms"]["best"].get<double>(),
+               r["forward_backward_ms"]["best"].get<double>(),
+               r["forward_backward_us_per_token"].get<double>(),
+               r["ratio_vs_baseline"].get<double>(), 100.0 * r["mfu"].get<double>());
+  }
+  fmt::print(
+      "\nf+b = forward + backward (gradients of x and every parameter); us/t = microseconds per "
+      "token;\nx base = f+b time / that of {} (mixers) or {} (FFNs) in this run; MFU = 3 x forward "
+      "FLOPs "
+      "(docs/flops.md) / f+b time / float32 matmul on {} {:.1f} GFLOP/s at {}^3 (this run)\n",
+      kMixerBaseline, kFfnBaseline, report["device"].get<std::string>(),
+      report["sgemm_gflops"]["best"].get<double>(), report["sgemm_gflops"]["n"].get<int>());
+}
+
+int run_layers(const LayersFlags& flags) {
+  if (!flags.malloc_default) keep_heap();
+  RunConfig base;
+  base.model.d_model = flags.width;
+  base.model.n_heads = std::max<int64_t>(1, flags.width / 64);
+  base.model.d_ff = 4 * flags.width;
+  base.model.context = flags.context;
+  base.model.n_layers = 12;  // only scales the residual-projection init
+  base = with_overrides(base, flags.sets);
+  const std::vector<LayerJob> jobs = layer_jobs(flags.kinds);
+
+  // Build every row's module first (same seed each), then time them all round-robin on one input.
+  const torch::Device device = command_device(flags.device, "");
+  CEMFRAC_CHECK(!device.is_meta(),
+                "bench layers: the meta device computes nothing to time; use cpu or "
+                "cuda");
+  std::vector<std::unique_ptr<MixerContext>> contexts;
+  std::vector<std::unique_ptr<RotaryEmbedding>> rotaries;
+  std::vector<Subject> subjects = build_subjects(jobs, base, device, contexts, rotaries);
   if (!flags.json) {
     fmt::print(stderr, "  timing {} rows round-robin, {} rounds after a warm-up...\n",
                subjects.size(), flags.reps);
@@ -275,79 +353,28 @@ int run_layers(const LayersFlags& flags) {
     row.forward_backward_rounds = subjects[i].forward_backward_ms;
     rows.push_back(row);
   }
-
-  auto baseline_ms = [&](const std::string& sublayer) {
-    const std::string kind = sublayer == "mixer" ? kMixerBaseline : kFfnBaseline;
-    for (const Row& r : rows)
-      if (r.sublayer == sublayer && r.kind == kind && r.variant == "default")
-        return r.forward_backward.best_ms;
-    return 0.0;
-  };
   const double tokens = static_cast<double>(flags.batch * base.model.context);
   const double geo = std::cbrt(tokens * double(base.model.d_model) * double(base.model.d_ff));
   const int n_sgemm =
       static_cast<int>(std::clamp<double>(std::round(geo / 64.0) * 64.0, 64.0, 2048.0));
   const double sgemm_gflops = measure_matmul_gflops(n_sgemm, 3, device, torch::kFloat32);
-  json report = {{"bench", "layers"},
-                 {"device", device.str()},
-                 {"cpu", read_cpu_features().model_name},
-                 {"blas_core", blas_status().core},
-                 {"threads", at::get_num_threads()},
-                 {"width", base.model.d_model},
-                 {"heads", base.model.n_heads},
-                 {"d_ff", base.model.d_ff},
-                 {"context", base.model.context},
-                 {"batch", flags.batch},
-                 {"reps", flags.reps},
-                 {"sgemm_gflops", {{"n", n_sgemm}, {"best", sgemm_gflops}}},
-                 {"rows", json::array()}};
-  for (const Row& r : rows) {
-    const double base_ms = baseline_ms(r.sublayer);
-    // forward + backward = 3 forwards (docs/flops.md)
-    const double gflops =
-        3.0 * r.forward_flops_per_token * tokens / (r.forward_backward.best_ms * 1e6);
-    report["rows"].push_back(
-        {{"sublayer", r.sublayer},
-         {"kind", r.kind},
-         {"variant", r.variant},
-         {"parameters", r.params},
-         {"forward_ms", {{"best", r.forward.best_ms}, {"median", r.forward.median_ms}}},
-         {"forward_backward_ms",
-          {{"best", r.forward_backward.best_ms}, {"median", r.forward_backward.median_ms}}},
-         {"forward_backward_rounds_ms", r.forward_backward_rounds},
-         {"forward_backward_us_per_token", 1e3 * r.forward_backward.best_ms / tokens},
-         {"forward_flops_per_token", r.forward_flops_per_token},
-         {"forward_backward_gflops", gflops},
-         {"mfu", gflops / sgemm_gflops},
-         {"ratio_vs_baseline", base_ms > 0 ? r.forward_backward.best_ms / base_ms : 0.0}});
-  }
-  if (flags.json) {
+  const json report = {{"bench", "layers"},
+                       {"device", device.str()},
+                       {"cpu", read_cpu_features().model_name},
+                       {"blas_core", blas_status().core},
+                       {"threads", at::get_num_threads()},
+                       {"width", base.model.d_model},
+                       {"heads", base.model.n_heads},
+                       {"d_ff", base.model.d_ff},
+                       {"context", base.model.context},
+                       {"batch", flags.batch},
+                       {"reps", flags.reps},
+                       {"sgemm_gflops", {{"n", n_sgemm}, {"best", sgemm_gflops}}},
+                       {"rows", layer_rows(rows, tokens, sgemm_gflops)}};
+  if (flags.json)
     fmt::print("{}\n", report.dump(2));
-    return 0;
-  }
-  fmt::print(
-      "cemfrac bench layers: width {}, heads {}, d_ff {}, context {}, batch {}, on {}, {} "
-      "threads, best of {} after a warm-up\nCPU {}; BLAS core {}\n\n",
-      base.model.d_model, base.model.n_heads, base.model.d_ff, base.model.context, flags.batch,
-      device.str(), at::get_num_threads(), flags.reps, read_cpu_features().model_name,
-      blas_status().core);
-  fmt::print("{:<6} {:<18} {:<10} {:>10} {:>9} {:>10} {:>9} {:>8} {:>7}\n", "", "kind", "variant",
-             "params", "fwd ms", "f+b ms", "f+b us/t", "x base", "MFU");
-  for (const json& r : report["rows"]) {
-    fmt::print("{:<6} {:<18} {:<10} {:>10} {:>9.2f} {:>10.2f} {:>9.2f} {:>8.2f} {:>6.1f}%\n",
-               r["sublayer"].get<std::string>(), r["kind"].get<std::string>(),
-               r["variant"].get<std::string>(), r["parameters"].get<int64_t>(),
-               r["forward_ms"]["best"].get<double>(),
-               r["forward_backward_ms"]["best"].get<double>(),
-               r["forward_backward_us_per_token"].get<double>(),
-               r["ratio_vs_baseline"].get<double>(), 100.0 * r["mfu"].get<double>());
-  }
-  fmt::print(
-      "\nf+b = forward + backward (gradients of x and every parameter); us/t = microseconds per "
-      "token;\nx base = f+b time / that of {} (mixers) or {} (FFNs) in this run; MFU = 3 x forward "
-      "FLOPs "
-      "(docs/flops.md) / f+b time / float32 matmul on {} {:.1f} GFLOP/s at {}^3 (this run)\n",
-      kMixerBaseline, kFfnBaseline, device.str(), sgemm_gflops, n_sgemm);
+  else
+    print_layers(report, flags.reps);
   return 0;
 }
 
