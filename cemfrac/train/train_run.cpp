@@ -86,10 +86,9 @@ std::unique_ptr<Tokenizer> check_data_and_memory(const RunConfig& config,
                 "--out {} first",
                 config.data.path, config.data.path);
   std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(config.data.path + "/tokenizer");
-  CEMFRAC_CHECK(
-      tokenizer->vocab_size() <= config.model.vocab_size,
-      "model.vocab_size = {} is smaller than the dataset tokenizer's vocabulary ({}, {})",
-      config.model.vocab_size, tokenizer->vocab_size(), tokenizer->id());
+  CEMFRAC_CHECK(tokenizer->vocab_size() <= config.model.vocab_size,
+                "model.vocab_size = {} is smaller than the dataset tokenizer's vocabulary ({}, {})",
+                config.model.vocab_size, tokenizer->vocab_size(), tokenizer->id());
   const double need = training_memory_lower_bound(config);
   const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
   CEMFRAC_CHECK(!device.is_cpu() || have <= 0 || need <= have,
@@ -133,7 +132,8 @@ TrainRunOutcome start_or_resume_training(TrainRunRequest request, torch::Device 
   seed_everything(config.train.seed);
   LmModel model(config.model, device);
   if (resume.empty() && !config.train.init_from.empty()) {
-    const InitFromReport init = init_from_checkpoint(*model, config.train.init_from, tokenizer.get());
+    const InitFromReport init =
+        init_from_checkpoint(*model, config.train.init_from, tokenizer.get());
     if (dist.rank() == 0) print_init_from(init);
   }
   TrainerOptions options;

@@ -21,9 +21,9 @@
 namespace cemfrac {
 
 struct TrainRunRequest {
-  RunConfig config;     // the run config with its overrides applied
-  std::string source;   // how the header names it: "configs/x.toml, 2 override(s)"
-  std::string resume;   // a run directory or one of its checkpoints; "" = a new run
+  RunConfig config;          // the run config with its overrides applied
+  std::string source;        // how the header names it: "configs/x.toml, 2 override(s)"
+  std::string resume;        // a run directory or one of its checkpoints; "" = a new run
   int64_t stop_at_step = 0;  // > 0: stop after this step with a checkpoint
   bool progress = true;      // the trainer's progress line
   bool verify_data = true;   // the full scan of the token files before step 1
