@@ -285,7 +285,10 @@ void apply_gp_variant(ModelConfig& config, const std::string& variant) {
   }
 }
 
-GpExperimentResult run_gp_experiment(const GpExperimentOptions& options) {
+namespace {
+
+// Every option problem, before any training: an unknown variant, a T out of range, sets too small.
+void check_gp_experiment_options(const GpExperimentOptions& options) {
   CEMFRAC_CHECK(!options.steps.empty(), "no step counts T given (e.g. --steps 1,2,4,8)");
   CEMFRAC_CHECK(!options.variants.empty(), "no CEM variants given (e.g. --variants fixed,iterate)");
   for (const std::string& v : options.variants) {
@@ -301,6 +304,24 @@ GpExperimentResult run_gp_experiment(const GpExperimentOptions& options) {
                 "test-time scaling source T = {}: must be in 0..64 (0 = none)", options.scale_from);
   CEMFRAC_CHECK(options.val_seqs == 0 || options.val_seqs >= 2,
                 "validation set of {} sequences: use 0 (none) or at least 2", options.val_seqs);
+}
+
+// The floor: the posterior mean itself as the prediction of the held-out set.
+GpRow oracle_row(const GpBatch& heldout) {
+  GpRow oracle;
+  oracle.model = "oracle";
+  torch::Tensor y = heldout.y.narrow(1, 1, heldout.y.size(1) - 1);  // (S, N - 1)
+  std::tie(oracle.eval.rmse_targets, oracle.eval.se_targets) =
+      rmse_with_se((heldout.posterior_mean - y).pow(2).mean(1));
+  oracle.eval.rmse_oracle = oracle.eval.rmse_targets;
+  oracle.eval.se_oracle = oracle.eval.se_targets;
+  return oracle;
+}
+
+}  // namespace
+
+GpExperimentResult run_gp_experiment(const GpExperimentOptions& options) {
+  check_gp_experiment_options(options);
   const auto start = Clock::now();
   // One seed -> the init of every model (the same for all T), the training stream (the same batches
   // for every model), the held-out set and the validation set.
@@ -395,15 +416,7 @@ GpExperimentResult run_gp_experiment(const GpExperimentOptions& options) {
                                  "baseline " + options.baseline.mixer + "+" + options.baseline.ffn);
     result.rows.push_back(row_of(model, "llama", 0, 0, tr.seconds, tr.last_loss));
   }
-  // The floor: the posterior mean itself as the prediction.
-  GpRow oracle;
-  oracle.model = "oracle";
-  torch::Tensor y = heldout.y.narrow(1, 1, heldout.y.size(1) - 1);  // (S, N - 1)
-  std::tie(oracle.eval.rmse_targets, oracle.eval.se_targets) =
-      rmse_with_se((heldout.posterior_mean - y).pow(2).mean(1));
-  oracle.eval.rmse_oracle = oracle.eval.rmse_targets;
-  oracle.eval.se_oracle = oracle.eval.se_targets;
-  result.rows.push_back(oracle);
+  result.rows.push_back(oracle_row(heldout));
   result.seconds = seconds_since(start);
   return result;
 }
