@@ -72,6 +72,7 @@ LayerObserver energy_observer(std::vector<std::pair<std::string, CemEnergyTrace>
 
 }  // namespace
 
+// The flags, one declaration each (which makes this function long), then the command they run.
 Command add_eval(CLI::App& root, const GlobalOptions& global) {
   struct Flags {
     std::string checkpoint;

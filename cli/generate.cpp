@@ -46,6 +46,7 @@ std::vector<std::string> read_prompt_lines(const std::string& path) {
 
 }  // namespace
 
+// The flags, one declaration each (which makes this function long), then the command they run.
 Command add_generate(CLI::App& root, const GlobalOptions& global) {
   struct Flags {
     std::string checkpoint;

@@ -52,6 +52,7 @@ bool failed(int status) {
 
 }  // namespace
 
+// The flags, one declaration each (which makes this function long), then the command they run.
 Command add_launch(CLI::App& root, const GlobalOptions& global) {
   struct Flags {
     int nproc = 2;
