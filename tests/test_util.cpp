@@ -60,6 +60,14 @@ std::string read_file(const std::string& path) {
   return cemfrac::read_file(path);
 }
 
+bool has_complete_checkpoint(const std::string& checkpoints) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(checkpoints, ec)) return false;
+  for (const auto& e : std::filesystem::directory_iterator(checkpoints, ec))
+    if (e.path().filename().string().find(".tmp-") == std::string::npos) return true;
+  return false;
+}
+
 void write_file(const std::string& path, const std::string& content) {
   std::ofstream out(path, std::ios::binary);
   out << content;

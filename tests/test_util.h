@@ -33,6 +33,10 @@ void write_file(const std::string& path, const std::string& content);
 // Path of a file in the source tree (tests/fixtures/..., configs/...).
 std::string source_path(const std::string& relative);
 
+// Whether `checkpoints` (a run's checkpoints/ folder) holds a complete checkpoint: an entry that is
+// not a save still being written (".tmp-"). For waiting on a background training.
+bool has_complete_checkpoint(const std::string& checkpoints);
+
 // Whether the BLAS in this process (the LibTorch the tests link, as the CLI does) is OpenBLAS: Debian's
 // LibTorch loads it; a pip torch carries MKL instead, and there is no OpenBLAS core to report or choose.
 bool blas_is_openblas();

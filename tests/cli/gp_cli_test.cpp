@@ -126,13 +126,8 @@ TEST(GpCli, InterruptedOneResumesBitForBit) {
   const std::filesystem::path checkpoints = dir + "/run/checkpoints";
   {
     test::Background run(resumable, dir);
-    ASSERT_TRUE(run.wait_for([&] {
-      std::error_code ec;
-      if (!std::filesystem::is_directory(checkpoints, ec)) return false;
-      for (const auto& e : std::filesystem::directory_iterator(checkpoints, ec))
-        if (e.path().filename().string().find(".tmp-") == std::string::npos) return true;
-      return false;
-    })) << run.err();
+    ASSERT_TRUE(run.wait_for([&] { return test::has_complete_checkpoint(checkpoints); }))
+        << run.err();
     EXPECT_EQ(run.stop(SIGINT), 3) << run.err();
     const std::string err = run.err();
     EXPECT_NE(err.find("cemfrac: gp cem fixed T=1: interrupted at step "), std::string::npos)

@@ -136,13 +136,8 @@ TEST(CompareWriter, AKilledCompareRunAgainFinishesWithTheSameResults) {
   SCOPED_TRACE(::testing::Message() << "killed " << delay_ms << " ms after the first checkpoint");
   {
     test::Background run(args(out), root);
-    ASSERT_TRUE(run.wait_for([&] {
-      std::error_code ec;
-      if (!fs::is_directory(checkpoints, ec)) return false;
-      for (const auto& e : fs::directory_iterator(checkpoints, ec))
-        if (e.path().filename().string().find(".tmp-") == std::string::npos) return true;
-      return false;
-    })) << run.err();
+    ASSERT_TRUE(run.wait_for([&] { return test::has_complete_checkpoint(checkpoints); }))
+        << run.err();
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
     ASSERT_EQ(run.stop(SIGKILL), 128 + SIGKILL) << "compare ended before the kill";
   }

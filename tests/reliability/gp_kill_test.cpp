@@ -35,14 +35,6 @@ nlohmann::json results(nlohmann::json j) {
   return out;
 }
 
-bool has_checkpoint(const fs::path& checkpoints) {
-  std::error_code ec;
-  if (!fs::is_directory(checkpoints, ec)) return false;
-  for (const auto& e : fs::directory_iterator(checkpoints, ec))
-    if (e.path().filename().string().find(".tmp-") == std::string::npos) return true;
-  return false;
-}
-
 TEST(GpKill, AKilledGpRunAgainResumesToTheUninterruptedResult) {
   const test::RunResult plain = test::run_cemfrac(kArgs);
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
@@ -57,7 +49,8 @@ TEST(GpKill, AKilledGpRunAgainResumesToTheUninterruptedResult) {
   SCOPED_TRACE(::testing::Message() << "killed " << delay_ms << " ms after the first checkpoint");
   {
     test::Background bg(resumable, dir);
-    ASSERT_TRUE(bg.wait_for([&] { return has_checkpoint(run + "/checkpoints"); })) << bg.err();
+    ASSERT_TRUE(bg.wait_for([&] { return test::has_complete_checkpoint(run + "/checkpoints"); }))
+        << bg.err();
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
     // 400 steps take seconds and the delay is at most 0.15 s: it is still training.
     ASSERT_EQ(bg.stop(SIGKILL), 128 + SIGKILL) << "gp ended before the kill: " << bg.err();
