@@ -67,7 +67,9 @@ Command add_prepare(CLI::App& root, const GlobalOptions& global) {
       "prepare",
       "Text -> tokenizer + train/val/test token shards (DIR/{train,val,test}.bin, "
       "DIR/tokenizer/, DIR/meta.json)");
-  auto* corpus = app->add_option("--corpus", flags->options.corpus, "Built-in corpus: brown");
+  auto* corpus = app->add_option("--corpus", flags->options.corpus,
+                                 "Built-in corpus: brown, or mix (Brown plus the pinned English "
+                                 "packages of scripts/setup.sh --corpus mix)");
   auto* text = app->add_option("--text", flags->options.text_path,
                                "A UTF-8 file (one document) or a directory of *.txt files (one "
                                "document each, sorted by path)");

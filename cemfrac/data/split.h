@@ -38,4 +38,10 @@ struct DocumentSplit {
 
 DocumentSplit split_documents(size_t n_documents, const SplitFractions& fractions, uint64_t seed);
 
+// Each group split on its own by split_documents (same fractions and seed), so that every split
+// holds each group in proportion: document i belongs to group group_of[i]. A group with fewer
+// documents than non-empty splits throws as split_documents does.
+DocumentSplit split_documents_by_group(const std::vector<size_t>& group_of,
+                                       const SplitFractions& fractions, uint64_t seed);
+
 }  // namespace cemfrac
