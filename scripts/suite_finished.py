@@ -9,7 +9,8 @@ resuming"):
 A folder is finished when a later invocation will reuse it as it is: a timing or grid run whose
 training completed or diverged (or whose GP result exists), and a final run that diverged, or that
 completed and holds every evaluation the suite asks of it (its split, each test-time variant, each
-eval text of the suite file; one given only with --eval-text is not seen). A final run that completed but is still missing an evaluation is left out: without its
+eval text of the suite file, each zero-shot task and each fine-tuning seed; one given only with
+--eval-text is not seen). A final run that completed but is still missing an evaluation is left out: without its
 checkpoint it could not be evaluated later. Stop the suite first (Ctrl-C) so that nothing is half
 written. Needs only Python 3.11's standard library.
 """
@@ -36,6 +37,10 @@ def main():
     head = suite.get("suite", {})
     split = head.get("eval_split", "test")
     texts = [os.path.splitext(os.path.basename(t))[0] for t in head.get("eval_text", [])]
+    builtin = ("brown-cloze", "brown-mc", "brown-rolling")  # cemfrac/eval/brown_tasks.h
+    tasks = [t if t in builtin else os.path.splitext(os.path.basename(t))[0]
+             for t in head.get("tasks", [])]
+    finetunes = [(f["name"], f.get("seeds", [1])) for f in suite.get("finetune", [])]
     runs = {r["name"]: r for r in suite.get("run", [])}
 
     def done_job(folder):
@@ -68,6 +73,8 @@ def main():
             elif st == "completed":
                 needed = [f"eval-{split}.json"] + [f"eval-{split}@{v}.json" for v in variants]
                 needed += [f"eval-text-{t}.json" for t in texts]
+                needed += [f"task-{t}.json" for t in tasks]
+                needed += [f"ft-{n}/seed-{k}/finetune.json" for n, seeds in finetunes for k in seeds]
                 if all(os.path.exists(os.path.join(folder, n)) for n in needed):
                     found.append(folder)
     print("\n".join(found))

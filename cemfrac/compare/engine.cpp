@@ -31,6 +31,7 @@
 #include "cemfrac/core/dir_lock.h"
 #include "cemfrac/core/format_util.h"
 #include "cemfrac/model/lm_model.h"
+#include "cemfrac/tasks/glue.h"  // read_finetune_task: a fine-tuning's examples, for its estimate
 #include "cemfrac/train/run_config.h"
 
 namespace cemfrac {
@@ -182,6 +183,26 @@ void read_timings(Session& s) {
   }
 }
 
+// The training examples of each fine-tuning's task (read once: the estimates need them).
+int64_t finetune_examples(const SuiteFinetune& f) {
+  static std::map<std::string, int64_t> examples;
+  const std::string key = f.task + "\n" + f.data;
+  if (!examples.count(key))
+    examples[key] = static_cast<int64_t>(read_finetune_task(f.task, f.data).train.examples.size());
+  return examples[key];
+}
+
+// What a zero-shot task and a fine-tuning cost, roughly: a task as a pass over the evaluation
+// split; a fine-tuning as training on epochs x examples x max_len tokens, plus its evaluations
+// (a third of that again).
+// A fine-tuning's cost: training on epochs x examples x max_len tokens, plus its evaluations (a
+// third of that again).
+double finetune_est_s(const RunPlan& p, const SuiteFinetune& f) {
+  const RunConfig c = load_run_config(p.run->config, p.run->sets);
+  const int64_t len = f.max_len > 0 ? f.max_len : c.model.context;
+  return 4.0 / 3 * f.epochs * static_cast<double>(finetune_examples(f) * len) * p.s_per_token;
+}
+
 // What each job is expected to cost, from the timed rates: training tokens (LM) or steps (GP) at
 // the measured rate; validation and test scoring as forward passes (a third of a training step per
 // token, twice the tokens for half-overlapping windows); a GP model evaluated at T' costs T' / T of
@@ -208,9 +229,14 @@ class Estimates {
     return static_cast<double>(p.run->lr.size()) *
            (static_cast<double>(s_.suite.lr_search_tokens) * p.s_per_token + lm_val(p, 2));
   }
-  double lm_evals(const RunPlan& p) const {  // every seed, the split and every variant
-    return static_cast<double>(p.run->seeds.size()) * p.s_per_token *
-           (eval_split_tokens() * static_cast<double>(1 + p.run->variants.size()));
+  double lm_evals(const RunPlan& p) const {  // every seed: the split, variants, downstream jobs
+    double finetunes = 0;
+    for (const SuiteFinetune& f : s_.suite.finetunes)
+      finetunes += static_cast<double>(f.seeds.size()) * finetune_est_s(p, f);
+    return static_cast<double>(p.run->seeds.size()) *
+           (p.s_per_token * eval_split_tokens() *
+                static_cast<double>(1 + p.run->variants.size() + s_.suite.tasks.size()) +
+            finetunes);
   }
   double gp_eval(const RunPlan& p, int64_t val_seqs, bool test) const {
     const SuiteGp& g = s_.suite.gp;
@@ -375,8 +401,28 @@ std::vector<Job> search_jobs(Session& s, const Estimates& e) {
   return jobs;
 }
 
+double task_est_s(const Session& s, const RunPlan& p) {
+  return Estimates(s).eval_split_tokens() * p.s_per_token;
+}
+
+// Whether every evaluation of a trained LM run is kept: the evaluation split, every test-time
+// variant, every eval text, every zero-shot task and every fine-tuning at each of its seeds.
+bool evaluated(const Session& s, const RunPlan& p, const std::string& dir) {
+  if (!fs::exists(eval_path(dir, s.suite.eval_split, ""))) return false;
+  for (const SuiteVariant& v : p.run->variants)
+    if (!fs::exists(eval_path(dir, s.suite.eval_split, v.name))) return false;
+  for (const std::string& t : s.suite.eval_text)
+    if (!fs::exists(text_eval_path(dir, t))) return false;
+  for (const std::string& t : s.suite.tasks)
+    if (!fs::exists(task_eval_path(dir, task_key(t)))) return false;
+  for (const SuiteFinetune& f : s.suite.finetunes)
+    for (uint64_t k : f.seeds)
+      if (!fs::exists(finetune_dir(dir, f.name, k) + "/finetune.json")) return false;
+  return true;
+}
+
 // 4. The evaluations of one trained LM run still missing: the evaluation split, every test-time
-// variant and every eval text.
+// variant, every eval text, then the downstream jobs: zero-shot tasks and fine-tunings.
 std::vector<Job> eval_jobs(const Session& s, const RunPlan& p, uint64_t seed,
                            const std::string& dir) {
   const double split_tokens = Estimates(s).eval_split_tokens();
@@ -408,6 +454,16 @@ std::vector<Job> eval_jobs(const Session& s, const RunPlan& p, uint64_t seed,
   for (const std::string& t : s.suite.eval_text)
     add(fmt::format("eval {} s{} {}", p.run->name, seed, stem(t)), text_eval_path(dir, t),
         {"--text", t}, static_cast<double>(fs::file_size(t)) / 2);
+  for (const std::string& t : s.suite.tasks)
+    if (auto j = task_job(dir, t, fmt::format("task {} s{} {}", p.run->name, seed, task_key(t)),
+                          task_est_s(s, p)))
+      evals.push_back(*j);
+  for (const SuiteFinetune& f : s.suite.finetunes)
+    for (uint64_t k : f.seeds)
+      if (auto j =
+              finetune_job(dir, f, k, fmt::format("ft {} s{} {} s{}", p.run->name, seed, f.name, k),
+                           finetune_est_s(p, f)))
+        evals.push_back(*j);
   return evals;
 }
 
@@ -485,7 +541,7 @@ json provenance(const Session& s, Clock::time_point wall_start) {
       const RunStatus st = run_status(dir);
       n_finished += p.gp ? fs::exists(gp_result_path(dir))
                          : st == RunStatus::kDiverged ||
-                               (st == RunStatus::kCompleted && eval_jobs(s, p, seed, dir).empty());
+                               (st == RunStatus::kCompleted && evaluated(s, p, dir));
     }
     std::vector<std::string> dirs;
     for (double lr : p.run->lr) dirs.push_back(lr_dir(s.out, *p.run, lr));

@@ -119,6 +119,51 @@ std::optional<Job> train_job(const TrainSpec& t, double est_s_per_token) {
   return j;
 }
 
+std::optional<Job> task_job(const std::string& dir, const std::string& task,
+                            const std::string& label, double est_s) {
+  const std::string path = task_eval_path(dir, task_key(task));
+  if (fs::exists(path)) return std::nullopt;
+  Job j;
+  j.label = label;
+  j.capture = path;
+  j.log = dir + "/eval.log";
+  j.est_s = est_s;
+  j.args = {"eval", "--checkpoint", dir, "--task", task, "--json"};
+  return j;
+}
+
+std::optional<Job> finetune_job(const std::string& dir, const SuiteFinetune& f, uint64_t seed,
+                                const std::string& label, double est_s) {
+  const std::string out = finetune_dir(dir, f.name, seed);
+  const std::string parent = fs::path(out).parent_path().string();
+  const json settings = {{"task", f.task},     {"data", f.data},   {"lr", f.lr},
+                         {"epochs", f.epochs}, {"batch", f.batch}, {"max_len", f.max_len}};
+  check_settings(parent, settings);  // finished or not: a result is kept only with its settings
+  if (fs::exists(out + "/finetune.json")) return std::nullopt;
+  // Only once the run is trained may its folder hold ft-<name>/ (a training refuses a folder with
+  // more than its settings): the record is written as the job starts.
+  std::error_code ec;
+  const bool resume = has_checkpoint(out);
+  if (!resume) fs::remove_all(out, ec);  // stopped before its first checkpoint: start again
+  Job j;
+  j.write_first = {{parent + "/compare-run.json", settings.dump(2) + "\n"}};
+  j.label = label;
+  j.dir = out;
+  j.log = parent + fmt::format("/seed-{}.log", seed);
+  j.est_s = est_s;
+  j.args = {"finetune", "--task", f.task};
+  if (!f.data.empty()) j.args.insert(j.args.end(), {"--data", f.data});
+  if (resume) {
+    j.args.insert(j.args.end(), {"--resume", out});
+  } else {
+    j.args.insert(j.args.end(), {"--checkpoint", dir, "--out", out});
+  }
+  j.args.insert(j.args.end(), {"--seed", std::to_string(seed), "--lr", lr_text(f.lr), "--epochs",
+                               fmt::format("{}", f.epochs), "--batch", std::to_string(f.batch),
+                               "--max-len", std::to_string(f.max_len), "--quiet"});
+  return j;
+}
+
 GpSpec make_gp(const Suite& suite, const SuiteRun& run, const std::string& label,
                const std::string& dir, int64_t steps, double lr, uint64_t seed, int64_t val_seqs,
                bool test) {

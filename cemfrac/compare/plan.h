@@ -68,6 +68,19 @@ nlohmann::json gp_settings(const GpSpec& spec);
 // diverged). A directory made with other settings is refused.
 std::optional<Job> gp_job(const GpSpec& spec, const SuiteGp& g, double est_s);
 
+// ---- downstream jobs of a trained LM run (suite.h: [suite].tasks, [[finetune]])
+
+// `cemfrac eval --task` of the run in `dir`, its JSON kept as task_eval_path; nullopt when kept
+// already.
+std::optional<Job> task_job(const std::string& dir, const std::string& task,
+                            const std::string& label, double est_s);
+
+// The job that brings fine-tuning `f` of the run in `dir` at `seed` to its finetune.json: fresh
+// (a folder without a checkpoint is cleared first) or resumed from its checkpoint; nullopt when
+// finetune.json exists. Fine-tunings with other settings in ft-<name>/ are refused.
+std::optional<Job> finetune_job(const std::string& dir, const SuiteFinetune& f, uint64_t seed,
+                                const std::string& label, double est_s);
+
 // ---- folders
 
 // Refuses `dir` when it was made with other settings than `settings` (its compare-run.json), or

@@ -298,6 +298,7 @@ std::string lm_run_row(const RunPlan& p, const std::vector<SeedResult>& rs, cons
   int diverged = 0;
   size_t finished = 0;
   json seeds = json::array();
+  const bool downstream = !suite.tasks.empty() || !suite.finetunes.empty();
   for (const SeedResult& r : rs) {
     if (r.diverged || r.test_loss) ++finished;
     seeds.push_back({{"seed", r.seed},
@@ -312,6 +313,11 @@ std::string lm_run_row(const RunPlan& p, const std::vector<SeedResult>& rs, cons
                      {"text_loss", r.text_loss},
                      {"variant_loss", r.variant_loss},
                      {"val_curve", r.val_curve}});
+    if (downstream) {  // absent otherwise: earlier suites' results.json stay as they were
+      seeds.back()["task_acc"] = r.task_acc;
+      seeds.back()["task_acc_norm"] = r.task_acc_norm;
+      seeds.back()["finetune_acc"] = r.finetune_acc;
+    }
     if (r.diverged) {
       ++diverged;
       continue;
@@ -431,6 +437,49 @@ std::string variants_section(const Suite& suite, const std::vector<RunPlan>& pla
   return md + "\n";
 }
 
+// Zero-shot task accuracies and fine-tuning accuracies of the LM runs (mean ± sd over the
+// pre-training seeds; a fine-tuning's value per pre-training seed is the mean over its fine-tuning
+// seeds); "" when the suite has neither.
+std::string downstream_section(const Suite& suite, const std::vector<RunPlan>& plans,
+                               SuiteResults& results) {
+  if (suite.tasks.empty() && suite.finetunes.empty()) return "";
+  std::string md =
+      "## Downstream (accuracy; mean ± sd over pre-training seeds)\n\nZero-shot: `cemfrac eval "
+      "--task` (acc; acc_norm for multiple choice, lm-evaluation-harness's definitions). "
+      "Fine-tuning: `cemfrac finetune`, accuracy on the task's test set (else its first "
+      "evaluation set), averaged over the fine-tuning seeds of each pre-trained model.\n\n| run |";
+  std::string rule = "|---|";
+  for (const std::string& t : suite.tasks) {
+    md += fmt::format(" {} acc | {} acc_norm |", task_key(t), task_key(t));
+    rule += "---:|---:|";
+  }
+  for (const SuiteFinetune& f : suite.finetunes) {
+    md += fmt::format(" ft {} ({}, {} seeds) |", f.name, f.task, f.seeds.size());
+    rule += "---:|";
+  }
+  md += "\n" + rule + "\n";
+  for (const RunPlan& p : plans) {
+    if (p.gp) continue;
+    md += "| " + p.run->name + " |";
+    for (const std::string& t : suite.tasks) {
+      std::vector<double> acc, norm;
+      for (const SeedResult& r : results[p.run->name]) {
+        if (auto a = metric_of(r, "task_error:" + task_key(t), "")) acc.push_back(1 - *a);
+        if (auto a = metric_of(r, "task_error_norm:" + task_key(t), "")) norm.push_back(1 - *a);
+      }
+      md += fmt::format(" {} | {} |", pm(mean_sd(acc)), norm.empty() ? "—" : pm(mean_sd(norm)));
+    }
+    for (const SuiteFinetune& f : suite.finetunes) {
+      std::vector<double> acc;
+      for (const SeedResult& r : results[p.run->name])
+        if (auto e = metric_of(r, "finetune_error:" + f.name, "")) acc.push_back(1 - *e);
+      md += " " + pm(mean_sd(acc)) + " |";
+    }
+    md += "\n";
+  }
+  return md + "\n";
+}
+
 // One row `a` of claim `c` against its b, paired over the seeds both have: the markdown row, its
 // results.json pair and its verdict.
 Verdict claim_pair(const SuiteClaim& c, const std::string& a, SuiteResults& results,
@@ -476,9 +525,14 @@ Verdict claim_pair(const SuiteClaim& c, const std::string& a, SuiteResults& resu
 std::string claims_section(const Suite& suite, SuiteResults& results, json& claims) {
   if (suite.claims.empty()) return "";
   const bool has_lm = suite.has_task(SuiteTask::kLm), has_gp = suite.has_task(SuiteTask::kGp);
-  const std::string unit = !has_gp  ? "nats per token"
-                           : has_lm ? "nats per token; RMSE for GP rows"
-                                    : "RMSE";
+  std::string unit = !has_gp  ? "nats per token"
+                     : has_lm ? "nats per token; RMSE for GP rows"
+                              : "RMSE";
+  for (const SuiteClaim& c : suite.claims)
+    if (!downstream_metric(c.metric).first.empty()) {
+      unit += "; error rate, 1 − accuracy, for task_error and finetune_error rows";
+      break;
+    }
   std::string md =
       "## Claims\n\nd = a − b of the metric (" + unit +
       ", lower is better), paired over the seeds both rows share; 95% interval from Student's t "
@@ -654,6 +708,7 @@ Report make_report(const Suite& suite, const std::vector<RunPlan>& plans, SuiteR
   md += lr_search_section(suite, plans, false);
   md += lr_search_section(suite, plans, true);
   md += variants_section(suite, plans, results);
+  md += downstream_section(suite, plans, results);
   json claims = json::array();
   md += claims_section(suite, results, claims);
   J["claims"] = claims;

@@ -41,6 +41,28 @@ SeedResult collect(const std::string& dir, uint64_t seed, const Suite& suite, co
   for (const std::string& t : suite.eval_text)
     if (const auto e = read_json(text_eval_path(dir, t)))
       r.text_loss[stem(t)] = (*e)["mean_loss"].get<double>();
+  auto number = [](const json& j, const char* key) -> std::optional<double> {
+    if (!j.is_object() || !j.contains(key) || !j.at(key).is_number()) return std::nullopt;
+    return j.at(key).get<double>();
+  };
+  for (const std::string& t : suite.tasks) {
+    const auto e = read_json(task_eval_path(dir, task_key(t)));
+    if (!e) continue;
+    const json m = e->value("metrics", json());
+    if (const auto acc = number(m, "acc")) r.task_acc[task_key(t)] = *acc;
+    if (const auto acc = number(m, "acc_norm")) r.task_acc_norm[task_key(t)] = *acc;
+  }
+  for (const SuiteFinetune& f : suite.finetunes) {
+    r.finetune_seeds[f.name] = f.seeds.size();
+    for (uint64_t k : f.seeds) {
+      const auto e = read_json(finetune_dir(dir, f.name, k) + "/finetune.json");
+      if (!e || !e->contains("evals") || !(*e)["evals"].is_object() || (*e)["evals"].empty())
+        continue;
+      const json& evals = (*e)["evals"];
+      const json& set = evals.contains("test") ? evals["test"] : evals.begin().value();
+      if (const auto acc = number(set, "acc")) r.finetune_acc[f.name].push_back(*acc);
+    }
+  }
   return r;
 }
 
@@ -97,6 +119,20 @@ std::optional<double> metric_of(const SeedResult& r, const std::string& metric,
   if (metric == "test_rmse") return r.test_rmse;
   if (metric == "val_rmse") return r.val_rmse;
   if (metric == "test_rmse_targets") return r.test_rmse_targets;
+  const auto [kind, key] = downstream_metric(metric);
+  if (kind == "task_error" || kind == "task_error_norm") {
+    const auto& acc = kind == "task_error" ? r.task_acc : r.task_acc_norm;
+    const auto it = acc.find(key);
+    return it == acc.end() ? std::nullopt : std::optional<double>(1 - it->second);
+  }
+  if (kind == "finetune_error") {
+    const auto it = r.finetune_acc.find(key);
+    if (it == r.finetune_acc.end() || it->second.size() != r.finetune_seeds.at(key))
+      return std::nullopt;
+    double sum = 0;
+    for (double a : it->second) sum += a;
+    return 1 - sum / static_cast<double>(it->second.size());
+  }
   const std::string name = metric.substr(std::string("text_loss:").size());
   auto it = r.text_loss.find(name);
   return it == r.text_loss.end() ? std::nullopt : std::optional<double>(it->second);

@@ -22,6 +22,11 @@ struct SeedResult {
   std::optional<double> test_loss, test_ppl, test_bpb;
   std::map<std::string, double> text_loss;     // stem -> loss
   std::map<std::string, double> variant_loss;  // variant -> loss on the eval split (GP: test RMSE)
+  // Downstream (LM): zero-shot task key -> acc and acc_norm (multiple choice only); fine-tuning
+  // name -> accuracy on its evaluation set "test" (else its first), one per fine-tuning seed kept.
+  std::map<std::string, double> task_acc, task_acc_norm;
+  std::map<std::string, std::vector<double>> finetune_acc;
+  std::map<std::string, size_t> finetune_seeds;  // how many seeds each fine-tuning has in all
   // GP runs: RMSE against the posterior mean (validation, test) and against the noisy targets.
   std::optional<double> val_rmse, test_rmse, test_rmse_targets, oracle_rmse_targets;
   int64_t steps_done = 0;
@@ -41,8 +46,10 @@ SuiteResults collect_results(const Suite& suite, const std::vector<RunPlan>& pla
                              const std::string& out);
 
 // A claim's metric of one seed (nullopt when it has none, or diverged): test_loss, val_loss,
-// test_rmse, val_rmse, test_rmse_targets, text_loss:<name>, or, with a `variant`, that variant's
-// loss (GP: test RMSE at its T).
+// test_rmse, val_rmse, test_rmse_targets, text_loss:<name>, task_error:<task> (1 - acc),
+// task_error_norm:<task> (1 - acc_norm), finetune_error:<name> (1 - the mean accuracy over the
+// fine-tuning seeds; nullopt until every seed is in), or, with a `variant`, that variant's loss (GP:
+// test RMSE at its T).
 std::optional<double> metric_of(const SeedResult& r, const std::string& metric,
                                 const std::string& variant);
 

@@ -101,4 +101,12 @@ std::string text_eval_path(const std::string& dir, const std::string& text) {
   return fmt::format("{}/eval-text-{}.json", dir, stem(text));
 }
 
+std::string task_eval_path(const std::string& dir, const std::string& key) {
+  return fmt::format("{}/task-{}.json", dir, key);
+}
+
+std::string finetune_dir(const std::string& dir, const std::string& name, uint64_t seed) {
+  return fmt::format("{}/ft-{}/seed-{}", dir, name, seed);
+}
+
 }  // namespace cemfrac

@@ -36,5 +36,10 @@ std::string stem(const std::string& path);
 // An LM run's evaluation on `split` (with a test-time `variant`, "" for none), and on an eval text.
 std::string eval_path(const std::string& dir, const std::string& split, const std::string& variant);
 std::string text_eval_path(const std::string& dir, const std::string& text);
+// An LM run's zero-shot task result (`eval --task --json`), by the task's key (suite.h task_key).
+std::string task_eval_path(const std::string& dir, const std::string& key);
+// The folder of one fine-tuning of the run in `dir` (its finetune.json holds the metrics); their
+// settings are ft-<name>/compare-run.json.
+std::string finetune_dir(const std::string& dir, const std::string& name, uint64_t seed);
 
 }  // namespace cemfrac

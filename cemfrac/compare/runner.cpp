@@ -192,6 +192,10 @@ void Runner::run(const std::vector<Job>& jobs_in, const std::string& phase) {
 }
 
 Runner::Running Runner::launch(const Job& job) {
+  for (const auto& [path, text] : job.write_first) {
+    fs::create_directories(fs::path(path).parent_path());
+    write_file_atomic(path, text);
+  }
   fs::create_directories(fs::path(job.log).parent_path());
   std::vector<std::string> argv_s = {exe_, "--threads",
                                      std::to_string(job.threads > 0 ? job.threads : threads_)};

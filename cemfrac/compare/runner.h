@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace cemfrac {
@@ -28,6 +29,9 @@ struct Job {
   int threads = 0;        // > 0: this job's --threads (GP jobs), else the runner's
   std::vector<Job> then;  // run next, once this training completed (its evaluations)
   std::string remove_after;  // removed once the job succeeded (a GP run's checkpoints)
+  // (path, text) files written just before the job starts: the settings record of a fine-tuning,
+  // which may not exist in its run's folder before that run is trained.
+  std::vector<std::pair<std::string, std::string>> write_first;
 };
 
 // The estimated seconds and the number of `jobs` with every job they lead to.

@@ -11,8 +11,10 @@
 #include <toml++/toml.h>
 
 #include "cemfrac/core/check.h"
+#include "cemfrac/eval/brown_tasks.h"  // is_builtin_task
 #include "cemfrac/io/toml_file.h"
 #include "cemfrac/layers/registry.h"      // kNoFfn
+#include "cemfrac/tasks/glue.h"           // finetune_task_names
 #include "cemfrac/tasks/gp_experiment.h"  // apply_gp_variant
 #include "cemfrac/train/run_config.h"
 
@@ -155,8 +157,8 @@ RunDefaults read_suite_table(const Reader& r, const toml::table& doc, Suite& s) 
   const toml::table* head = doc["suite"].as_table();
   CEMFRAC_CHECK(head != nullptr, "{}: no [suite] table", path);
   r.keys(*head, "[suite]",
-         {"name", "description", "data", "eval_split", "eval_text", "tokens", "seeds", "lr",
-          "lr_search_tokens", "lr_min_ratio", "val_points", "set"});
+         {"name", "description", "data", "eval_split", "eval_text", "tasks", "tokens", "seeds",
+          "lr", "lr_search_tokens", "lr_min_ratio", "val_points", "set"});
   s.name = r.str(*head, "name", "[suite]", true);
   CEMFRAC_CHECK(valid_name(s.name), "{}: [suite].name '{}': use letters, digits, '-', '_', '.'",
                 path, s.name);
@@ -166,6 +168,15 @@ RunDefaults read_suite_table(const Reader& r, const toml::table& doc, Suite& s) 
   CEMFRAC_CHECK(s.eval_split == "val" || s.eval_split == "test",
                 "{}: [suite].eval_split '{}': expected val or test", path, s.eval_split);
   s.eval_text = r.strings(*head, "eval_text", "[suite]");
+  s.tasks = r.strings(*head, "tasks", "[suite]");
+  std::set<std::string> task_keys;
+  for (const std::string& t : s.tasks) {
+    CEMFRAC_CHECK(is_builtin_task(t) || std::filesystem::is_regular_file(t),
+                  "{}: [suite].tasks: '{}' is neither a built-in task ({}) nor a task file", path,
+                  t, fmt::join(builtin_task_names(), ", "));
+    CEMFRAC_CHECK(task_keys.insert(task_key(t)).second, "{}: [suite].tasks: two tasks named '{}'",
+                  path, task_key(t));
+  }
   RunDefaults d;
   d.tokens = r.integer(*head, "tokens", "[suite]", 0, 1);
   d.seeds = r.seeds(*head, "seeds", "[suite]");
@@ -379,6 +390,42 @@ void check_lr_from(const Suite& s) {
   }
 }
 
+// One [[finetune]].
+SuiteFinetune read_finetune(const Reader& r, const toml::node& node, std::set<std::string>& names) {
+  const toml::table* t = node.as_table();
+  CEMFRAC_CHECK(t != nullptr, "{}: fine-tunings must be [[finetune]] tables", r.at(node));
+  r.keys(*t, "[[finetune]]", {"name", "task", "data", "seeds", "lr", "epochs", "batch", "max_len"});
+  SuiteFinetune f;
+  f.name = r.str(*t, "name", "[[finetune]]", true);
+  CEMFRAC_CHECK(valid_name(f.name),
+                "{}: [[finetune]].name '{}': use letters, digits, '-', '_', '.'", r.at(node),
+                f.name);
+  CEMFRAC_CHECK(names.insert(f.name).second, "{}: two [[finetune]] tables named '{}'", r.at(node),
+                f.name);
+  const std::string where = fmt::format("finetune '{}'", f.name);
+  f.task = r.str(*t, "task", where, true);
+  const std::vector<std::string>& known = finetune_task_names();
+  CEMFRAC_CHECK(std::find(known.begin(), known.end(), f.task) != known.end(),
+                "{}: {}: task '{}': expected one of {}", r.at(node), where, f.task,
+                fmt::join(known, ", "));
+  f.data = r.str(*t, "data", where, false);
+  if (f.task == "brown-genre") {
+    CEMFRAC_CHECK(f.data.empty(), "{}: {}: brown-genre is built in: no data", r.at(node), where);
+  } else {
+    CEMFRAC_CHECK(!f.data.empty() && std::filesystem::is_directory(f.data),
+                  "{}: {}: task {} needs data = the task's folder of TSV files{}", r.at(node),
+                  where, f.task, f.data.empty() ? "" : " ('" + f.data + "' is not a folder)");
+  }
+  if (const auto seeds = r.seeds(*t, "seeds", where); !seeds.empty()) f.seeds = seeds;
+  f.lr = r.number(*t, "lr", where, f.lr);
+  CEMFRAC_CHECK(f.lr > 0 && f.lr < 1, "{}: {}.lr must be in (0, 1)", r.at(node), where);
+  f.epochs = r.number(*t, "epochs", where, f.epochs);
+  CEMFRAC_CHECK(f.epochs > 0, "{}: {}.epochs must be > 0", r.at(node), where);
+  f.batch = r.integer(*t, "batch", where, f.batch, 1);
+  f.max_len = r.integer(*t, "max_len", where, f.max_len, 0);
+  return f;
+}
+
 // A claim's rows name runs of one task (returned).
 SuiteTask check_claim_rows(const Reader& r, const toml::node& node, const std::string& where,
                            const Suite& s, const SuiteClaim& c) {
@@ -446,9 +493,21 @@ SuiteClaim read_claim(const Reader& r, const toml::node& node, const Suite& s,
         r.at(node), where, c.metric);
   } else {
     const bool text_metric = c.metric.rfind("text_loss:", 0) == 0;
-    CEMFRAC_CHECK(c.metric == "test_loss" || c.metric == "val_loss" || text_metric,
-                  "{}: {}: metric '{}': expected test_loss, val_loss or text_loss:<file stem>",
+    const auto [kind, name] = downstream_metric(c.metric);
+    CEMFRAC_CHECK(c.metric == "test_loss" || c.metric == "val_loss" || text_metric || !kind.empty(),
+                  "{}: {}: metric '{}': expected test_loss, val_loss, text_loss:<file stem>, "
+                  "task_error:<task>, task_error_norm:<task> or finetune_error:<finetune>",
                   r.at(node), where, c.metric);
+    if (kind == "finetune_error") {
+      CEMFRAC_CHECK(std::any_of(s.finetunes.begin(), s.finetunes.end(),
+                                [&](const SuiteFinetune& f) { return f.name == name; }),
+                    "{}: {}: metric '{}' names no [[finetune]]", r.at(node), where, c.metric);
+    } else if (!kind.empty()) {
+      CEMFRAC_CHECK(std::any_of(s.tasks.begin(), s.tasks.end(),
+                                [&](const std::string& t) { return task_key(t) == name; }),
+                    "{}: {}: metric '{}' names no task of [suite].tasks", r.at(node), where,
+                    c.metric);
+    }
   }
   check_claim_variants(r, node, where, s, c, gp);
   return c;
@@ -460,6 +519,20 @@ std::pair<std::string, std::string> split_row(const std::string& row) {
   const auto at = row.find('@');
   if (at == std::string::npos) return {row, ""};
   return {row.substr(0, at), row.substr(at + 1)};
+}
+
+std::string task_key(const std::string& task) {
+  if (is_builtin_task(task)) return task;
+  return std::filesystem::path(task).stem().string();
+}
+
+std::pair<std::string, std::string> downstream_metric(const std::string& metric) {
+  for (const char* kind : {"task_error", "task_error_norm", "finetune_error"}) {
+    const std::string prefix = std::string(kind) + ":";
+    if (metric.rfind(prefix, 0) == 0 && metric.size() > prefix.size())
+      return {kind, metric.substr(prefix.size())};
+  }
+  return {"", ""};
 }
 
 bool Suite::has_task(SuiteTask task) const {
@@ -478,7 +551,7 @@ Suite load_suite(const std::string& path) {
   CEMFRAC_CHECK(std::filesystem::is_regular_file(path), "cannot read suite {}: no such file", path);
   const toml::table doc = parse_toml_file(path, "suite");
   const Reader r{path};
-  r.keys(doc, "the suite file", {"suite", "gp", "run", "claim"});
+  r.keys(doc, "the suite file", {"suite", "gp", "run", "finetune", "claim"});
   Suite s;
   s.path = path;
   const RunDefaults defaults = read_suite_table(r, doc, s);
@@ -488,6 +561,13 @@ Suite load_suite(const std::string& path) {
   std::set<std::string> names;
   for (const toml::node& node : *runs) s.runs.push_back(read_run(r, node, s, defaults, names));
   check_lr_from(s);
+  if (const toml::array* finetunes = r.array(doc, "finetune", "the suite file")) {
+    std::set<std::string> ft_names;
+    for (const toml::node& node : *finetunes)
+      s.finetunes.push_back(read_finetune(r, node, ft_names));
+  }
+  CEMFRAC_CHECK((s.tasks.empty() && s.finetunes.empty()) || s.has_task(SuiteTask::kLm),
+                "{}: [suite].tasks and [[finetune]] apply to LM runs; the suite has none", path);
   if (const toml::array* claims = r.array(doc, "claim", "the suite file")) {
     std::set<std::string> ids;
     for (const toml::node& node : *claims) s.claims.push_back(read_claim(r, node, s, ids));

@@ -75,6 +75,20 @@ struct SuiteRun {
   std::vector<SuiteVariant> variants;  // test-time variants evaluated on every final run
 };
 
+// A fine-tuning of every final LM run ([[finetune]]): `cemfrac finetune` of the trained checkpoint
+// on `task`, once per fine-tuning seed, in <final run>/ft-<name>/seed-<k>/ (docs/compare.md,
+// "Downstream jobs"). Chained after the run's training and evaluations, while its checkpoint exists.
+struct SuiteFinetune {
+  std::string name;                   // folders ft-<name>/, claim metric finetune_error:<name>
+  std::string task;                   // finetune_task_names() (tasks/glue.h)
+  std::string data;                   // the task's folder (GLUE's, a TSV's); "" for brown-genre
+  std::vector<uint64_t> seeds = {1};  // fine-tuning seeds (head initialisation, data order)
+  double lr = 1e-4;
+  double epochs = 1;
+  int64_t batch = 16;
+  int64_t max_len = 0;  // tokens per example; 0 = the model's context
+};
+
 // A claim: every run of `a` against `b` on `metric` (lower is better), paired over common seeds.
 struct SuiteClaim {
   std::string id;
@@ -84,7 +98,9 @@ struct SuiteClaim {
   std::string b;
   ClaimTest test = ClaimTest::kBetter;  // better: a < b; not_worse: a < b + margin
   double margin = 0;            // nats per token (not_worse)
-  // LM rows: test_loss, val_loss, or text_loss:<name>; GP rows: test_rmse (against the posterior
+  // LM rows: test_loss, val_loss, text_loss:<name>, or the downstream error rates (1 - accuracy)
+  // task_error:<task>, task_error_norm:<task> (acc_norm) and finetune_error:<finetune> (on its
+  // evaluation set "test", else its first; the mean over the fine-tuning seeds); GP rows: test_rmse (against the posterior
   // mean, the default for them), val_rmse, test_rmse_targets.
   std::string metric = "test_loss";
 };
@@ -96,6 +112,8 @@ struct Suite {
   std::string data = "data/brown";  // prepared dataset (training, validation, the test split)
   std::string eval_split = "test";
   std::vector<std::string> eval_text;  // extra text files evaluated on every final run
+  std::vector<std::string> tasks;      // zero-shot tasks (`eval --task`) on every final LM run
+  std::vector<SuiteFinetune> finetunes;  // fine-tunings of every final LM run
   int64_t lr_search_tokens = 0;        // budget of each learning-rate grid run
   double lr_min_ratio = 0.1;           // lr_min = ratio * lr_max
   int64_t val_points = 8;              // validation evaluations per final run (the loss curve)
@@ -112,6 +130,12 @@ struct Suite {
 Suite load_suite(const std::string& path);
 
 // "run@variant" -> {"run", "variant"}; "run" -> {"run", ""}.
+// A zero-shot task's name in folders and metrics: a built-in's name, a task file's stem.
+std::string task_key(const std::string& task);
+// A downstream metric's kind and name: "task_error:brown-mc" -> {"task_error", "brown-mc"};
+// {"", ""} for any other metric.
+std::pair<std::string, std::string> downstream_metric(const std::string& metric);
+
 std::pair<std::string, std::string> split_row(const std::string& row);
 
 }  // namespace cemfrac

@@ -450,5 +450,96 @@ TEST(CompareCli, InterruptedJobIsNotCountedFinished) {
   EXPECT_NE(line.find("| 0/1 jobs"), std::string::npos) << line;
 }
 
+// Downstream jobs ([suite].tasks, [[finetune]]): every final LM run is scored on a zero-shot task and
+// fine-tuned at two seeds right after its training, while its checkpoint exists; the report's
+// downstream table and the claims on task_error / finetune_error read those files, with the values
+// the claims compare being exactly 1 - accuracy (the mean over fine-tuning seeds); a second
+// invocation runs nothing again, and a fine-tuning whose result is lost runs again alone.
+TEST(CompareCli, DownstreamJobsFollowTrainingAndFeedTheirClaims) {
+  const std::string root = test::temp_dir("compare-downstream");
+  const std::string data = prepare_tiny_data(root);
+  const std::string task = root + "/mc.jsonl";
+  test::write_file(task,
+                   "{\"context\": \"the cat\", \"choices\": [\" sat\", \" far\"], \"gold\": 0}\n"
+                   "{\"context\": \"a dog\", \"choices\": [\" ran\", \" the\"], \"gold\": 0}\n"
+                   "{\"context\": \"on a\", \"choices\": [\" mat\", \" ran\"], \"gold\": 0}\n");
+  const std::string tail =
+      "\n[[finetune]]\nname = \"genre\"\ntask = \"brown-genre\"\nseeds = [1, 2]\nepochs = 0.002\n"
+      "batch = 4\nmax_len = 32\n\n"
+      "[[claim]]\nid = \"D1\"\ntext = \"fine-tunes better\"\na = \"cem\"\nb = \"llama\"\n"
+      "metric = \"finetune_error:genre\"\n\n"
+      "[[claim]]\nid = \"D2\"\ntext = \"zero-shot better\"\na = \"cem\"\nb = \"llama\"\n"
+      "metric = \"task_error:mc\"\n";
+  const std::string suite = write_suite(root, tiny_suite(data, "tasks = [\"" + task + "\"]", tail));
+  const std::string out = root + "/out";
+  auto r = test::run_cemfrac({"--threads", "1", "compare", "--suite", suite, "--out", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* run : {"llama", "cem"})
+    for (int seed : {1, 2}) {
+      const std::string dir = fmt::format("{}/final/{}/seed-{}", out, run, seed);
+      EXPECT_TRUE(fs::exists(dir + "/task-mc.json")) << dir;
+      EXPECT_TRUE(fs::exists(dir + "/ft-genre/compare-run.json")) << dir;
+      for (int k : {1, 2}) {
+        const auto ft = nlohmann::json::parse(
+            test::read_file(fmt::format("{}/ft-genre/seed-{}/finetune.json", dir, k)));
+        EXPECT_EQ(ft["task"], "brown-genre");
+        EXPECT_EQ(ft["settings"]["seed"], k);
+        EXPECT_EQ(ft["pretrained"].get<std::string>().rfind(dir, 0), 0u) << ft.dump();
+      }
+    }
+  const auto j = nlohmann::json::parse(test::read_file(out + "/results.json"));
+  // The claims' values are 1 - acc of the zero-shot task, and 1 - the mean fine-tuning accuracy.
+  std::map<std::string, std::vector<double>> task_err, ft_err;
+  for (const auto& run : j["runs"]) {
+    for (const auto& s : run["seeds"]) {
+      ASSERT_TRUE(s["task_acc"].contains("mc")) << s.dump();
+      task_err[run["name"]].push_back(1 - s["task_acc"]["mc"].get<double>());
+      ASSERT_EQ(s["finetune_acc"]["genre"].size(), 2u) << s.dump();
+      ft_err[run["name"]].push_back(1 - (s["finetune_acc"]["genre"][0].get<double>() +
+                                         s["finetune_acc"]["genre"][1].get<double>()) /
+                                            2);
+    }
+  }
+  ASSERT_EQ(j["claims"].size(), 4u);
+  for (const auto& c : j["claims"]) {
+    if (c["id"] != "D1" && c["id"] != "D2") continue;
+    const auto& want = c["id"] == "D1" ? ft_err : task_err;
+    const auto& pair = c["pairs"][0];
+    EXPECT_EQ(pair["n"], 2) << c.dump();
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_DOUBLE_EQ(pair["a_values"][i].get<double>(), want.at("cem")[i]) << c.dump();
+      EXPECT_DOUBLE_EQ(pair["b_values"][i].get<double>(), want.at("llama")[i]) << c.dump();
+    }
+  }
+  const std::string md = test::read_file(out + "/results.md");
+  EXPECT_NE(md.find("## Downstream"), std::string::npos) << md;
+  EXPECT_NE(md.find("| ft genre (brown-genre, 2 seeds) |"), std::string::npos) << md;
+  EXPECT_NE(md.find("error rate, 1 − accuracy"), std::string::npos) << md;
+  EXPECT_EQ(j["provenance"]["final_runs_finished"], 4) << j["provenance"].dump();
+
+  // Nothing runs again; then a lost fine-tuning result runs again alone.
+  const std::string ft_log = out + "/final/cem/seed-2/ft-genre/seed-1.log";
+  const std::string before = test::read_file(ft_log);
+  r = test::run_cemfrac({"--threads", "1", "compare", "--suite", suite, "--out", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(test::read_file(ft_log), before);
+  EXPECT_NE(r.out.find("left: 0s"), std::string::npos) << r.out;
+  fs::remove(out + "/final/cem/seed-2/ft-genre/seed-1/finetune.json");
+  const std::string other_log = test::read_file(out + "/final/llama/seed-1/ft-genre/seed-1.log");
+  r = test::run_cemfrac({"--threads", "1", "compare", "--suite", suite, "--out", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(out + "/final/cem/seed-2/ft-genre/seed-1/finetune.json"));
+  EXPECT_EQ(count(test::read_file(ft_log), "== cemfrac"), 2);
+  EXPECT_EQ(test::read_file(out + "/final/llama/seed-1/ft-genre/seed-1.log"), other_log);
+  EXPECT_EQ(nlohmann::json::parse(test::read_file(out + "/results.json"))["claims"], j["claims"]);
+
+  // Other fine-tuning settings for the same folders are refused, naming the record.
+  std::string changed = tiny_suite(data, "tasks = [\"" + task + "\"]", tail);
+  changed.replace(changed.find("epochs = 0.002"), 14, "epochs = 0.003");
+  test::expect_one_line_error(test::run_cemfrac({"--threads", "1", "compare", "--suite",
+                                                 write_suite(root, changed), "--out", out}),
+                              "ft-genre was trained with other settings");
+}
+
 }  // namespace
 }  // namespace cemfrac

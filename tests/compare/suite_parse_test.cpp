@@ -92,6 +92,44 @@ TEST(CompareSuite, BadSuitesAreOneLineErrors) {
   std::string no_search = good;
   no_search.replace(no_search.find("lr_search_tokens = 128\n"), 23, "");
   expect_bad(no_search, "needs [suite].lr_search_tokens");
+  // Downstream: tasks, [[finetune]] and the claims that name them.
+  const std::string ft = "\n[[finetune]]\nname = \"genre\"\ntask = \"brown-genre\"\n";
+  expect_bad(tiny_suite("data/x", "tasks = [\"no-such-task\"]"),
+             "'no-such-task' is neither a built-in task (brown-cloze, brown-mc, brown-rolling)");
+  expect_bad(tiny_suite("data/x", "tasks = [\"brown-mc\", \"brown-mc\"]"),
+             "two tasks named 'brown-mc'");
+  expect_bad(tiny_suite("data/x", "", ft + "colour = 1\n"), "unknown key 'colour' in [[finetune]]");
+  expect_bad(tiny_suite("data/x", "", ft + ft), "two [[finetune]] tables named 'genre'");
+  expect_bad(tiny_suite("data/x", "", "\n[[finetune]]\nname = \"g\"\ntask = \"imdb\"\n"),
+             "task 'imdb': expected one of cola, sst2");
+  expect_bad(tiny_suite("data/x", "", "\n[[finetune]]\nname = \"g\"\ntask = \"mrpc\"\n"),
+             "task mrpc needs data = the task's folder");
+  expect_bad(tiny_suite("data/x", "", ft + "data = \"x\"\n"), "brown-genre is built in: no data");
+  expect_bad(tiny_suite("data/x", "", ft + "epochs = 0\n"), "epochs must be > 0");
+  expect_bad(tiny_suite("data/x", "",
+                        "\n[[claim]]\nid = \"C3\"\ntext = \"t\"\na = \"cem\"\nb = \"llama\"\n"
+                        "metric = \"finetune_error:genre\"\n"),
+             "metric 'finetune_error:genre' names no [[finetune]]");
+  expect_bad(tiny_suite("data/x", "",
+                        "\n[[claim]]\nid = \"C3\"\ntext = \"t\"\na = \"cem\"\nb = \"llama\"\n"
+                        "metric = \"task_error:brown-mc\"\n"),
+             "metric 'task_error:brown-mc' names no task of [suite].tasks");
+  expect_bad(gp_suite("", ft), "[suite].tasks and [[finetune]] apply to LM runs");
+  {
+    const Suite d = load_suite(write_suite(
+        dir, tiny_suite("data/x", "tasks = [\"brown-mc\"]",
+                        ft + "seeds = [3, 4]\nlr = 3e-4\nepochs = 0.5\nbatch = 8\nmax_len = 64\n"
+                             "\n[[claim]]\nid = \"D\"\ntext = \"t\"\na = \"cem\"\nb = \"llama\"\n"
+                             "metric = \"finetune_error:genre\"\n")));
+    EXPECT_EQ(d.tasks, (std::vector<std::string>{"brown-mc"}));
+    ASSERT_EQ(d.finetunes.size(), 1u);
+    EXPECT_EQ(d.finetunes[0].seeds, (std::vector<uint64_t>{3, 4}));
+    EXPECT_DOUBLE_EQ(d.finetunes[0].lr, 3e-4);
+    EXPECT_DOUBLE_EQ(d.finetunes[0].epochs, 0.5);
+    EXPECT_EQ(d.finetunes[0].batch, 8);
+    EXPECT_EQ(d.finetunes[0].max_len, 64);
+    EXPECT_EQ(d.claims.back().metric, "finetune_error:genre");
+  }
   // Through the CLI: one line on stderr, non-zero exit.
   test::expect_one_line_error(
       test::run_cemfrac({"compare", "--suite", write_suite(dir, good + "\nx = 1\n")}),
