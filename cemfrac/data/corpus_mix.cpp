@@ -231,108 +231,109 @@ class Paragraphs {
   std::string out_;
 };
 
-}  // namespace
-
-std::string rst_to_text(std::string_view rst) {
-  std::vector<std::string_view> lines;
-  for (size_t start = 0; start <= rst.size();) {
-    size_t end = rst.find('\n', start);
-    if (end == std::string_view::npos) end = rst.size();
-    std::string_view line = rst.substr(start, end - start);
-    if (ends_with(line, "\r")) line.remove_suffix(1);
-    lines.push_back(line);
-    start = end + 1;
+// Walks the lines of one reStructuredText document, feeding the prose to `out`.
+class RstReader {
+ public:
+  RstReader(std::string_view rst, Paragraphs& out) : out_(out) {
+    for (size_t start = 0; start <= rst.size();) {
+      size_t end = rst.find('\n', start);
+      if (end == std::string_view::npos) end = rst.size();
+      std::string_view line = rst.substr(start, end - start);
+      if (ends_with(line, "\r")) line.remove_suffix(1);
+      lines_.push_back(line);
+      start = end + 1;
+    }
   }
-  Paragraphs paragraphs;
-  // Skips blank lines and the lines indented deeper than `indent` from line i on; returns the next.
-  auto skip_block = [&](size_t i, size_t indent) {
-    while (i < lines.size() && (blank(lines[i]) || indent_of(lines[i]) > indent)) ++i;
-    return i;
-  };
-  size_t i = 0;
-  while (i < lines.size()) {
-    const std::string_view line = lines[i];
-    const std::string_view s = strip(line);
-    if (s.empty()) {
-      paragraphs.end();
-      ++i;
-      continue;
-    }
-    const size_t indent = indent_of(line);
-    if (starts_with(s, ">>>")) {  // a doctest block, to the next blank line
-      paragraphs.end();
-      while (i < lines.size() && !blank(lines[i])) ++i;
-      continue;
-    }
-    if (starts_with(s, "..") && (s.size() == 2 || s[2] == ' ')) {  // directive, comment, target
-      paragraphs.end();
-      const std::string_view rest = strip(s.substr(2));
-      const size_t colons = rest.find("::");
-      const std::string_view name = colons == std::string_view::npos ? "" : rest.substr(0, colons);
-      ++i;
-      if (colons == std::string_view::npos || !is_prose_directive(name)) {
-        i = skip_block(i, indent);
-        continue;
+
+  void run() {
+    while (i_ < lines_.size()) {
+      const std::string_view s = strip(lines_[i_]);
+      const size_t indent = indent_of(lines_[i_]);
+      if (s.empty() || starts_with(s, "__ ") || is_adornment(s) ||
+          (s.front() == '|' && s.back() == '|' && s.size() > 1)) {
+        out_.end();  // a blank line, an anonymous target, an adornment, a grid table's row
+        ++i_;
+      } else if (starts_with(s, ">>>")) {  // a doctest block, to the next blank line
+        out_.end();
+        while (i_ < lines_.size() && !blank(lines_[i_])) ++i_;
+      } else if (starts_with(s, "..") && (s.size() == 2 || s[2] == ' ')) {
+        directive(s, indent);
+      } else {
+        text_line(s, indent);
       }
-      const std::string_view argument = strip(rest.substr(colons + 2));
-      const std::string version = version_sentence(name, argument);
-      if (!version.empty()) {
-        paragraphs.add_line(version);
-      } else if (!argument.empty() && name != "only" && name != "container") {
-        paragraphs.add_line(argument);
-      }
-      // The options (":class: x") right below the directive line are not prose.
-      while (i < lines.size() && !blank(lines[i]) && indent_of(lines[i]) > indent &&
-             strip(lines[i]).front() == ':')
-        ++i;
-      continue;
     }
-    if (starts_with(s, "__ ")) {  // an anonymous target
-      paragraphs.end();
-      ++i;
-      continue;
+  }
+
+ private:
+  // Skips blank lines and the lines indented deeper than `indent` from the current one on.
+  void skip_block(size_t indent) {
+    while (i_ < lines_.size() && (blank(lines_[i_]) || indent_of(lines_[i_]) > indent)) ++i_;
+  }
+
+  // A directive, comment or link target: its body is skipped unless Sphinx shows it as prose.
+  void directive(std::string_view s, size_t indent) {
+    out_.end();
+    const std::string_view rest = strip(s.substr(2));
+    const size_t colons = rest.find("::");
+    const std::string_view name = colons == std::string_view::npos ? "" : rest.substr(0, colons);
+    ++i_;
+    if (colons == std::string_view::npos || !is_prose_directive(name)) return skip_block(indent);
+    const std::string_view argument = strip(rest.substr(colons + 2));
+    const std::string version = version_sentence(name, argument);
+    if (!version.empty()) {
+      out_.add_line(version);
+    } else if (!argument.empty() && name != "only" && name != "container") {
+      out_.add_line(argument);
     }
-    if (is_adornment(s) || (s.front() == '|' && s.back() == '|' && s.size() > 1)) {
-      paragraphs.end();
-      ++i;
-      continue;
-    }
+    // The options (":class: x") right below the directive line are not prose.
+    while (i_ < lines_.size() && !blank(lines_[i_]) && indent_of(lines_[i_]) > indent &&
+           strip(lines_[i_]).front() == ':')
+      ++i_;
+  }
+
+  // A line of running text; one ending in "::" announces a literal block, which is skipped.
+  void text_line(std::string_view s, size_t indent) {
     std::string_view kept = s;
     if (starts_with(kept, "| ")) kept.remove_prefix(2);  // a line block's line
     const bool literal_follows = ends_with(kept, "::");
-    if (literal_follows) {
-      kept.remove_suffix(2);
-      kept = strip(kept);
-    }
+    if (literal_follows) kept = strip(kept.substr(0, kept.size() - 2));
     if (!kept.empty()) {
       if (literal_follows && !ends_with(s, " ::") && kept.back() != ':') {
-        paragraphs.add_line(std::string(kept) + ":");
+        out_.add_line(std::string(kept) + ":");  // "Example::" reads "Example:"
       } else {
-        paragraphs.add_line(kept);
+        out_.add_line(kept);
       }
     }
-    ++i;
+    ++i_;
     if (literal_follows) {
-      paragraphs.end();
-      i = skip_block(i, indent);
+      out_.end();
+      skip_block(indent);
     }
   }
+
+  std::vector<std::string_view> lines_;
+  size_t i_ = 0;
+  Paragraphs& out_;
+};
+
+}  // namespace
+
+std::string rst_to_text(std::string_view rst) {
+  Paragraphs paragraphs;
+  RstReader(rst, paragraphs).run();
   return paragraphs.take();
 }
 
 // ---- the King James Bible ---------------------------------------------------------------------
-std::vector<Document> kjv_books(std::string_view src) {
-  const size_t open = src.find("\"\"\"");
-  CEMFRAC_CHECK(open != std::string_view::npos, "KJV module: no text literal (\"\"\")");
-  const size_t text_begin = open + 3;
-  const size_t close = src.find("\"\"\"", text_begin);
-  CEMFRAC_CHECK(close != std::string_view::npos, "KJV module: the text literal is not closed");
-  const std::string_view text = src.substr(text_begin, close - text_begin);
+namespace {
 
-  // The first dict after the text: verse id -> start offset. Books start at chapter 1, verse 1.
-  std::map<int, size_t> book_start;  // book number -> offset
-  size_t pos = src.find('{', close);
-  const size_t dict_end = pos == std::string_view::npos ? pos : src.find('}', pos);
+// The first dict after the text (from `from`): verse id BBCCCVVV -> start offset in code points.
+// Returns book number -> the offset of its 1:1, and sets `dict_end` to the dict's closing brace.
+std::map<int, size_t> kjv_book_starts(std::string_view src, size_t from, size_t text_size,
+                                      size_t& dict_end) {
+  std::map<int, size_t> book_start;
+  size_t pos = src.find('{', from);
+  dict_end = pos == std::string_view::npos ? pos : src.find('}', pos);
   CEMFRAC_CHECK(dict_end != std::string_view::npos, "KJV module: no verse offset dict");
   while (pos < dict_end) {
     const size_t colon = src.find(':', pos);
@@ -344,36 +345,39 @@ std::vector<Document> kjv_books(std::string_view src) {
     size_t offset = 0;
     const auto k = std::from_chars(key.data(), key.data() + key.size(), id);
     const auto v = std::from_chars(value.data(), value.data() + value.size(), offset);
-    CEMFRAC_CHECK(k.ec == std::errc() && v.ec == std::errc() && offset <= text.size(),
+    CEMFRAC_CHECK(k.ec == std::errc() && v.ec == std::errc() && offset <= text_size,
                   "KJV module: bad verse offset entry '{}: {}'", key, value);
     if (id % 1000000 == 1001) book_start[static_cast<int>(id / 1000000)] = offset;
     pos = comma;
   }
   CEMFRAC_CHECK(book_start.size() == 66, "KJV module: {} books start at 1:1, expected 66",
                 book_start.size());
+  return book_start;
+}
 
-  // The offsets count Python's characters (code points), not bytes: the text is not all ASCII.
-  {
-    size_t code_points = 0, byte = 0;          // byte: where code point number `code_points` starts
-    for (auto& [book, offset] : book_start) {  // ascending in both book and offset
-      while (code_points < offset && byte < text.size()) {
-        ++byte;
-        while (byte < text.size() && (static_cast<unsigned char>(text[byte]) & 0xC0) == 0x80)
-          ++byte;
-        ++code_points;
-      }
-      CEMFRAC_CHECK(code_points == offset,
-                    "KJV module: book {} starts at character {}, past the text's end or before "
-                    "the previous book",
-                    book, offset);
-      offset = byte;
+// The offsets count Python's characters (code points), not bytes (the text is not all ASCII):
+// each becomes the byte offset of that code point in `text`.
+void code_points_to_bytes(std::string_view text, std::map<int, size_t>& book_start) {
+  size_t code_points = 0, byte = 0;          // byte: where code point number `code_points` starts
+  for (auto& [book, offset] : book_start) {  // ascending in both book and offset
+    while (code_points < offset && byte < text.size()) {
+      ++byte;
+      while (byte < text.size() && (static_cast<unsigned char>(text[byte]) & 0xC0) == 0x80) ++byte;
+      ++code_points;
     }
+    CEMFRAC_CHECK(code_points == offset,
+                  "KJV module: book {} starts at character {}, past the text's end or before the "
+                  "previous book",
+                  book, offset);
+    offset = byte;
   }
+}
 
-  // Titles: `Book.NAME: "TITLE"` entries after the offsets, a dict of short titles ("Psalms") then
-  // one of long titles ("The Book of Psalms"): the last 66 are the long ones.
-  std::vector<std::pair<std::string, std::string>> titles;  // NAME, TITLE
-  for (size_t p = src.find("Book.", dict_end); p != std::string_view::npos;
+// `Book.NAME: "TITLE"` entries after `from`: a dict of short titles ("Psalms") then one of long
+// titles ("The Book of Psalms"); the last 66, the long ones, as (NAME, TITLE).
+std::vector<std::pair<std::string, std::string>> kjv_titles(std::string_view src, size_t from) {
+  std::vector<std::pair<std::string, std::string>> titles;
+  for (size_t p = src.find("Book.", from); p != std::string_view::npos;
        p = src.find("Book.", p + 5)) {
     const size_t colon = src.find(':', p);
     if (colon == std::string_view::npos) break;
@@ -388,6 +392,22 @@ std::vector<Document> kjv_books(std::string_view src) {
   CEMFRAC_CHECK(titles.size() == 66 || titles.size() == 132,
                 "KJV module: {} book titles, expected 66 short and 66 long", titles.size());
   titles.erase(titles.begin(), titles.end() - 66);
+  return titles;
+}
+
+}  // namespace
+
+std::vector<Document> kjv_books(std::string_view src) {
+  const size_t open = src.find("\"\"\"");
+  CEMFRAC_CHECK(open != std::string_view::npos, "KJV module: no text literal (\"\"\")");
+  const size_t text_begin = open + 3;
+  const size_t close = src.find("\"\"\"", text_begin);
+  CEMFRAC_CHECK(close != std::string_view::npos, "KJV module: the text literal is not closed");
+  const std::string_view text = src.substr(text_begin, close - text_begin);
+  size_t dict_end = 0;
+  std::map<int, size_t> book_start = kjv_book_starts(src, close, text.size(), dict_end);
+  code_points_to_bytes(text, book_start);
+  const auto titles = kjv_titles(src, dict_end);
 
   std::vector<Document> books;
   auto it = book_start.begin();
