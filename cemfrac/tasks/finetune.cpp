@@ -242,7 +242,10 @@ void predict(const std::function<torch::Tensor(const torch::Tensor&)>& forward,
   }
 }
 
-FinetuneResult run_finetune(const FinetuneOptions& o) {
+namespace {
+
+// Every flag checked before anything is read or loaded.
+void check_finetune_options(const FinetuneOptions& o) {
   CEMFRAC_CHECK(!o.checkpoint.empty() || !o.resume.empty(),
                 "finetune needs --checkpoint (a pre-trained model) or --resume (a fine-tuning run)");
   CEMFRAC_CHECK(std::isfinite(o.lr) && o.lr > 0, "--lr {}: must be > 0", o.lr);
@@ -260,6 +263,82 @@ FinetuneResult run_finetune(const FinetuneOptions& o) {
                 "from its own checkpoint (drop --checkpoint)");
   CEMFRAC_CHECK(o.resume.empty() || std::filesystem::is_directory(o.resume),
                 "--resume {}: no such directory", o.resume);
+}
+
+// The Trainer's settings of a fine-tuning: `o.epochs` passes over `n_train` examples, a validation
+// and a checkpoint per epoch, cross-entropy (MSE for regression) on the head's outputs.
+TrainerOptions finetune_trainer_options(const FinetuneOptions& o, const ClassificationTask& task,
+                                        int64_t n_train, int64_t max_len, torch::Device device,
+                                        std::shared_ptr<FinetuneData> data) {
+  const int64_t per_epoch = (n_train + o.batch - 1) / o.batch;
+  TrainerOptions t;
+  t.train.steps =
+      std::max<int64_t>(1, static_cast<int64_t>(std::ceil(o.epochs * static_cast<double>(n_train) /
+                                                          static_cast<double>(o.batch))));
+  t.train.micro_batch = o.batch;
+  t.train.seq_len = max_len;
+  t.train.tokens_per_step = 0;
+  t.train.lr_max = o.lr;
+  t.train.lr_min = 0;
+  t.train.warmup_steps = static_cast<int64_t>(std::llround(o.warmup * t.train.steps));
+  t.train.weight_decay = o.weight_decay;
+  t.train.seed = o.seed;
+  t.train.log_every = std::max<int64_t>(1, t.train.steps / 50);
+  t.train.eval_every = std::min(per_epoch, t.train.steps);
+  t.train.eval_tokens = 0;
+  t.train.checkpoint_every = std::min(per_epoch, t.train.steps);
+  t.train.out = o.resume.empty() ? o.out : o.resume;
+  t.train.dyadic = false;         // a pre-trained model's ladder depths are all trained already
+  t.train.device = device.str();  // as trainer.json records it
+  t.data = data;
+  if (task.regression) {
+    t.loss = [](const torch::Tensor& out, const torch::Tensor& y, int64_t reduction) {
+      return torch::mse_loss(out.select(1, 0), y.to(out.scalar_type()), reduction);
+    };
+  } else {
+    t.loss = [](const torch::Tensor& out, const torch::Tensor& y, int64_t reduction) {
+      return torch::cross_entropy_loss(out, y, /*weight=*/{}, reduction, /*ignore_index=*/-100,
+                                       /*label_smoothing=*/0.0);
+    };
+  }
+  t.resume = o.resume;
+  t.progress = o.progress;
+  t.label = "finetune " + task.name;
+  t.lock_command = "finetune";
+  t.out_key = "--out";
+  t.stop_at_step = o.stop_at_step;
+  return t;
+}
+
+// finetune.json's account of the run (its "evals" are added once evaluated).
+nlohmann::json finetune_report(const FinetuneOptions& o, const ClassificationTask& task,
+                               const std::string& pretrained, const TrainResult& r, int64_t steps,
+                               int64_t max_len, size_t n_train) {
+  nlohmann::json rep;
+  rep["task"] = task.name;
+  rep["regression"] = task.regression;
+  rep["labels"] = task.labels;
+  rep["pretrained"] = o.resume.empty() ? nlohmann::json(pretrained) : nlohmann::json(nullptr);
+  rep["checkpoint"] = r.last_checkpoint;
+  rep["status"] = to_string(r.status);
+  rep["step"] = r.step;
+  rep["steps"] = steps;
+  rep["settings"] = {{"lr", o.lr},
+                     {"epochs", o.epochs},
+                     {"batch", o.batch},
+                     {"max_len", max_len},
+                     {"seed", o.seed},
+                     {"warmup", o.warmup},
+                     {"weight_decay", o.weight_decay}};
+  rep["pooling"] = "final hidden state at the last non-padding token";
+  rep["train_examples"] = n_train;
+  return rep;
+}
+
+}  // namespace
+
+FinetuneResult run_finetune(const FinetuneOptions& o) {
+  check_finetune_options(o);
   // The data first: a bad file is reported before a model is loaded.
   const ClassificationTask task = read_finetune_task(o.task, o.data_dir);
   // With --resume the backbone's architecture and tokenizer come from the run's own checkpoint
@@ -301,44 +380,8 @@ FinetuneResult run_finetune(const FinetuneOptions& o) {
   tm.buffers = state_buffers(*model);
   tm.device = device;
 
-  const int64_t per_epoch =
-      (static_cast<int64_t>(train.size()) + o.batch - 1) / o.batch;
-  TrainerOptions t;
-  t.train.steps = std::max<int64_t>(
-      1, static_cast<int64_t>(std::ceil(o.epochs * static_cast<double>(train.size()) /
-                                        static_cast<double>(o.batch))));
-  t.train.micro_batch = o.batch;
-  t.train.seq_len = max_len;
-  t.train.tokens_per_step = 0;
-  t.train.lr_max = o.lr;
-  t.train.lr_min = 0;
-  t.train.warmup_steps = static_cast<int64_t>(std::llround(o.warmup * t.train.steps));
-  t.train.weight_decay = o.weight_decay;
-  t.train.seed = o.seed;
-  t.train.log_every = std::max<int64_t>(1, t.train.steps / 50);
-  t.train.eval_every = std::min(per_epoch, t.train.steps);
-  t.train.eval_tokens = 0;
-  t.train.checkpoint_every = std::min(per_epoch, t.train.steps);
-  t.train.out = o.resume.empty() ? o.out : o.resume;
-  t.train.dyadic = false;         // a pre-trained model's ladder depths are all trained already
-  t.train.device = device.str();  // as trainer.json records it
-  t.data = data;
-  if (task.regression) {
-    t.loss = [](const torch::Tensor& out, const torch::Tensor& y, int64_t reduction) {
-      return torch::mse_loss(out.select(1, 0), y.to(out.scalar_type()), reduction);
-    };
-  } else {
-    t.loss = [](const torch::Tensor& out, const torch::Tensor& y, int64_t reduction) {
-      return torch::cross_entropy_loss(out, y, /*weight=*/{}, reduction, /*ignore_index=*/-100,
-                                       /*label_smoothing=*/0.0);
-    };
-  }
-  t.resume = o.resume;
-  t.progress = o.progress;
-  t.label = "finetune " + task.name;
-  t.lock_command = "finetune";
-  t.out_key = "--out";
-  t.stop_at_step = o.stop_at_step;
+  const TrainerOptions t =
+      finetune_trainer_options(o, task, static_cast<int64_t>(train.size()), max_len, device, data);
   Trainer trainer(std::move(tm), t);
   const TrainResult r = trainer.run();
 
@@ -347,29 +390,16 @@ FinetuneResult run_finetune(const FinetuneOptions& o) {
   out.step = r.step;
   out.steps = t.train.steps;
   out.checkpoint = r.last_checkpoint;
-  nlohmann::json& rep = out.report;
-  rep["task"] = task.name;
-  rep["regression"] = task.regression;
-  rep["labels"] = task.labels;
-  rep["pretrained"] = o.resume.empty() ? nlohmann::json(loaded.checkpoint) : nlohmann::json(nullptr);
-  rep["checkpoint"] = r.last_checkpoint;
-  rep["status"] = out.status;
-  rep["step"] = r.step;
-  rep["steps"] = t.train.steps;
-  rep["settings"] = {{"lr", o.lr},          {"epochs", o.epochs}, {"batch", o.batch},
-                     {"max_len", max_len},  {"seed", o.seed},     {"warmup", o.warmup},
-                     {"weight_decay", o.weight_decay}};
-  rep["pooling"] = "final hidden state at the last non-padding token";
-  rep["train_examples"] = train.size();
+  out.report = finetune_report(o, task, loaded.checkpoint, r, t.train.steps, max_len, train.size());
   if (r.status == TrainStatus::kInterrupted) return out;
   model->eval();
   for (size_t k = 0; k < evals.size(); ++k) {
     std::vector<int64_t> classes;
     std::vector<double> scores;
     predict(forward, *data, evals[k], o.batch, task.regression, &classes, &scores);
-    rep["evals"][task.evals[k].name] = task_metrics(task, task.evals[k], classes, scores);
+    out.report["evals"][task.evals[k].name] = task_metrics(task, task.evals[k], classes, scores);
   }
-  write_file_atomic(trainer.run_dir() + "/finetune.json", rep.dump(2) + "\n");
+  write_file_atomic(trainer.run_dir() + "/finetune.json", out.report.dump(2) + "\n");
   return out;
 }
 
