@@ -255,6 +255,118 @@ ShardHeader write_shard(const std::string& path, const ShardInfo& info,
   });
 }
 
+namespace {
+
+// The file holds exactly the tokens its header announces.
+void check_shard_size(const ShardHeader& h, uint64_t file_size, const std::string& path) {
+  const uint64_t bytes_per_token = dtype_bytes(h.dtype);
+  const uint64_t max_count =
+      (std::numeric_limits<uint64_t>::max() - kShardHeaderSize) / bytes_per_token;
+  CEMFRAC_CHECK(h.token_count <= max_count,
+                "{}: token count {} in the header is impossible: the file is corrupt", path,
+                h.token_count);
+  const uint64_t expected_size = kShardHeaderSize + h.token_count * bytes_per_token;
+  CEMFRAC_CHECK(file_size >= expected_size,
+                "{}: truncated: the header announces {} {} tokens ({} bytes in all) but the file "
+                "has {} bytes; re-run cemfrac prepare",
+                path, h.token_count, to_string(h.dtype), expected_size, file_size);
+  CEMFRAC_CHECK(file_size == expected_size,
+                "{}: {} unexpected bytes after the {} tokens the header announces: the file is "
+                "corrupt; re-run cemfrac prepare",
+                path, file_size - expected_size, h.token_count);
+}
+
+// The header of the shard mapped at `p` (file_size bytes), every field checked (docs/formats.md)
+// and the file's size against the token count it announces.
+ShardHeader parse_shard_header(const unsigned char* p, uint64_t file_size,
+                               const std::string& path) {
+  ShardHeader h;
+  const size_t magic_bytes = std::min<size_t>(file_size, sizeof(kShardMagic));
+  CEMFRAC_CHECK(
+      magic_bytes == sizeof(kShardMagic) && std::memcmp(p, kShardMagic, sizeof(kShardMagic)) == 0,
+      "{}: not a cemfrac token shard (starts with \"{}\", expected \"CEMFTOKS\"): pass "
+      "a .bin file written by cemfrac prepare",
+      path, escape_bytes(p, magic_bytes));
+  CEMFRAC_CHECK(file_size >= kShardHeaderSize,
+                "{}: truncated: {} bytes, less than the {}-byte header; re-run cemfrac prepare",
+                path, file_size, kShardHeaderSize);
+  h.version = get_le<uint32_t>(p + kOffVersion);
+  CEMFRAC_CHECK(h.version == kShardVersion,
+                "{}: shard format version {} is not supported (this cemfrac reads version {}): "
+                "re-run cemfrac prepare with this build",
+                path, h.version, kShardVersion);
+  const auto header_size = get_le<uint32_t>(p + kOffHeaderSize);
+  CEMFRAC_CHECK(header_size == kShardHeaderSize,
+                "{}: header size {} is wrong for format version {} (expected {}): the file is "
+                "corrupt; re-run cemfrac prepare",
+                path, header_size, kShardVersion, kShardHeaderSize);
+  const auto stored_crc = get_le<uint32_t>(p + kOffHeaderCrc);
+  const auto computed_crc = crc32_update(0, p, kOffHeaderCrc);
+  CEMFRAC_CHECK(stored_crc == computed_crc,
+                "{}: header checksum mismatch (stored {:08x}, computed {:08x}): the header is "
+                "corrupt; re-run cemfrac prepare",
+                path, stored_crc, computed_crc);
+  const auto dtype_code = get_le<uint32_t>(p + kOffDtype);
+  CEMFRAC_CHECK(dtype_code == static_cast<uint32_t>(TokenDtype::kUint16) ||
+                    dtype_code == static_cast<uint32_t>(TokenDtype::kUint32),
+                "{}: unknown token dtype code {} (expected 2 = uint16 or 4 = uint32): the file "
+                "is corrupt or from a newer cemfrac",
+                path, dtype_code);
+  h.dtype = static_cast<TokenDtype>(dtype_code);
+  const auto vocab = get_le<uint64_t>(p + kOffVocab);
+  CEMFRAC_CHECK(vocab > 0 && vocab <= static_cast<uint64_t>(std::numeric_limits<TokenId>::max()),
+                "{}: invalid vocabulary size {} in the header: the file is corrupt", path, vocab);
+  h.vocab_size = static_cast<int64_t>(vocab);
+  CEMFRAC_CHECK(h.dtype == TokenDtype::kUint32 || h.vocab_size <= kShardMaxUint16Vocab,
+                "{}: dtype uint16 cannot hold vocabulary size {}: the file is corrupt", path,
+                h.vocab_size);
+  const auto eot = get_le<uint32_t>(p + kOffEot);
+  CEMFRAC_CHECK(eot < vocab,
+                "{}: end-of-text id {} is not below the vocabulary size {}: the file is corrupt",
+                path, eot, vocab);
+  h.eot_id = static_cast<TokenId>(eot);
+  h.token_count = get_le<uint64_t>(p + kOffCount);
+  h.document_count = get_le<uint64_t>(p + kOffDocuments);
+  CEMFRAC_CHECK(h.document_count <= h.token_count,
+                "{}: the header lists {} documents but only {} tokens: the file is corrupt", path,
+                h.document_count, h.token_count);
+  const auto* id_bytes = reinterpret_cast<const char*>(p + kOffTokenizerId);
+  const size_t id_length = strnlen(id_bytes, kShardTokenizerIdSize);
+  bool padded = id_length > 0 && id_length < kShardTokenizerIdSize;
+  for (size_t i = id_length; i < kShardTokenizerIdSize; ++i) padded = padded && id_bytes[i] == 0;
+  CEMFRAC_CHECK(padded,
+                "{}: the tokenizer id field is not 1 to {} bytes of text padded with NUL: the "
+                "file is corrupt",
+                path, kShardTokenizerIdSize - 1);
+  h.tokenizer_id.assign(id_bytes, id_length);
+  h.tokens_crc32 = get_le<uint32_t>(p + kOffTokensCrc);
+  for (size_t i = 0; i < kReservedSize; ++i)
+    CEMFRAC_CHECK(p[kOffReserved + i] == 0,
+                  "{}: reserved header byte {} is not zero: the file is corrupt or from a newer "
+                  "cemfrac",
+                  path, kOffReserved + i);
+
+  check_shard_size(h, file_size, path);
+  return h;
+}
+
+// The header against what the caller expects (a vocabulary size, a tokenizer id; -1 / "" = any).
+void check_expectation(const ShardHeader& h, const ShardExpectation& expect,
+                       const std::string& path) {
+  if (expect.vocab_size >= 0)
+    CEMFRAC_CHECK(h.vocab_size == expect.vocab_size,
+                  "{}: vocabulary size {} (tokenizer '{}') does not match the expected {}: the "
+                  "data was prepared with another tokenizer; prepare it with the model's tokenizer",
+                  path, h.vocab_size, h.tokenizer_id, expect.vocab_size);
+  if (!expect.tokenizer_id.empty())
+    CEMFRAC_CHECK(h.tokenizer_id == expect.tokenizer_id,
+                  "{}: tokenizer '{}' does not match the expected '{}': the data was prepared "
+                  "with another tokenizer; prepare it with the model's tokenizer",
+                  path, h.tokenizer_id, expect.tokenizer_id);
+}
+
+}  // namespace
+
 ShardReader::ShardReader(const std::string& path, const ShardExpectation& expect) : path_(path) {
   // Checked before open(): opening a FIFO for reading blocks until a writer comes.
   const std::string problem = input_file_problem(path);
@@ -282,99 +394,8 @@ ShardReader::ShardReader(const std::string& path, const ShardExpectation& expect
   }
   try {
     const auto* p = static_cast<const unsigned char*>(map_);
-    const size_t magic_bytes = std::min<size_t>(map_size_, sizeof(kShardMagic));
-    CEMFRAC_CHECK(
-        magic_bytes == sizeof(kShardMagic) && std::memcmp(p, kShardMagic, sizeof(kShardMagic)) == 0,
-        "{}: not a cemfrac token shard (starts with \"{}\", expected \"CEMFTOKS\"): pass "
-        "a .bin file written by cemfrac prepare",
-        path, escape_bytes(p, magic_bytes));
-    CEMFRAC_CHECK(file_size >= kShardHeaderSize,
-                  "{}: truncated: {} bytes, less than the {}-byte header; re-run cemfrac prepare",
-                  path, file_size, kShardHeaderSize);
-    header_.version = get_le<uint32_t>(p + kOffVersion);
-    CEMFRAC_CHECK(header_.version == kShardVersion,
-                  "{}: shard format version {} is not supported (this cemfrac reads version {}): "
-                  "re-run cemfrac prepare with this build",
-                  path, header_.version, kShardVersion);
-    const auto header_size = get_le<uint32_t>(p + kOffHeaderSize);
-    CEMFRAC_CHECK(header_size == kShardHeaderSize,
-                  "{}: header size {} is wrong for format version {} (expected {}): the file is "
-                  "corrupt; re-run cemfrac prepare",
-                  path, header_size, kShardVersion, kShardHeaderSize);
-    const auto stored_crc = get_le<uint32_t>(p + kOffHeaderCrc);
-    const auto computed_crc = crc32_update(0, p, kOffHeaderCrc);
-    CEMFRAC_CHECK(stored_crc == computed_crc,
-                  "{}: header checksum mismatch (stored {:08x}, computed {:08x}): the header is "
-                  "corrupt; re-run cemfrac prepare",
-                  path, stored_crc, computed_crc);
-    const auto dtype_code = get_le<uint32_t>(p + kOffDtype);
-    CEMFRAC_CHECK(dtype_code == static_cast<uint32_t>(TokenDtype::kUint16) ||
-                      dtype_code == static_cast<uint32_t>(TokenDtype::kUint32),
-                  "{}: unknown token dtype code {} (expected 2 = uint16 or 4 = uint32): the file "
-                  "is corrupt or from a newer cemfrac",
-                  path, dtype_code);
-    header_.dtype = static_cast<TokenDtype>(dtype_code);
-    const auto vocab = get_le<uint64_t>(p + kOffVocab);
-    CEMFRAC_CHECK(vocab > 0 && vocab <= static_cast<uint64_t>(std::numeric_limits<TokenId>::max()),
-                  "{}: invalid vocabulary size {} in the header: the file is corrupt", path, vocab);
-    header_.vocab_size = static_cast<int64_t>(vocab);
-    CEMFRAC_CHECK(
-        header_.dtype == TokenDtype::kUint32 || header_.vocab_size <= kShardMaxUint16Vocab,
-        "{}: dtype uint16 cannot hold vocabulary size {}: the file is corrupt", path,
-        header_.vocab_size);
-    const auto eot = get_le<uint32_t>(p + kOffEot);
-    CEMFRAC_CHECK(eot < vocab,
-                  "{}: end-of-text id {} is not below the vocabulary size {}: the file is corrupt",
-                  path, eot, vocab);
-    header_.eot_id = static_cast<TokenId>(eot);
-    header_.token_count = get_le<uint64_t>(p + kOffCount);
-    header_.document_count = get_le<uint64_t>(p + kOffDocuments);
-    CEMFRAC_CHECK(header_.document_count <= header_.token_count,
-                  "{}: the header lists {} documents but only {} tokens: the file is corrupt", path,
-                  header_.document_count, header_.token_count);
-    const auto* id_bytes = reinterpret_cast<const char*>(p + kOffTokenizerId);
-    const size_t id_length = strnlen(id_bytes, kShardTokenizerIdSize);
-    bool padded = id_length > 0 && id_length < kShardTokenizerIdSize;
-    for (size_t i = id_length; i < kShardTokenizerIdSize; ++i) padded = padded && id_bytes[i] == 0;
-    CEMFRAC_CHECK(padded,
-                  "{}: the tokenizer id field is not 1 to {} bytes of text padded with NUL: the "
-                  "file is corrupt",
-                  path, kShardTokenizerIdSize - 1);
-    header_.tokenizer_id.assign(id_bytes, id_length);
-    header_.tokens_crc32 = get_le<uint32_t>(p + kOffTokensCrc);
-    for (size_t i = 0; i < kReservedSize; ++i)
-      CEMFRAC_CHECK(p[kOffReserved + i] == 0,
-                    "{}: reserved header byte {} is not zero: the file is corrupt or from a newer "
-                    "cemfrac",
-                    path, kOffReserved + i);
-
-    const uint64_t bytes_per_token = dtype_bytes(header_.dtype);
-    const uint64_t max_count =
-        (std::numeric_limits<uint64_t>::max() - kShardHeaderSize) / bytes_per_token;
-    CEMFRAC_CHECK(header_.token_count <= max_count,
-                  "{}: token count {} in the header is impossible: the file is corrupt", path,
-                  header_.token_count);
-    const uint64_t expected_size = kShardHeaderSize + header_.token_count * bytes_per_token;
-    CEMFRAC_CHECK(file_size >= expected_size,
-                  "{}: truncated: the header announces {} {} tokens ({} bytes in all) but the file "
-                  "has {} bytes; re-run cemfrac prepare",
-                  path, header_.token_count, to_string(header_.dtype), expected_size, file_size);
-    CEMFRAC_CHECK(file_size == expected_size,
-                  "{}: {} unexpected bytes after the {} tokens the header announces: the file is "
-                  "corrupt; re-run cemfrac prepare",
-                  path, file_size - expected_size, header_.token_count);
-
-    if (expect.vocab_size >= 0)
-      CEMFRAC_CHECK(
-          header_.vocab_size == expect.vocab_size,
-          "{}: vocabulary size {} (tokenizer '{}') does not match the expected {}: the "
-          "data was prepared with another tokenizer; prepare it with the model's tokenizer",
-          path, header_.vocab_size, header_.tokenizer_id, expect.vocab_size);
-    if (!expect.tokenizer_id.empty())
-      CEMFRAC_CHECK(header_.tokenizer_id == expect.tokenizer_id,
-                    "{}: tokenizer '{}' does not match the expected '{}': the data was prepared "
-                    "with another tokenizer; prepare it with the model's tokenizer",
-                    path, header_.tokenizer_id, expect.tokenizer_id);
+    header_ = parse_shard_header(p, file_size, path);
+    check_expectation(header_, expect, path);
     tokens_ = p + kShardHeaderSize;
   } catch (...) {
     unmap();
