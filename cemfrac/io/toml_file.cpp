@@ -9,121 +9,149 @@
 
 namespace cemfrac {
 
-std::optional<TomlTextProblem> find_non_ascii_outside_strings(std::string_view text) {
-  enum class State { kToml, kComment, kBasic, kLiteral, kMultiBasic, kMultiLiteral };
-  State state = State::kToml;
-  size_t line = 1, line_start = 0;
-  size_t i = 0;
-  if (text.substr(0, 3) == "\xEF\xBB\xBF") i = 3;  // byte-order mark
-  auto problem = [&](size_t at, std::string what) {
-    return TomlTextProblem{line, at - line_start + 1, std::move(what)};
-  };
-  auto run_of = [&](size_t at, char c) {
-    size_t n = 0;
-    while (at + n < text.size() && text[at + n] == c) ++n;
-    return n;
-  };
-  while (i < text.size()) {
-    const char c = text[i];
-    const auto byte = static_cast<unsigned char>(c);
-    if (c == '\n') {
-      ++line;
-      line_start = i + 1;
-      // A newline ends a comment; inside a one-line string it is a syntax error toml++ reports.
-      if (state == State::kComment || state == State::kBasic || state == State::kLiteral)
-        state = State::kToml;
-      ++i;
-      continue;
-    }
-    switch (state) {
-      case State::kToml:
-        if (byte >= 0x80)
-          return problem(i,
-                         "a non-ASCII character outside a string or comment (TOML allows them only "
-                         "inside quotes or after #)");
-        if (c == '#') {
-          state = State::kComment;
-        } else if (c == '"') {
-          if (run_of(i, '"') >= 3) {
-            state = State::kMultiBasic;
-            i += 3;
-            continue;
-          }
-          state = State::kBasic;
-        } else if (c == '\'') {
-          if (run_of(i, '\'') >= 3) {
-            state = State::kMultiLiteral;
-            i += 3;
-            continue;
-          }
-          state = State::kLiteral;
-        }
-        ++i;
-        break;
-      case State::kComment: ++i; break;
-      case State::kBasic:
-        if (c == '\\' && i + 1 < text.size() && text[i + 1] != '\n') {
-          i += 2;  // an escape: the escaped byte cannot close the string
-          continue;
-        }
-        if (c == '"') state = State::kToml;
-        ++i;
-        break;
-      case State::kLiteral:
-        if (c == '\'') state = State::kToml;
-        ++i;
-        break;
-      case State::kMultiBasic: {
-        if (c == '\\') {
-          // A line-ending backslash trims all whitespace and newlines after it.
-          size_t j = i + 1;
-          while (j < text.size() && (text[j] == ' ' || text[j] == '\t' || text[j] == '\r')) ++j;
-          if (j < text.size() && text[j] == '\n') {
-            i += 1;
-            while (i < text.size() &&
-                   (text[i] == ' ' || text[i] == '\t' || text[i] == '\r' || text[i] == '\n')) {
-              if (text[i] == '\n') {
-                ++line;
-                line_start = i + 1;
-              }
-              ++i;
-            }
-            if (i < text.size() && static_cast<unsigned char>(text[i]) >= 0x80)
-              return problem(i,
-                             "a non-ASCII character right after a line-ending backslash in a "
-                             "multi-line string (toml++ 3.3.0 misreads it; start the line with an "
-                             "ASCII character)");
-            continue;
-          }
-          i += 2;  // an ordinary escape
-          continue;
-        }
-        if (c == '"') {
-          const size_t n = run_of(i, '"');
-          if (n >= 3) {
-            state = State::kToml;  // up to two more quotes before the closing three are content
-            i += n;
-            continue;
-          }
-          i += n;
-          continue;
-        }
-        ++i;
-        break;
-      }
-      case State::kMultiLiteral: {
-        if (c == '\'') {
-          const size_t n = run_of(i, '\'');
-          if (n >= 3) state = State::kToml;
-          i += n;
-          continue;
-        }
-        ++i;
-        break;
-      }
-    }
+namespace {
+
+// The scan of find_non_ascii_outside_strings: where the text is (TOML, a comment, one of the four
+// string kinds), one method per state, each consuming at least one byte.
+class TomlScanner {
+ public:
+  explicit TomlScanner(std::string_view text) : text_(text) {
+    if (text.substr(0, 3) == "\xEF\xBB\xBF") i_ = 3;  // byte-order mark
   }
-  return std::nullopt;
+
+  std::optional<TomlTextProblem> run() {
+    while (i_ < text_.size()) {
+      if (text_[i_] == '\n') {
+        newline();
+        continue;
+      }
+      std::optional<TomlTextProblem> p;
+      switch (state_) {
+        case State::kToml: p = toml(); break;
+        case State::kComment: ++i_; break;
+        case State::kBasic: basic(); break;
+        case State::kLiteral: literal(); break;
+        case State::kMultiBasic: p = multi_basic(); break;
+        case State::kMultiLiteral: multi_literal(); break;
+      }
+      if (p) return p;
+    }
+    return std::nullopt;
+  }
+
+ private:
+  enum class State { kToml, kComment, kBasic, kLiteral, kMultiBasic, kMultiLiteral };
+
+  TomlTextProblem problem(size_t at, std::string what) const {
+    return TomlTextProblem{line_, at - line_start_ + 1, std::move(what)};
+  }
+  size_t run_of(size_t at, char c) const {
+    size_t n = 0;
+    while (at + n < text_.size() && text_[at + n] == c) ++n;
+    return n;
+  }
+
+  void newline() {
+    ++line_;
+    line_start_ = i_ + 1;
+    // A newline ends a comment; inside a one-line string it is a syntax error toml++ reports.
+    if (state_ == State::kComment || state_ == State::kBasic || state_ == State::kLiteral)
+      state_ = State::kToml;
+    ++i_;
+  }
+
+  std::optional<TomlTextProblem> toml() {
+    const char c = text_[i_];
+    if (static_cast<unsigned char>(c) >= 0x80)
+      return problem(i_,
+                     "a non-ASCII character outside a string or comment (TOML allows them only "
+                     "inside quotes or after #)");
+    if (c == '#') {
+      state_ = State::kComment;
+    } else if (c == '"' || c == '\'') {
+      const bool basic = c == '"';
+      if (run_of(i_, c) >= 3) {
+        state_ = basic ? State::kMultiBasic : State::kMultiLiteral;
+        i_ += 3;
+        return std::nullopt;
+      }
+      state_ = basic ? State::kBasic : State::kLiteral;
+    }
+    ++i_;
+    return std::nullopt;
+  }
+
+  void basic() {
+    const char c = text_[i_];
+    if (c == '\\' && i_ + 1 < text_.size() && text_[i_ + 1] != '\n') {
+      i_ += 2;  // an escape: the escaped byte cannot close the string
+      return;
+    }
+    if (c == '"') state_ = State::kToml;
+    ++i_;
+  }
+
+  void literal() {
+    if (text_[i_] == '\'') state_ = State::kToml;
+    ++i_;
+  }
+
+  std::optional<TomlTextProblem> multi_basic() {
+    const char c = text_[i_];
+    if (c == '\\') return backslash_in_multi_basic();
+    if (c == '"') {
+      const size_t n = run_of(i_, '"');
+      if (n >= 3) state_ = State::kToml;  // up to two more quotes before the closing three
+      i_ += n;
+      return std::nullopt;
+    }
+    ++i_;
+    return std::nullopt;
+  }
+
+  // A line-ending backslash trims all whitespace and newlines after it; any other is an escape.
+  std::optional<TomlTextProblem> backslash_in_multi_basic() {
+    size_t j = i_ + 1;
+    while (j < text_.size() && (text_[j] == ' ' || text_[j] == '\t' || text_[j] == '\r')) ++j;
+    if (j >= text_.size() || text_[j] != '\n') {
+      i_ += 2;  // an ordinary escape
+      return std::nullopt;
+    }
+    i_ += 1;
+    while (i_ < text_.size() &&
+           (text_[i_] == ' ' || text_[i_] == '\t' || text_[i_] == '\r' || text_[i_] == '\n')) {
+      if (text_[i_] == '\n') {
+        ++line_;
+        line_start_ = i_ + 1;
+      }
+      ++i_;
+    }
+    if (i_ < text_.size() && static_cast<unsigned char>(text_[i_]) >= 0x80)
+      return problem(i_,
+                     "a non-ASCII character right after a line-ending backslash in a multi-line "
+                     "string (toml++ 3.3.0 misreads it; start the line with an ASCII character)");
+    return std::nullopt;
+  }
+
+  void multi_literal() {
+    if (text_[i_] == '\'') {
+      const size_t n = run_of(i_, '\'');
+      if (n >= 3) state_ = State::kToml;
+      i_ += n;
+      return;
+    }
+    ++i_;
+  }
+
+  std::string_view text_;
+  State state_ = State::kToml;
+  size_t line_ = 1, line_start_ = 0, i_ = 0;
+};
+
+}  // namespace
+
+std::optional<TomlTextProblem> find_non_ascii_outside_strings(std::string_view text) {
+  return TomlScanner(text).run();
 }
 
 namespace {
