@@ -160,49 +160,55 @@ constexpr int64_t kMaxContext = int64_t{1} << 20;  // 1048576
 
 }  // namespace
 
-std::optional<ConfigProblem> ModelConfig::first_problem() const {
+namespace {
+
+// The sizes: each at least 1 and at most the engine's bound; heads dividing the width.
+std::optional<ConfigProblem> shapes_problem(const ModelConfig& c) {
   auto at_least_one = [](const char* key, int64_t v) -> std::optional<ConfigProblem> {
     if (v >= 1) return std::nullopt;
     return problem(key, fmt::format("{} = {}: must be at least 1", key, v));
   };
-  for (auto [key, v] : {std::pair<const char*, int64_t>{"vocab_size", vocab_size},
-                        {"d_model", d_model},
-                        {"n_layers", n_layers},
-                        {"n_heads", n_heads},
-                        {"d_ff", d_ff},
-                        {"context", context}}) {
+  for (auto [key, v] : {std::pair<const char*, int64_t>{"vocab_size", c.vocab_size},
+                        {"d_model", c.d_model},
+                        {"n_layers", c.n_layers},
+                        {"n_heads", c.n_heads},
+                        {"d_ff", c.d_ff},
+                        {"context", c.context}}) {
     if (auto p = at_least_one(key, v)) return p;
   }
   for (auto [key, v, most] :
-       {std::tuple<const char*, int64_t, int64_t>{"vocab_size", vocab_size, kMaxVocabSize},
-        {"d_model", d_model, kMaxDModel},
-        {"n_layers", n_layers, kMaxLayers},
-        {"n_heads", n_heads, kMaxHeads},
-        {"d_ff", d_ff, kMaxDff},
-        {"context", context, kMaxContext}}) {
+       {std::tuple<const char*, int64_t, int64_t>{"vocab_size", c.vocab_size, kMaxVocabSize},
+        {"d_model", c.d_model, kMaxDModel},
+        {"n_layers", c.n_layers, kMaxLayers},
+        {"n_heads", c.n_heads, kMaxHeads},
+        {"d_ff", c.d_ff, kMaxDff},
+        {"context", c.context, kMaxContext}}) {
     if (v > most)
       return problem(
           key, fmt::format("{} = {}: must be at most {} (the bound of this engine)", key, v, most));
   }
-  if (d_model % n_heads != 0) {
+  if (c.d_model % c.n_heads != 0) {
     return problem("n_heads", fmt::format("n_heads = {}: must divide d_model = {} (d_h = D / H)",
-                                          n_heads, d_model));
+                                          c.n_heads, c.d_model));
   }
-  if (n_kv_heads < 0 || (n_kv_heads > 0 && n_heads % n_kv_heads != 0)) {
+  if (c.n_kv_heads < 0 || (c.n_kv_heads > 0 && c.n_heads % c.n_kv_heads != 0)) {
     return problem("n_kv_heads",
                    fmt::format("n_kv_heads = {}: must divide n_heads = {} (0 = n_heads)",
-                               n_kv_heads, n_heads));
+                               c.n_kv_heads, c.n_heads));
   }
-  if (auto p = kind_problem("mixer", [&] { parse_mixer_kind(mixer, "mixer"); })) return p;
-  if (auto p = kind_problem("ffn", [&] { parse_block_ffn(ffn, "ffn"); })) return p;
+  return std::nullopt;
+}
+
+// layer_overrides: layers in range, each once, each setting a known mixer or FFN.
+std::optional<ConfigProblem> overrides_problem(const ModelConfig& c) {
   std::set<int64_t> seen;
-  for (size_t i = 0; i < layer_overrides.size(); ++i) {
-    const LayerOverride& o = layer_overrides[i];
+  for (size_t i = 0; i < c.layer_overrides.size(); ++i) {
+    const LayerOverride& o = c.layer_overrides[i];
     const std::string at = fmt::format("layer_overrides[{}]", i);
-    if (o.layer < 0 || o.layer >= n_layers) {
+    if (o.layer < 0 || o.layer >= c.n_layers) {
       return problem("layer_overrides",
                      fmt::format("{}.layer = {}: must be in 0..{} (n_layers = {})", at, o.layer,
-                                 n_layers - 1, n_layers));
+                                 c.n_layers - 1, c.n_layers));
     }
     if (!seen.insert(o.layer).second) {
       return problem(
@@ -224,21 +230,23 @@ std::optional<ConfigProblem> ModelConfig::first_problem() const {
         return p;
     }
   }
-  if (!positive_finite(norm_eps)) {
-    return problem("norm_eps", fmt::format("norm_eps = {}: must be a positive number", norm_eps));
-  }
-  if (positions == Positions::kRope && head_dim() % 2 != 0) {
+  return std::nullopt;
+}
+
+// Rotary positions need an even head width; rope_theta and rope_scaling their ranges.
+std::optional<ConfigProblem> rope_problem(const ModelConfig& c) {
+  if (c.positions == Positions::kRope && c.head_dim() % 2 != 0) {
     return problem(
         "positions",
         fmt::format("positions = \"rope\" needs an even head width, but d_model / n_heads = "
                     "{} / {} = {}; change n_heads or d_model",
-                    d_model, n_heads, head_dim()));
+                    c.d_model, c.n_heads, c.head_dim()));
   }
-  if (!positive_finite(rope_theta)) {
+  if (!positive_finite(c.rope_theta)) {
     return problem("rope_theta",
-                   fmt::format("rope_theta = {}: must be a positive number", rope_theta));
+                   fmt::format("rope_theta = {}: must be a positive number", c.rope_theta));
   }
-  const RopeScaling& rs = rope_scaling;
+  const RopeScaling& rs = c.rope_scaling;
   if (rs.type == RopeScalingType::kLlama3) {
     if (!(std::isfinite(rs.factor) && rs.factor >= 1)) {
       return problem("rope_scaling.factor",
@@ -258,6 +266,20 @@ std::optional<ConfigProblem> ModelConfig::first_problem() const {
                                  rs.original_context));
     }
   }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ConfigProblem> ModelConfig::first_problem() const {
+  if (auto p = shapes_problem(*this)) return p;
+  if (auto p = kind_problem("mixer", [&] { parse_mixer_kind(mixer, "mixer"); })) return p;
+  if (auto p = kind_problem("ffn", [&] { parse_block_ffn(ffn, "ffn"); })) return p;
+  if (auto p = overrides_problem(*this)) return p;
+  if (!positive_finite(norm_eps)) {
+    return problem("norm_eps", fmt::format("norm_eps = {}: must be a positive number", norm_eps));
+  }
+  if (auto p = rope_problem(*this)) return p;
   if (!positive_finite(init_std)) {
     return problem("init_std", fmt::format("init_std = {}: must be a positive number", init_std));
   }

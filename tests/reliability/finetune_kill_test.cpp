@@ -43,8 +43,9 @@ const Fixture& fixture() {
     for (int i = 0; i < 40; ++i) {
       train += (i % 2 ? "the cat sat on the mat " : "a dog ran far away ") + std::to_string(i) +
                "\t" + (i % 2 ? "cat" : "dog") + "\n";
-      if (i < 10) dev += (i % 2 ? "a cat sat " : "the dog ran ") + std::to_string(i) + "\t" +
-                         (i % 2 ? "cat" : "dog") + "\n";
+      if (i < 10)
+        dev += (i % 2 ? "a cat sat " : "the dog ran ") + std::to_string(i) + "\t" +
+               (i % 2 ? "cat" : "dog") + "\n";
     }
     rel::put(x.task + "/train.tsv", train);
     rel::put(x.task + "/dev.tsv", dev);
@@ -54,9 +55,10 @@ const Fixture& fixture() {
 }
 
 std::vector<std::string> args(const std::vector<std::string>& where) {
-  std::vector<std::string> a = {"--threads", "1", "finetune", "--task", "tsv", "--data",
-                                fixture().task, "--epochs", "80", "--batch", "4", "--max-len",
-                                "16", "--lr", "1e-3", "--seed", "3", "--quiet"};
+  std::vector<std::string> a = {
+      "--threads",    "1",        "finetune", "--task",  "tsv", "--data",
+      fixture().task, "--epochs", "80",       "--batch", "4",   "--max-len",
+      "16",           "--lr",     "1e-3",     "--seed",  "3",   "--quiet"};
   a.insert(a.end(), where.begin(), where.end());
   return a;
 }
