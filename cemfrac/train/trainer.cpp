@@ -535,6 +535,70 @@ TrainResult Trainer::run() {
   }
 }
 
+void Trainer::stop_diverged(double loss, double grad_norm, double lr, double elapsed_s) {
+  const TrainConfig& t = options_.train;
+  const std::string report = fmt::format(
+      "{}training stopped at step {}/{}: non-finite {} (loss {}, grad norm {}) at lr {:.6g}, "
+      "batch position {} ({} micro-batch(es) of {}); the step was not applied and nothing "
+      "was saved; last good checkpoint: {}",
+      options_.label.empty() ? "" : options_.label + ": ", state_.step + 1, t.steps,
+      std::isfinite(loss) ? "gradient norm" : "loss", loss, grad_norm, lr,
+      data_->describe(step_position_), accum_, t.micro_batch,
+      last_checkpoint_.empty() ? "none" : last_checkpoint_);
+  state_.elapsed_s = elapsed_s;
+  write_summary("diverged", report);
+  throw TrainingDiverged(report, state_.step + 1);
+}
+
+void Trainer::record_step(double loss, double lr) {
+  state_.step += 1;
+  state_.tokens += tokens_per_step_;
+  state_.lr = lr;
+  state_.last_loss = loss;
+  state_.recent_losses.push_back(loss);
+  if (static_cast<int64_t>(state_.recent_losses.size()) > kRecentLosses)
+    state_.recent_losses.erase(state_.recent_losses.begin());
+}
+
+void Trainer::validate(StepMetrics& m) {
+  m.val_loss = evaluate();
+  if (!m.val_loss) return;
+  state_.last_val_loss = m.val_loss;
+  if (!state_.best_val_loss || *m.val_loss < *state_.best_val_loss)
+    state_.best_val_loss = m.val_loss;
+}
+
+void Trainer::print_step(const StepMetrics& m, double per_step_s, bool tty) const {
+  const TrainConfig& t = options_.train;
+  std::string line =
+      fmt::format("{}step {}/{} | loss {:.4f}", options_.label.empty() ? "" : options_.label + ": ",
+                  m.step, t.steps, m.loss);
+  if (m.val_loss) line += fmt::format(" | val {:.4f}", *m.val_loss);
+  line += fmt::format(" | lr {:.2e} | norm {:.3f} | {} tok/s | ETA {}", m.lr, m.grad_norm,
+                      format_rate(m.tokens_per_s),
+                      format_duration(per_step_s * static_cast<double>(t.steps - m.step)));
+  if (tty)
+    std::cerr << "\r" << line << "\033[K" << std::flush;
+  else
+    std::cerr << line << "\n";
+}
+
+TrainResult Trainer::result(TrainStatus status) const {
+  TrainResult r;
+  r.status = status;
+  r.step = state_.step;
+  r.tokens = state_.tokens;
+  r.last_loss = state_.last_loss.value_or(0.0);
+  r.last_val_loss = state_.last_val_loss;
+  r.best_val_loss = state_.best_val_loss;
+  for (double l : state_.recent_losses) r.recent_loss += l;
+  if (!state_.recent_losses.empty())
+    r.recent_loss /= static_cast<double>(state_.recent_losses.size());
+  r.last_checkpoint = last_checkpoint_;
+  r.elapsed_s = state_.elapsed_s;
+  return r;
+}
+
 TrainResult Trainer::run_loop() {
   using Clock = std::chrono::steady_clock;
   const TrainConfig& t = options_.train;
@@ -556,28 +620,12 @@ TrainResult Trainer::run_loop() {
     const double loss = train_step(&grad_norm);
     if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
       if (tty) std::cerr << "\n";
-      const std::string report = fmt::format(
-          "{}training stopped at step {}/{}: non-finite {} (loss {}, grad norm {}) at lr {:.6g}, "
-          "batch position {} ({} micro-batch(es) of {}); the step was not applied and nothing "
-          "was saved; last good checkpoint: {}",
-          options_.label.empty() ? "" : options_.label + ": ", state_.step + 1, t.steps,
-          std::isfinite(loss) ? "gradient norm" : "loss", loss, grad_norm, lr,
-          data_->describe(step_position_), accum_, t.micro_batch,
-          last_checkpoint_.empty() ? "none" : last_checkpoint_);
-      state_.elapsed_s = elapsed_before + seconds_since(session_start);
-      write_summary("diverged", report);
-      throw TrainingDiverged(report, state_.step + 1);
+      stop_diverged(loss, grad_norm, lr, elapsed_before + seconds_since(session_start));
     }
     optimizer_->step();
     if (!shards_.empty()) broadcast_updated_parameters();
     const double step_s = seconds_since(step_start);
-    state_.step += 1;
-    state_.tokens += tokens_per_step_;
-    state_.lr = lr;
-    state_.last_loss = loss;
-    state_.recent_losses.push_back(loss);
-    if (static_cast<int64_t>(state_.recent_losses.size()) > kRecentLosses)
-      state_.recent_losses.erase(state_.recent_losses.begin());
+    record_step(loss, lr);
 
     StepMetrics m;
     m.step = state_.step;
@@ -587,34 +635,15 @@ TrainResult Trainer::run_loop() {
     m.grad_norm = grad_norm;
     m.tokens_per_s = step_s > 0 ? tokens_per_step_ / step_s : 0.0;
     const bool stopping = stop_requested() || state_.step == last_step;
-    if ((t.eval_every > 0 && state_.step % t.eval_every == 0) || state_.step == t.steps) {
-      m.val_loss = evaluate();
-      if (m.val_loss) {
-        state_.last_val_loss = m.val_loss;
-        if (!state_.best_val_loss || *m.val_loss < *state_.best_val_loss)
-          state_.best_val_loss = m.val_loss;
-      }
-    }
+    if ((t.eval_every > 0 && state_.step % t.eval_every == 0) || state_.step == t.steps)
+      validate(m);
     state_.elapsed_s = elapsed_before + seconds_since(session_start);
     m.elapsed_s = state_.elapsed_s;
     if (state_.step % t.log_every == 0 || m.val_loss || stopping) append_metrics(m);
-
     if (options_.progress && options_.rank == 0 &&
-        (tty || state_.step % t.log_every == 0 || stopping)) {
-      const double per_step =
-          seconds_since(session_start) / static_cast<double>(state_.step - first_step);
-      std::string line = fmt::format("{}step {}/{} | loss {:.4f}",
-                                     options_.label.empty() ? "" : options_.label + ": ",
-                                     state_.step, t.steps, loss);
-      if (m.val_loss) line += fmt::format(" | val {:.4f}", *m.val_loss);
-      line += fmt::format(" | lr {:.2e} | norm {:.3f} | {} tok/s | ETA {}", lr, grad_norm,
-                          format_rate(m.tokens_per_s),
-                          format_duration(per_step * static_cast<double>(t.steps - state_.step)));
-      if (tty)
-        std::cerr << "\r" << line << "\033[K" << std::flush;
-      else
-        std::cerr << line << "\n";
-    }
+        (tty || state_.step % t.log_every == 0 || stopping))
+      print_step(m, seconds_since(session_start) / static_cast<double>(state_.step - first_step),
+                 tty);
 
     bool saved = false;
     if ((t.checkpoint_every > 0 && state_.step % t.checkpoint_every == 0) || stopping) {
@@ -631,20 +660,7 @@ TrainResult Trainer::run_loop() {
   if (tty) std::cerr << "\n";
   if (status == TrainStatus::kCompleted && state_.step < t.steps) status = TrainStatus::kStopped;
   write_summary(to_string(status), "");
-
-  TrainResult r;
-  r.status = status;
-  r.step = state_.step;
-  r.tokens = state_.tokens;
-  r.last_loss = state_.last_loss.value_or(0.0);
-  r.last_val_loss = state_.last_val_loss;
-  r.best_val_loss = state_.best_val_loss;
-  for (double l : state_.recent_losses) r.recent_loss += l;
-  if (!state_.recent_losses.empty())
-    r.recent_loss /= static_cast<double>(state_.recent_losses.size());
-  r.last_checkpoint = last_checkpoint_;
-  r.elapsed_s = state_.elapsed_s;
-  return r;
+  return result(status);
 }
 
 }  // namespace cemfrac

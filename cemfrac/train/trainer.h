@@ -205,6 +205,13 @@ class Trainer {
   double train_step(double* grad_norm);  // returns the step's mean loss
   void begin_step(int64_t step);         // dyadic unfreezing and on_train_step, before step `step`
   TrainResult run_loop();                // run() after the run directory is set up
+  // run_loop's parts: a non-finite step (summary "diverged", then TrainingDiverged); a good step
+  // into the state; the validation of step m; the progress line; the result of the loop.
+  [[noreturn]] void stop_diverged(double loss, double grad_norm, double lr, double elapsed_s);
+  void record_step(double loss, double lr);
+  void validate(StepMetrics& m);
+  void print_step(const StepMetrics& m, double per_step_s, bool tty) const;
+  TrainResult result(TrainStatus status) const;
   nlohmann::json run_settings() const;   // TrainerState::run of this run's settings
   // Resume: refuses a changed setting that exact resume depends on, warns about a safe change.
   void check_resume_settings(const std::string& source);
