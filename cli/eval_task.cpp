@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -19,10 +20,14 @@
 
 namespace cemfrac::cli {
 
-int run_eval_task(const EvalTaskArgs& a) {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The task, a built-in name or a file (checked as every input file is: a directory or a FIFO is
+// named as such, never opened), read and every line checked before a model is loaded.
+TaskSet read_task(const EvalTaskArgs& a) {
   const RequestType request = parse_request_type(a.request);
-  // A built-in name, else a file, checked as every input file is (a directory or a FIFO is named
-  // as such, never opened).
   const bool is_file = !is_builtin_task(a.task) || std::filesystem::exists(a.task);
   if (is_file) {
     const std::string problem = input_file_problem(a.task);
@@ -32,31 +37,19 @@ int run_eval_task(const EvalTaskArgs& a) {
     CEMFRAC_CHECK(problem.empty(), "--task {}: {}; pass a task file (JSONL) or a built-in name",
                   a.task, problem);
   }
-  // The task is read (and every line checked) before the model is loaded.
   TaskSet task = is_file ? read_task_file(a.task, request) : builtin_task(a.task);
   CEMFRAC_CHECK(request == RequestType::kAuto || request == task.type,
                 "--request {}: the built-in task {} is {}", a.request, a.task, to_string(task.type));
   CEMFRAC_CHECK(a.stride == 0 || task.type == RequestType::kRolling,
                 "--stride applies to rolling tasks only; {} is {}", a.task, to_string(task.type));
-  LoadedModel loaded = load_model(a.checkpoint, a.sets, a.device);
-  CEMFRAC_CHECK(loaded.tokenizer != nullptr,
-                "{} has no tokenizer/ directory: cannot encode the task for it", loaded.checkpoint);
-  LmModel model = loaded.model;
-  const auto params = model->parameters();
-  const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params[0].device();
+  return task;
+}
 
-  TaskOptions options;
-  options.context = model->config().context;
-  options.batch = a.batch;
-  options.stride = a.stride;
-  CEMFRAC_CHECK(a.stride >= 0 && a.stride <= options.context,
-                "--stride {}: must be 1..context {} (or 0: the context)", a.stride,
-                options.context);
-  using Clock = std::chrono::steady_clock;
-  const auto start = Clock::now();
+// A progress line at most every second on a terminal (every 30 s in a log), and at the end.
+std::function<void(int64_t, int64_t)> progress_printer(const std::string& name,
+                                                       Clock::time_point start) {
   const bool tty = isatty(STDERR_FILENO);
-  auto last = start;
-  options.progress = [&](int64_t done, int64_t total) {
+  return [name, start, tty, last = start](int64_t done, int64_t total) mutable {
     const auto now = Clock::now();
     const double since = std::chrono::duration<double>(now - last).count();
     if (done < total && since < (tty ? 1.0 : 30.0)) return;
@@ -64,28 +57,20 @@ int run_eval_task(const EvalTaskArgs& a) {
     const double elapsed = std::chrono::duration<double>(now - start).count();
     // Longest requests come first, so the rate only rises: the ETA is an upper bound.
     const double eta = elapsed / static_cast<double>(done) * static_cast<double>(total - done);
-    const std::string line = fmt::format("{}: {}/{} requests | {:.1f} req/s | ETA {}", task.name,
-                                         done, total, done / std::max(elapsed, 1e-9),
-                                         format_duration(eta));
+    const std::string line =
+        fmt::format("{}: {}/{} requests | {:.1f} req/s | ETA {}", name, done, total,
+                    done / std::max(elapsed, 1e-9), format_duration(eta));
     if (tty) {
       std::cerr << "\r" << line << "\033[K" << (done == total ? "\n" : "") << std::flush;
     } else {
       std::cerr << line << "\n";
     }
   };
-  auto logits = [model, device](const torch::Tensor& x) mutable {
-    return model->forward(x.to(device));
-  };
-  nlohmann::json r = evaluate_task(task, *loaded.tokenizer, logits, options);
-  r["checkpoint"] = loaded.checkpoint;
-  r["step"] = loaded.step;
-  r["tokenizer"] = loaded.tokenizer->id();
-  r["set"] = a.sets;
-  r["seconds"] = std::chrono::duration<double>(Clock::now() - start).count();
-  if (a.json) {
-    fmt::print("{}\n", r.dump(2));
-    return 0;
-  }
+}
+
+// The human-readable result (without --json).
+void print_result(const EvalTaskArgs& a, const TaskSet& task, const LoadedModel& loaded,
+                  const nlohmann::json& r) {
   fmt::print("checkpoint   {} (step {})\n", loaded.checkpoint, loaded.step);
   for (const std::string& set : a.sets) fmt::print("set          {}\n", set);
   fmt::print("task         {} ({}, {} examples, {} requests)\n", task.name, to_string(task.type),
@@ -121,6 +106,42 @@ int run_eval_task(const EvalTaskArgs& a) {
       break;
     case RequestType::kAuto: break;
   }
+}
+
+}  // namespace
+
+int run_eval_task(const EvalTaskArgs& a) {
+  const TaskSet task = read_task(a);
+  LoadedModel loaded = load_model(a.checkpoint, a.sets, a.device);
+  CEMFRAC_CHECK(loaded.tokenizer != nullptr,
+                "{} has no tokenizer/ directory: cannot encode the task for it", loaded.checkpoint);
+  LmModel model = loaded.model;
+  const auto params = model->parameters();
+  const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params[0].device();
+
+  TaskOptions options;
+  options.context = model->config().context;
+  options.batch = a.batch;
+  options.stride = a.stride;
+  CEMFRAC_CHECK(a.stride >= 0 && a.stride <= options.context,
+                "--stride {}: must be 1..context {} (or 0: the context)", a.stride,
+                options.context);
+  const auto start = Clock::now();
+  options.progress = progress_printer(task.name, start);
+  auto logits = [model, device](const torch::Tensor& x) mutable {
+    return model->forward(x.to(device));
+  };
+  nlohmann::json r = evaluate_task(task, *loaded.tokenizer, logits, options);
+  r["checkpoint"] = loaded.checkpoint;
+  r["step"] = loaded.step;
+  r["tokenizer"] = loaded.tokenizer->id();
+  r["set"] = a.sets;
+  r["seconds"] = std::chrono::duration<double>(Clock::now() - start).count();
+  if (a.json) {
+    fmt::print("{}\n", r.dump(2));
+    return 0;
+  }
+  print_result(a, task, loaded, r);
   return 0;
 }
 
