@@ -320,105 +320,129 @@ GpRow oracle_row(const GpBatch& heldout) {
 
 }  // namespace
 
-GpExperimentResult run_gp_experiment(const GpExperimentOptions& options) {
-  check_gp_experiment_options(options);
-  const auto start = Clock::now();
-  // One seed -> the init of every model (the same for all T), the training stream (the same batches
-  // for every model), the held-out set and the validation set.
-  const GpSeeds seeds = gp_seeds(options.seed);
-  const uint64_t init_seed = seeds.init;
-  const uint64_t train_seed = seeds.train;
-  at::Generator heldout_gen = at::detail::createCPUGenerator(seeds.test);
-  const GpBatch heldout = sample_gp_batch(options.eval_seqs, options.task, heldout_gen, true);
-  std::optional<GpBatch> val_set;
-  if (options.val_seqs > 0) {
-    at::Generator val_gen = at::detail::createCPUGenerator(seeds.val);
-    val_set = sample_gp_batch(options.val_seqs, options.task, val_gen, true);
+namespace {
+
+// One experiment's shared state: the seeds (one init for every model and T, one training stream,
+// the held-out and validation sets), the sets themselves and the rows so far.
+class GpExperiment {
+ public:
+  explicit GpExperiment(const GpExperimentOptions& o) : o_(o), seeds_(gp_seeds(o.seed)) {
+    at::Generator heldout_gen = at::detail::createCPUGenerator(seeds_.test);
+    heldout_ = sample_gp_batch(o.eval_seqs, o.task, heldout_gen, true);
+    if (o.val_seqs > 0) {
+      at::Generator val_gen = at::detail::createCPUGenerator(seeds_.val);
+      val_set_ = sample_gp_batch(o.val_seqs, o.task, val_gen, true);
+    }
+    result_.train_steps = o.train.steps;
+    result_.batch = o.train.batch;
+    result_.eval_seqs = o.eval_seqs;
+    result_.n_points = o.task.n_points;
+    result_.seed = o.seed;
+    result_.val_seqs = o.val_seqs;
   }
 
-  GpExperimentResult result;
-  result.train_steps = options.train.steps;
-  result.batch = options.train.batch;
-  result.eval_seqs = options.eval_seqs;
-  result.n_points = options.task.n_points;
-  result.seed = options.seed;
-  result.val_seqs = options.val_seqs;
-
-  auto train_one = [&](const ModelConfig& config, const std::string& label) {
-    torch::manual_seed(init_seed);
-    GpModel model(config, options.device);
-    GpTrainOptions train = options.train;
-    train.data_seed = train_seed;
-    train.label = label;
-    GpTrainResult tr = train_gp_model(model, options.task, train);
-    return std::make_pair(model, tr);
-  };
-  auto row_of = [&](GpModel& model, const std::string& kind, int64_t train_T, int64_t eval_T,
-                    double train_s, double last_loss, const std::string& variant = "") {
-    GpRow row;
-    row.model = kind;
-    row.variant = variant;
-    row.train_T = train_T;
-    row.eval_T = eval_T;
-    row.eval = evaluate_gp_model(model, heldout);
-    if (val_set) row.val = evaluate_gp_model(model, *val_set);
-    row.params = model->num_parameters();
-    row.train_s = train_s;
-    row.last_train_loss = last_loss;
-    return row;
-  };
-
-  std::vector<int64_t> train_Ts = options.steps;
-  const bool scale = options.scale_from > 0;
-  if (scale && std::find(train_Ts.begin(), train_Ts.end(), options.scale_from) == train_Ts.end())
-    train_Ts.push_back(options.scale_from);
-  // The T = 1 row of the first variant with each attention energy (softmax, linear).
-  std::map<CemAttentionKernel, GpRow> t1_rows;
-  for (const std::string& variant : options.variants) {
+  // Every listed T of one CEM reading (and, with scale_from, that T's model evaluated at the
+  // others, listed after them).
+  void run_variant(const std::string& variant) {
+    std::vector<int64_t> train_Ts = o_.steps;
+    const bool scale = o_.scale_from > 0;
+    if (scale && std::find(train_Ts.begin(), train_Ts.end(), o_.scale_from) == train_Ts.end())
+      train_Ts.push_back(o_.scale_from);
     std::vector<GpRow> scaled;
     for (int64_t T : train_Ts) {
-      ModelConfig config = options.cem_model;
+      ModelConfig config = o_.cem_model;
       apply_gp_variant(config, variant);
       config.cem.steps = T;
-      // At T = 1 every variant computes the default layer's function (docs/layers/cem.md §8) of its
-      // attention energy, starts from the same weights (a learned lambda aside, which gets no
-      // gradient at T = 1) and sees the same batches: its training would repeat the first such
-      // variant's bit for bit, so its row is copied.
-      const auto t1_row = t1_rows.find(config.cem.attention);
-      if (T == 1 && T != options.scale_from && t1_row != t1_rows.end()) {
-        GpRow row = t1_row->second;
-        row.variant = variant;
-        torch::manual_seed(init_seed);
-        row.params = GpModel(config)->num_parameters();
-        result.rows.push_back(row);
-        continue;
-      }
+      if (T == 1 && T != o_.scale_from && copy_t1_row(config, variant)) continue;
       const std::string label =
           variant == "fixed" ? fmt::format("cem T={}", T) : fmt::format("cem {} T={}", variant, T);
       auto [model, tr] = train_one(config, label);
-      const bool listed =
-          std::find(options.steps.begin(), options.steps.end(), T) != options.steps.end();
+      const bool listed = std::find(o_.steps.begin(), o_.steps.end(), T) != o_.steps.end();
       if (listed)
-        result.rows.push_back(row_of(model, "cem", T, T, tr.seconds, tr.last_loss, variant));
-      if (listed && T == 1) t1_rows.emplace(config.cem.attention, result.rows.back());
-      if (scale && T == options.scale_from) {
-        for (int64_t eval_T : options.steps) {
+        result_.rows.push_back(row_of(model, "cem", T, T, tr.seconds, tr.last_loss, variant));
+      if (listed && T == 1) t1_rows_.emplace(config.cem.attention, result_.rows.back());
+      if (scale && T == o_.scale_from) {
+        for (int64_t eval_T : o_.steps) {
           if (eval_T == T) continue;
           GpModel other = gp_model_with_steps(model, eval_T);
           scaled.push_back(row_of(other, "cem", T, eval_T, 0.0, tr.last_loss, variant));
         }
       }
     }
-    for (GpRow& row : scaled) result.rows.push_back(row);
+    for (GpRow& row : scaled) result_.rows.push_back(row);
   }
-  if (options.run_baseline) {
-    auto [model, tr] = train_one(options.baseline,
-                                 "baseline " + options.baseline.mixer + "+" + options.baseline.ffn);
-    result.rows.push_back(row_of(model, "llama", 0, 0, tr.seconds, tr.last_loss));
+
+  void run_baseline() {
+    auto [model, tr] =
+        train_one(o_.baseline, "baseline " + o_.baseline.mixer + "+" + o_.baseline.ffn);
+    result_.rows.push_back(row_of(model, "llama", 0, 0, tr.seconds, tr.last_loss));
   }
-  result.rows.push_back(oracle_row(heldout));
-  result.seconds = seconds_since(start);
-  return result;
+
+  GpExperimentResult finish(double seconds) {
+    result_.rows.push_back(oracle_row(heldout_));
+    result_.seconds = seconds;
+    return std::move(result_);
+  }
+
+ private:
+  std::pair<GpModel, GpTrainResult> train_one(const ModelConfig& config, const std::string& label) {
+    torch::manual_seed(seeds_.init);
+    GpModel model(config, o_.device);
+    GpTrainOptions train = o_.train;
+    train.data_seed = seeds_.train;
+    train.label = label;
+    GpTrainResult tr = train_gp_model(model, o_.task, train);
+    return {model, tr};
+  }
+
+  GpRow row_of(GpModel& model, const std::string& kind, int64_t train_T, int64_t eval_T,
+               double train_s, double last_loss, const std::string& variant = "") {
+    GpRow row;
+    row.model = kind;
+    row.variant = variant;
+    row.train_T = train_T;
+    row.eval_T = eval_T;
+    row.eval = evaluate_gp_model(model, heldout_);
+    if (val_set_) row.val = evaluate_gp_model(model, *val_set_);
+    row.params = model->num_parameters();
+    row.train_s = train_s;
+    row.last_train_loss = last_loss;
+    return row;
+  }
+
+  // At T = 1 every variant computes the default layer's function (docs/layers/cem.md §8) of its
+  // attention energy, starts from the same weights (a learned lambda aside, which gets no gradient
+  // at T = 1) and sees the same batches: its training would repeat the first such variant's bit
+  // for bit, so that variant's row is copied. False when there is none yet.
+  bool copy_t1_row(const ModelConfig& config, const std::string& variant) {
+    const auto t1_row = t1_rows_.find(config.cem.attention);
+    if (t1_row == t1_rows_.end()) return false;
+    GpRow row = t1_row->second;
+    row.variant = variant;
+    torch::manual_seed(seeds_.init);
+    row.params = GpModel(config)->num_parameters();
+    result_.rows.push_back(row);
+    return true;
+  }
+
+  const GpExperimentOptions& o_;
+  const GpSeeds seeds_;
+  GpBatch heldout_;
+  std::optional<GpBatch> val_set_;
+  GpExperimentResult result_;
+  // The T = 1 row of the first variant with each attention energy (softmax, linear).
+  std::map<CemAttentionKernel, GpRow> t1_rows_;
+};
+
+}  // namespace
+
+GpExperimentResult run_gp_experiment(const GpExperimentOptions& options) {
+  check_gp_experiment_options(options);
+  const auto start = Clock::now();
+  GpExperiment e(options);
+  for (const std::string& variant : options.variants) e.run_variant(variant);
+  if (options.run_baseline) e.run_baseline();
+  return e.finish(seconds_since(start));
 }
 
 namespace {
