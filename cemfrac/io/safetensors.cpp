@@ -59,10 +59,11 @@ struct Header {
   std::map<std::string, std::string> metadata;
 };
 
-// Parses and checks the JSON header; data_size is the number of bytes after it in the file.
-Header parse_header(const std::string& text, uint64_t data_size, const std::string& source) {
-  // Duplicate keys: nlohmann keeps the last copy; refuse them instead (one set of keys per open
-  // object). The callback only observes; the first duplicate is reported after the parse.
+// The header's JSON: valid, an object, and no key twice in one object (nlohmann keeps the last
+// copy of a duplicate; refused here instead).
+json parse_header_json(const std::string& text, const std::string& source) {
+  // One set of keys per open object. The callback only observes; the first duplicate is reported
+  // after the parse.
   std::vector<std::set<std::string>> open_objects;
   std::string duplicate;
   const json::parser_callback_t watch = [&](int, json::parse_event_t event, json& parsed) {
@@ -83,65 +84,59 @@ Header parse_header(const std::string& text, uint64_t data_size, const std::stri
                 source, duplicate);
   CEMFRAC_CHECK(root.is_object(), "{}: corrupted safetensors header (JSON is not an object)",
                 source);
-  Header header;
-  for (auto it = root.begin(); it != root.end(); ++it) {
-    const std::string& name = it.key();
-    const json& value = it.value();
-    if (name == "__metadata__") {
-      CEMFRAC_CHECK(value.is_object(), "{}: __metadata__ is not a JSON object", source);
-      for (auto m = value.begin(); m != value.end(); ++m) {
-        CEMFRAC_CHECK(m.value().is_string(), "{}: __metadata__ value of '{}' is not a string",
-                      source, m.key());
-        header.metadata[m.key()] = m.value().get<std::string>();
-      }
-      continue;
-    }
-    CEMFRAC_CHECK(value.is_object() && value.contains("dtype") && value.contains("shape") &&
-                      value.contains("data_offsets"),
-                  "{}: tensor '{}' lacks dtype, shape or data_offsets in the header", source, name);
-    Entry e;
-    e.name = name;
-    const json& dtype = value["dtype"];
-    CEMFRAC_CHECK(
-        dtype.is_string() && parse_dtype(dtype.get<std::string>(), &e.dtype),
-        "{}: tensor '{}' has unknown dtype {} (supported: F64 F32 F16 BF16 I64 I32 I16 I8 "
-        "U8 BOOL)",
-        source, name, dtype.dump());
-    const json& shape = value["shape"];
-    CEMFRAC_CHECK(shape.is_array(), "{}: tensor '{}' shape is not an array", source, name);
-    unsigned __int128 numel = 1;
-    unsigned __int128 extent =
-        1;  // the product of the nonzero dims: a zero must not hide a huge dim
-    for (const json& d : shape) {
-      CEMFRAC_CHECK(d.is_number_unsigned(), "{}: tensor '{}' has a bad dimension {} in its shape",
-                    source, name, d.dump());
-      e.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
-      numel *= d.get<uint64_t>();
-      extent *= std::max<uint64_t>(d.get<uint64_t>(), 1);
-      CEMFRAC_CHECK(extent <= (static_cast<unsigned __int128>(1) << 62),
-                    "{}: tensor '{}' shape {} is absurdly large", source, name, shape.dump());
-    }
-    const json& offsets = value["data_offsets"];
-    CEMFRAC_CHECK(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
-                      offsets[1].is_number_unsigned(),
-                  "{}: tensor '{}' data_offsets {} is not a pair of byte offsets", source, name,
-                  offsets.dump());
-    e.begin = offsets[0].get<uint64_t>();
-    e.end = offsets[1].get<uint64_t>();
-    CEMFRAC_CHECK(e.begin <= e.end, "{}: tensor '{}' data_offsets [{}, {}] end before they begin",
-                  source, name, e.begin, e.end);
-    const unsigned __int128 bytes = numel * c10::elementSize(e.dtype);
-    CEMFRAC_CHECK(bytes == e.end - e.begin,
-                  "{}: tensor '{}' shape {} of {} needs {} bytes but data_offsets [{}, {}] hold {}",
-                  source, name, shape.dump(), dtype.get<std::string>(),
-                  static_cast<uint64_t>(bytes), e.begin, e.end, e.end - e.begin);
-    header.entries.push_back(std::move(e));
+  return root;
+}
+
+// One tensor's entry: a known dtype, a shape of sane size, and data_offsets that hold exactly its
+// bytes.
+Entry parse_entry(const std::string& name, const json& value, const std::string& source) {
+  CEMFRAC_CHECK(value.is_object() && value.contains("dtype") && value.contains("shape") &&
+                    value.contains("data_offsets"),
+                "{}: tensor '{}' lacks dtype, shape or data_offsets in the header", source, name);
+  Entry e;
+  e.name = name;
+  const json& dtype = value["dtype"];
+  CEMFRAC_CHECK(dtype.is_string() && parse_dtype(dtype.get<std::string>(), &e.dtype),
+                "{}: tensor '{}' has unknown dtype {} (supported: F64 F32 F16 BF16 I64 I32 I16 I8 "
+                "U8 BOOL)",
+                source, name, dtype.dump());
+  const json& shape = value["shape"];
+  CEMFRAC_CHECK(shape.is_array(), "{}: tensor '{}' shape is not an array", source, name);
+  unsigned __int128 numel = 1;
+  unsigned __int128 extent = 1;  // the product of the nonzero dims: a zero must not hide a huge dim
+  for (const json& d : shape) {
+    CEMFRAC_CHECK(d.is_number_unsigned(), "{}: tensor '{}' has a bad dimension {} in its shape",
+                  source, name, d.dump());
+    e.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
+    numel *= d.get<uint64_t>();
+    extent *= std::max<uint64_t>(d.get<uint64_t>(), 1);
+    CEMFRAC_CHECK(extent <= (static_cast<unsigned __int128>(1) << 62),
+                  "{}: tensor '{}' shape {} is absurdly large", source, name, shape.dump());
   }
-  std::sort(header.entries.begin(), header.entries.end(), [](const Entry& a, const Entry& b) {
+  const json& offsets = value["data_offsets"];
+  CEMFRAC_CHECK(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
+                    offsets[1].is_number_unsigned(),
+                "{}: tensor '{}' data_offsets {} is not a pair of byte offsets", source, name,
+                offsets.dump());
+  e.begin = offsets[0].get<uint64_t>();
+  e.end = offsets[1].get<uint64_t>();
+  CEMFRAC_CHECK(e.begin <= e.end, "{}: tensor '{}' data_offsets [{}, {}] end before they begin",
+                source, name, e.begin, e.end);
+  const unsigned __int128 bytes = numel * c10::elementSize(e.dtype);
+  CEMFRAC_CHECK(bytes == e.end - e.begin,
+                "{}: tensor '{}' shape {} of {} needs {} bytes but data_offsets [{}, {}] hold {}",
+                source, name, shape.dump(), dtype.get<std::string>(), static_cast<uint64_t>(bytes),
+                e.begin, e.end, e.end - e.begin);
+  return e;
+}
+
+// The entries, sorted by offset, tile the data section: no overlap, no gap, nothing after.
+void check_coverage(std::vector<Entry>& entries, uint64_t data_size, const std::string& source) {
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
   uint64_t covered = 0;
-  for (const Entry& e : header.entries) {
+  for (const Entry& e : entries) {
     CEMFRAC_CHECK(e.begin >= covered,
                   "{}: tensor '{}' data_offsets [{}, {}] overlap another tensor", source, e.name,
                   e.begin, e.end);
@@ -157,6 +152,27 @@ Header parse_header(const std::string& text, uint64_t data_size, const std::stri
   CEMFRAC_CHECK(covered == data_size,
                 "{}: {} bytes after the last tensor's data (corrupted header or trailing garbage)",
                 source, data_size - covered);
+}
+
+// Parses and checks the JSON header; data_size is the number of bytes after it in the file.
+Header parse_header(const std::string& text, uint64_t data_size, const std::string& source) {
+  const json root = parse_header_json(text, source);
+  Header header;
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    const std::string& name = it.key();
+    const json& value = it.value();
+    if (name == "__metadata__") {
+      CEMFRAC_CHECK(value.is_object(), "{}: __metadata__ is not a JSON object", source);
+      for (auto m = value.begin(); m != value.end(); ++m) {
+        CEMFRAC_CHECK(m.value().is_string(), "{}: __metadata__ value of '{}' is not a string",
+                      source, m.key());
+        header.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    header.entries.push_back(parse_entry(name, value, source));
+  }
+  check_coverage(header.entries, data_size, source);
   return header;
 }
 
