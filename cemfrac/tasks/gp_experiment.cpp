@@ -556,41 +556,25 @@ GpExperimentResult gp_result_from_json(const nlohmann::json& j, const std::strin
   }
 }
 
-std::string gp_rmse_svg(const GpExperimentResult& result) {
-  std::vector<int64_t> ts;
-  std::vector<std::string> variants;  // in order of appearance
-  const GpRow* baseline = nullptr;
-  const GpRow* oracle = nullptr;
-  for (const GpRow& r : result.rows) {
-    if (r.model == "cem") {
-      if (std::find(ts.begin(), ts.end(), r.eval_T) == ts.end()) ts.push_back(r.eval_T);
-      if (std::find(variants.begin(), variants.end(), r.variant) == variants.end())
-        variants.push_back(r.variant);
+namespace {
+
+// The two panels of gp_rmse_svg (cemfrac/io/plot.h): against the posterior mean, and against the
+// noisy targets with the oracle's floor, over the T values `ts`.
+struct GpRmsePanels {
+  explicit GpRmsePanels(const std::vector<int64_t>& ts) {
+    post.title = "RMSE against the GP posterior mean";
+    tgt.title = "RMSE against the noisy targets";
+    for (Plot* p : {&post, &tgt}) {
+      p->x_label = "T (steps per sub-layer, log scale)";
+      p->y_label = "RMSE";
+      p->log_x = true;
+      for (int64_t t : ts) p->x_ticks.push_back(static_cast<double>(t));
     }
-    if (r.model == "llama") baseline = &r;
-    if (r.model == "oracle") oracle = &r;
   }
-  std::sort(ts.begin(), ts.end());
-  if (ts.empty()) ts.push_back(1);
-  // Two panels of one plotter (cemfrac/io/plot.h): against the posterior mean, and against the
-  // noisy targets with the oracle's floor. One colour per variant: its models trained at T (solid)
-  // and the scale_from model run at T (dashed). A single "fixed" variant keeps the original colours
-  // and names.
-  static const char* kColors[] = {"#1f77b4", "#ff7f0e", "#9467bd", "#8c564b",
-                                  "#e377c2", "#17becf", "#bcbd22"};
-  const bool single = variants.size() == 1 && variants[0] == "fixed";
-  Plot post, tgt;
-  post.title = "RMSE against the GP posterior mean";
-  tgt.title = "RMSE against the noisy targets";
-  for (Plot* p : {&post, &tgt}) {
-    p->x_label = "T (steps per sub-layer, log scale)";
-    p->y_label = "RMSE";
-    p->log_x = true;
-    for (int64_t t : ts) p->x_ticks.push_back(static_cast<double>(t));
-  }
+
   // A curve of (T, RMSE) points in T order, into both panels.
-  auto add = [&](const std::string& name, const std::string& colour, bool dashed,
-                 std::vector<const GpRow*> rows) {
+  void add(const std::string& name, const std::string& colour, bool dashed,
+           std::vector<const GpRow*> rows) {
     std::stable_sort(rows.begin(), rows.end(),
                      [](const GpRow* a, const GpRow* b) { return a->eval_T < b->eval_T; });
     PlotSeries sp;
@@ -608,10 +592,12 @@ std::string gp_rmse_svg(const GpExperimentResult& result) {
     }
     post.series.push_back(sp);
     tgt.series.push_back(st);
-  };
-  for (size_t vi = 0; vi < variants.size(); ++vi) {
-    const std::string& variant = variants[vi];
-    const std::string color = kColors[vi % 7];
+  }
+
+  // One CEM reading in one colour: its models trained at T (solid) and each model run at other T
+  // (dashed). `single`: the only reading is "fixed", which keeps the original colours and names.
+  void add_variant(const GpExperimentResult& result, const std::string& variant,
+                   const std::string& color, bool single) {
     std::vector<const GpRow*> own;
     std::map<int64_t, std::vector<const GpRow*>> by_source;  // the models run at other T
     for (const GpRow& r : result.rows) {
@@ -632,13 +618,42 @@ std::string gp_rmse_svg(const GpExperimentResult& result) {
           single ? "#d62728" : color, true, rows);
     }
   }
+
+  Plot post, tgt;
+};
+
+}  // namespace
+
+std::string gp_rmse_svg(const GpExperimentResult& result) {
+  std::vector<int64_t> ts;
+  std::vector<std::string> variants;  // in order of appearance
+  const GpRow* baseline = nullptr;
+  const GpRow* oracle = nullptr;
+  for (const GpRow& r : result.rows) {
+    if (r.model == "cem") {
+      if (std::find(ts.begin(), ts.end(), r.eval_T) == ts.end()) ts.push_back(r.eval_T);
+      if (std::find(variants.begin(), variants.end(), r.variant) == variants.end())
+        variants.push_back(r.variant);
+    }
+    if (r.model == "llama") baseline = &r;
+    if (r.model == "oracle") oracle = &r;
+  }
+  std::sort(ts.begin(), ts.end());
+  if (ts.empty()) ts.push_back(1);
+  static const char* kColors[] = {"#1f77b4", "#ff7f0e", "#9467bd", "#8c564b",
+                                  "#e377c2", "#17becf", "#bcbd22"};
+  const bool single = variants.size() == 1 && variants[0] == "fixed";
+  GpRmsePanels panels(ts);
+  for (size_t vi = 0; vi < variants.size(); ++vi)
+    panels.add_variant(result, variants[vi], kColors[vi % 7], single);
   if (baseline) {
-    post.references.push_back({"Llama baseline", baseline->eval.rmse_posterior, "#2ca02c"});
-    tgt.references.push_back({"Llama baseline", baseline->eval.rmse_targets, "#2ca02c"});
+    panels.post.references.push_back({"Llama baseline", baseline->eval.rmse_posterior, "#2ca02c"});
+    panels.tgt.references.push_back({"Llama baseline", baseline->eval.rmse_targets, "#2ca02c"});
   }
   if (oracle)
-    tgt.references.push_back({"oracle (GP posterior mean)", oracle->eval.rmse_targets, "#000000"});
-  return to_svg({post, tgt},
+    panels.tgt.references.push_back(
+        {"oracle (GP posterior mean)", oracle->eval.rmse_targets, "#000000"});
+  return to_svg({panels.post, panels.tgt},
                 fmt::format("cemfrac gp: {} steps x {} sequences, {} held-out sequences of {} "
                             "points, seed {}",
                             result.train_steps, result.batch, result.eval_seqs, result.n_points,

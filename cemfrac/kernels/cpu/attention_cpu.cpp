@@ -426,6 +426,10 @@ void causal_attention_shared_bias_forward_cpu(const at::Tensor& q, const at::Ten
   });
 }
 
+// Longer than ~80 lines on purpose: one parallel pass per (batch, key/value head) over query
+// blocks, whose loop bodies share a dozen raw pointers, block bounds and the first-block beta = 0
+// rule; split into functions they would pass all of them, and the write-then-accumulate order
+// that makes the gradients deterministic would no longer be visible in one place.
 void causal_attention_shared_bias_backward_cpu(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& a,
     const at::Tensor& b, const at::Tensor& r, const at::Tensor& p, const at::Tensor& psum,
