@@ -52,6 +52,68 @@ RequestType infer(const nlohmann::json& j, const std::string& where) {
 
 }  // namespace
 
+namespace {
+
+// A multiple-choice line: context, at least 2 non-empty choices, gold an index of them.
+ChoiceExample choice_example(const nlohmann::json& j, const std::string& where) {
+  ChoiceExample ex;
+  ex.context = get_string(j, "context", where);
+  auto it = j.find("choices");
+  CEMFRAC_CHECK(it != j.end() && it->is_array(), "{}: \"choices\" must be an array of strings",
+                where);
+  for (const auto& c : *it) {
+    CEMFRAC_CHECK(c.is_string(), "{}: \"choices\" must be an array of strings, got a {}", where,
+                  c.type_name());
+    CEMFRAC_CHECK(!c.get<std::string>().empty(), "{}: choice {} is empty", where,
+                  ex.choices.size());
+    ex.choices.push_back(c.get<std::string>());
+  }
+  CEMFRAC_CHECK(ex.choices.size() >= 2, "{}: {} choice(s); at least 2 are needed", where,
+                ex.choices.size());
+  auto g = j.find("gold");
+  CEMFRAC_CHECK(g != j.end() && g->is_number_integer(),
+                "{}: \"gold\" must be the integer index of the right choice", where);
+  ex.gold = g->get<int64_t>();
+  CEMFRAC_CHECK(ex.gold >= 0 && ex.gold < static_cast<int64_t>(ex.choices.size()),
+                "{}: gold {} is not an index of the {} choices", where, ex.gold, ex.choices.size());
+  return ex;
+}
+
+// A cloze line: context and target, or LAMBADA's "text" (the harness's lambada_openai: context =
+// all but the last " "-separated word, target = " " + that word).
+ClozeExample cloze_example(const nlohmann::json& j, const std::string& where) {
+  ClozeExample ex;
+  if (j.contains("target")) {
+    ex.context = get_string(j, "context", where);
+    ex.target = get_string(j, "target", where);
+  } else {
+    const std::string text = get_string(j, "text", where);
+    const size_t space = text.rfind(' ');
+    CEMFRAC_CHECK(space != std::string::npos && space + 1 < text.size(),
+                  "{}: \"text\" has no last word after a space to predict", where);
+    ex.context = text.substr(0, space);
+    ex.target = text.substr(space);
+  }
+  CEMFRAC_CHECK(!ex.target.empty(), "{}: \"target\" is empty", where);
+  return ex;
+}
+
+// One line's JSON object (a blank line or other JSON is an error naming `where`).
+nlohmann::json line_object(const std::string& line, const std::string& where) {
+  CEMFRAC_CHECK(line.find_first_not_of(" \t") != std::string::npos,
+                "{}: blank line (one JSON object per line, no blank lines)", where);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: not JSON: {}", where, e.what());
+  }
+  CEMFRAC_CHECK(j.is_object(), "{}: expected a JSON object, got {}", where, j.type_name());
+  return j;
+}
+
+}  // namespace
+
 TaskSet parse_task_lines(const std::string& content, const std::string& name, RequestType type) {
   TaskSet set;
   set.name = name;
@@ -71,61 +133,11 @@ TaskSet parse_task_lines(const std::string& content, const std::string& name, Re
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     const std::string where = fmt::format("{}:{}", name, line_no);
-    CEMFRAC_CHECK(line.find_first_not_of(" \t") != std::string::npos,
-                  "{}: blank line (one JSON object per line, no blank lines)", where);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      fail("{}: not JSON: {}", where, e.what());
-    }
-    CEMFRAC_CHECK(j.is_object(), "{}: expected a JSON object, got {}", where, j.type_name());
+    const nlohmann::json j = line_object(line, where);
     if (set.type == RequestType::kAuto) set.type = infer(j, where);
     switch (set.type) {
-      case RequestType::kMultipleChoice: {
-        ChoiceExample ex;
-        ex.context = get_string(j, "context", where);
-        auto it = j.find("choices");
-        CEMFRAC_CHECK(it != j.end() && it->is_array(), "{}: \"choices\" must be an array of strings",
-                      where);
-        for (const auto& c : *it) {
-          CEMFRAC_CHECK(c.is_string(), "{}: \"choices\" must be an array of strings, got a {}",
-                        where, c.type_name());
-          CEMFRAC_CHECK(!c.get<std::string>().empty(), "{}: choice {} is empty", where,
-                        ex.choices.size());
-          ex.choices.push_back(c.get<std::string>());
-        }
-        CEMFRAC_CHECK(ex.choices.size() >= 2, "{}: {} choice(s); at least 2 are needed", where,
-                      ex.choices.size());
-        auto g = j.find("gold");
-        CEMFRAC_CHECK(g != j.end() && g->is_number_integer(),
-                      "{}: \"gold\" must be the integer index of the right choice", where);
-        ex.gold = g->get<int64_t>();
-        CEMFRAC_CHECK(ex.gold >= 0 && ex.gold < static_cast<int64_t>(ex.choices.size()),
-                      "{}: gold {} is not an index of the {} choices", where, ex.gold,
-                      ex.choices.size());
-        set.choice.push_back(std::move(ex));
-        break;
-      }
-      case RequestType::kCloze: {
-        ClozeExample ex;
-        if (j.contains("target")) {
-          ex.context = get_string(j, "context", where);
-          ex.target = get_string(j, "target", where);
-        } else {
-          // LAMBADA (the harness's lambada_openai): context = all but the last " "-separated word,
-          // target = " " + that word.
-          const std::string text = get_string(j, "text", where);
-          const size_t space = text.rfind(' ');
-          CEMFRAC_CHECK(space != std::string::npos && space + 1 < text.size(),
-                        "{}: \"text\" has no last word after a space to predict", where);
-          ex.context = text.substr(0, space);
-          ex.target = text.substr(space);
-        }
-        CEMFRAC_CHECK(!ex.target.empty(), "{}: \"target\" is empty", where);
-        set.cloze.push_back(std::move(ex));
-        break;
-      }
+      case RequestType::kMultipleChoice: set.choice.push_back(choice_example(j, where)); break;
+      case RequestType::kCloze: set.cloze.push_back(cloze_example(j, where)); break;
       case RequestType::kRolling: {
         RollingDocument doc;
         doc.text = get_string(j, j.contains("page") ? "page" : "text", where);
