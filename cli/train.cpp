@@ -19,6 +19,36 @@
 
 namespace cemfrac::cli {
 
+namespace {
+
+// What a finished, stopped or interrupted run prints (rank 0 only), and its exit code.
+int report_outcome(const TrainRunOutcome& run, bool overlap) {
+  const TrainResult& result = run.result;
+  if (run.rank != 0) return result.status == TrainStatus::kInterrupted ? kExitInterrupted : 0;
+  fmt::print("{} at step {} ({} tokens, {:.1f} s): loss {:.4f}{}\n", to_string(result.status),
+             result.step, result.tokens, result.elapsed_s, result.last_loss,
+             result.last_val_loss ? fmt::format(", val_loss {:.4f}", *result.last_val_loss) : "");
+  if (!result.last_checkpoint.empty()) fmt::print("checkpoint: {}\n", result.last_checkpoint);
+  if (run.data_parallel && run.reduce_steps > 0) {
+    const double steps = static_cast<double>(run.reduce_steps);
+    fmt::print(
+        "data parallel: all-reduce {:.3f} s in {} steps ({:.2f} ms/step), exposed {:.2f} "
+        "ms/step (waiting after backward; {})\n",
+        run.reduce_seconds, run.reduce_steps, 1e3 * run.reduce_seconds / steps,
+        1e3 * run.reduce_exposed_seconds / steps,
+        overlap ? "overlapped with backward" : "not overlapped");
+  }
+  if (result.status == TrainStatus::kInterrupted) {
+    std::fflush(stdout);
+    fmt::print(stderr, "cemfrac: interrupted at step {}; continue with --resume {}\n", result.step,
+               run.run_dir);
+    return kExitInterrupted;
+  }
+  return 0;
+}
+
+}  // namespace
+
 Command add_train(CLI::App& root, const GlobalOptions& global) {
   struct Flags {
     std::string config;
@@ -77,29 +107,7 @@ Command add_train(CLI::App& root, const GlobalOptions& global) {
     if (f->connect_timeout > 0) request.dist.connect_timeout_s = f->connect_timeout;
     if (f->collective_timeout > 0) request.dist.collective_timeout_s = f->collective_timeout;
     const bool overlap = config.train.dist_overlap;
-    const TrainRunOutcome run = start_or_resume_training(std::move(request), device);
-    const TrainResult& result = run.result;
-    if (run.rank != 0) return result.status == TrainStatus::kInterrupted ? kExitInterrupted : 0;
-    fmt::print("{} at step {} ({} tokens, {:.1f} s): loss {:.4f}{}\n", to_string(result.status),
-               result.step, result.tokens, result.elapsed_s, result.last_loss,
-               result.last_val_loss ? fmt::format(", val_loss {:.4f}", *result.last_val_loss) : "");
-    if (!result.last_checkpoint.empty()) fmt::print("checkpoint: {}\n", result.last_checkpoint);
-    if (run.data_parallel && run.reduce_steps > 0) {
-      const double steps = static_cast<double>(run.reduce_steps);
-      fmt::print(
-          "data parallel: all-reduce {:.3f} s in {} steps ({:.2f} ms/step), exposed {:.2f} "
-          "ms/step (waiting after backward; {})\n",
-          run.reduce_seconds, run.reduce_steps, 1e3 * run.reduce_seconds / steps,
-          1e3 * run.reduce_exposed_seconds / steps,
-          overlap ? "overlapped with backward" : "not overlapped");
-    }
-    if (result.status == TrainStatus::kInterrupted) {
-      std::fflush(stdout);
-      fmt::print(stderr, "cemfrac: interrupted at step {}; continue with --resume {}\n",
-                 result.step, run.run_dir);
-      return kExitInterrupted;
-    }
-    return 0;
+    return report_outcome(start_or_resume_training(std::move(request), device), overlap);
   };
   return {app, run};
 }
