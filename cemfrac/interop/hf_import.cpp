@@ -215,9 +215,9 @@ RopeScaling rope_scaling_of(const HfConfig& j) {
   return s;
 }
 
-HfImported from_llama(const HfConfig& j, Taker& in) {
-  HfImported r;
-  ModelConfig& c = r.config;
+// The ModelConfig of a Llama config.json (every field cemfrac cannot honour refused).
+ModelConfig llama_config(const HfConfig& j) {
+  ModelConfig c;
   c.vocab_size = j.integer("vocab_size");
   c.d_model = j.integer("hidden_size");
   c.n_layers = j.integer("num_hidden_layers");
@@ -249,8 +249,15 @@ HfImported from_llama(const HfConfig& j, Taker& in) {
                 "{}: config.json 'head_dim' differs from hidden_size / num_attention_heads, which "
                 "cemfrac's attention requires",
                 j.source());
+  c.bias = j.flag("attention_bias", false) || j.flag("mlp_bias", false);
+  return c;
+}
+
+HfImported from_llama(const HfConfig& j, Taker& in) {
+  HfImported r;
+  r.config = llama_config(j);
+  ModelConfig& c = r.config;
   const bool attn_bias = j.flag("attention_bias", false), mlp_bias = j.flag("mlp_bias", false);
-  c.bias = attn_bias || mlp_bias;
 
   const int64_t D = c.d_model, M = c.d_ff, dh = D / c.n_heads;
   const int64_t qkv = (c.n_heads + 2 * c.kv_heads()) * dh;
