@@ -29,142 +29,160 @@ std::string seeds_cell(size_t finished, size_t planned) {
   return finished == planned ? std::to_string(planned) : fmt::format("{} of {}", finished, planned);
 }
 
+// How the GP runs' depth and FFN are described: the suite's, unless some run names its own (then
+// results.json gives each run's, and the text says where).
+struct GpShape {
+  bool one_depth = true;  // every run at [gp].layers
+  bool own_ffn = false;   // some run names its own FFN
+  std::string depth, ffn;
+};
+
+GpShape gp_shape(const std::vector<RunPlan>& plans, const SuiteGp& g) {
+  std::set<int64_t> depths;
+  GpShape s;
+  for (const RunPlan& p : plans) {
+    if (!p.gp) continue;
+    depths.insert(p.run->gp.layers);
+    s.own_ffn = s.own_ffn || p.run->gp.ffn != g.ffn;
+  }
+  s.one_depth = depths.size() <= 1 && (depths.empty() || *depths.begin() == g.layers);
+  s.depth = s.one_depth ? fmt::format("L = {}", g.layers)
+                        : fmt::format("L = {} by run (results.json: \"layers\")",
+                                      fmt::join(depths, " or "));
+  s.ffn = g.ffn.empty() && !s.own_ffn ? ""
+          : s.own_ffn                 ? " (FFN by run, results.json: \"ffn\")"
+                                      : ", attention-only (ffn = none)";
+  return s;
+}
+
+// One GP run's row of the runs table, and its entry of results.json's "runs"; the oracle's RMSE
+// against the targets when a seed has it.
+std::string gp_run_row(const RunPlan& p, const std::vector<SeedResult>& rs, const SuiteGp& g,
+                       const GpShape& shape, json& runs, std::optional<double>& oracle) {
+  const SuiteRun& run = *p.run;
+  const bool cem = run.gp.model == GpModelKind::kCem;
+  std::vector<double> val, test, targets, rate;
+  int diverged = 0;
+  size_t finished = 0;
+  json seeds = json::array();
+  for (const SeedResult& r : rs) {
+    if (r.diverged || r.test_rmse) ++finished;
+    auto opt = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
+    seeds.push_back({{"seed", r.seed},
+                     {"diverged", r.diverged},
+                     {"val_rmse", opt(r.val_rmse)},
+                     {"test_rmse", opt(r.test_rmse)},
+                     {"test_rmse_targets", opt(r.test_rmse_targets)},
+                     {"variant_rmse", r.variant_loss},
+                     {"train_s", r.train_s},
+                     {"steps_per_s", r.tokens_per_s}});
+    if (r.diverged) {
+      ++diverged;
+      continue;
+    }
+    if (r.val_rmse) val.push_back(*r.val_rmse);
+    if (r.test_rmse) test.push_back(*r.test_rmse);
+    if (r.test_rmse_targets) targets.push_back(*r.test_rmse_targets);
+    if (r.tokens_per_s > 0) rate.push_back(r.tokens_per_s);
+    if (r.oracle_rmse_targets) oracle = r.oracle_rmse_targets;
+  }
+  const std::string md = fmt::format(
+      "| {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", run.name,
+      diverged ? fmt::format(" ({} diverged)", diverged) : "", enum_name(run.gp.model),
+      cem ? run.gp.variant : "–", cem ? std::to_string(run.gp.T) : "–", with_commas(p.params),
+      with_commas(run.gp.steps), seeds_cell(finished, run.seeds.size()),
+      p.lr > 0 ? lr_text(p.lr) + (run.lr_from.empty() ? "" : " (from " + run.lr_from + ")") : "—",
+      pm(mean_sd(val), "{:.4f}"), pm(mean_sd(test), "{:.4f}"), pm(mean_sd(targets), "{:.4f}"),
+      pm(mean_sd(rate), "{:.2f}"));
+  json lrj = json::object();
+  for (const auto& [k, v] : p.lr_search) lrj[k] = v ? json(*v) : json(nullptr);
+  runs.push_back({{"name", run.name},
+                  {"task", "gp"},
+                  {"model", enum_name(run.gp.model)},
+                  {"variant", cem ? json(run.gp.variant) : json(nullptr)},
+                  {"T", cem ? json(run.gp.T) : json(nullptr)},
+                  {"steps", run.gp.steps},
+                  {"params", p.params},
+                  {"lr", p.lr},
+                  {"lr_from", run.lr_from},
+                  {"lr_search", lrj},
+                  {"seeds", seeds}});
+  // Only where they vary, so that the results.json of earlier suites keep their exact keys.
+  if (!shape.one_depth) runs.back()["layers"] = run.gp.layers;
+  if (!g.ffn.empty() || shape.own_ffn)
+    runs.back()["ffn"] = run.gp.ffn.empty() ? "default" : run.gp.ffn;
+  return md;
+}
+
+// One row per GP run with test-time T, one column per evaluated T (the union over runs): the
+// trained T's cell is the run's own test RMSE, in bold. "" when no run has any.
+std::string gp_test_time_table(const std::vector<RunPlan>& plans,
+                               std::map<std::string, std::vector<SeedResult>>& results) {
+  std::set<int64_t> all_T;
+  for (const RunPlan& p : plans)
+    if (p.gp)
+      for (const SuiteVariant& v : p.run->variants) all_T.insert(v.cem_steps);
+  if (all_T.empty()) return "";
+  std::string md =
+      "### GP: evaluated at T (test RMSE, the weights trained at the run's T; bold: the trained "
+      "T)\n\n| run | trained T |";
+  for (const int64_t T : all_T) md += fmt::format(" T = {} |", T);
+  md += "\n|---|---:|";
+  for (size_t i = 0; i < all_T.size(); ++i) md += "---:|";
+  md += "\n";
+  for (const RunPlan& p : plans) {
+    if (!p.gp || p.run->variants.empty()) continue;
+    md += fmt::format("| {} | {} |", p.run->name, p.run->gp.T);
+    for (const int64_t T : all_T) {
+      const SuiteVariant* v = nullptr;
+      for (const SuiteVariant& c : p.run->variants)
+        if (c.cem_steps == T) v = &c;
+      if (!v) {
+        md += " |";
+        continue;
+      }
+      std::vector<double> x;
+      for (const SeedResult& r : results[p.run->name]) {
+        auto it = r.variant_loss.find(v->name);
+        if (!r.diverged && it != r.variant_loss.end()) x.push_back(it->second);
+      }
+      const std::string cell = pm(mean_sd(x), "{:.4f}");
+      md += T == p.run->gp.T && !x.empty() ? " **" + cell + "** |" : " " + cell + " |";
+    }
+    md += "\n";
+  }
+  return md + "\n";
+}
+
 // The GP runs' table and their test-time table (markdown), and their entries of results.json's
 // "runs" (appended to `runs`).
 std::string gp_runs_section(const std::vector<RunPlan>& plans,
                             std::map<std::string, std::vector<SeedResult>>& results,
                             const Suite& suite, json& runs) {
   const SuiteGp& g = suite.gp;
-  // Depth and FFN: the suite's, unless some run names its own (then results.json gives each
-  // run's, and the text says where).
-  std::set<int64_t> depths;
-  bool own_ffn = false;
-  for (const RunPlan& p : plans) {
-    if (!p.gp) continue;
-    depths.insert(p.run->gp.layers);
-    own_ffn = own_ffn || p.run->gp.ffn != g.ffn;
-  }
-  const bool one_depth = depths.size() <= 1 && (depths.empty() || *depths.begin() == g.layers);
-  const std::string depth = one_depth ? fmt::format("L = {}", g.layers)
-                                      : fmt::format("L = {} by run (results.json: \"layers\")",
-                                                    fmt::join(depths, " or "));
-  const std::string ffn = g.ffn.empty() && !own_ffn ? ""
-                          : own_ffn                 ? " (FFN by run, results.json: \"ffn\")"
-                                                    : ", attention-only (ffn = none)";
+  const GpShape shape = gp_shape(plans, g);
   std::string md = fmt::format(
       "## GP runs (in-context regression, docs/gp.md)\n\n"
       "{} sequences per step, {}{}, positions {}; validation set {} and test set {} sequences "
       "(eval seed {}: the same sets for every run and seed; the seed sets the init and the "
       "training batches). RMSE against the GP posterior mean unless marked; mean ± sample "
       "standard deviation over seeds.\n\n",
-      g.batch, depth, ffn, g.positions, with_commas(g.val_seqs), with_commas(g.test_seqs),
-      g.eval_seed);
+      g.batch, shape.depth, shape.ffn, g.positions, with_commas(g.val_seqs),
+      with_commas(g.test_seqs), g.eval_seed);
   md +=
       "| run | model | variant | trained T | params | steps | seeds | lr | val RMSE | test RMSE | "
       "test RMSE vs targets | steps/s "
       "|\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   std::optional<double> oracle;
-  for (const RunPlan& p : plans) {
-    if (!p.gp) continue;
-    const SuiteRun& run = *p.run;
-    const bool cem = run.gp.model == GpModelKind::kCem;
-    std::vector<double> val, test, targets, rate;
-    int diverged = 0;
-    size_t finished = 0;
-    json seeds = json::array();
-    for (const SeedResult& r : results[run.name]) {
-      if (r.diverged || r.test_rmse) ++finished;
-      auto opt = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
-      seeds.push_back({{"seed", r.seed},
-                       {"diverged", r.diverged},
-                       {"val_rmse", opt(r.val_rmse)},
-                       {"test_rmse", opt(r.test_rmse)},
-                       {"test_rmse_targets", opt(r.test_rmse_targets)},
-                       {"variant_rmse", r.variant_loss},
-                       {"train_s", r.train_s},
-                       {"steps_per_s", r.tokens_per_s}});
-      if (r.diverged) {
-        ++diverged;
-        continue;
-      }
-      if (r.val_rmse) val.push_back(*r.val_rmse);
-      if (r.test_rmse) test.push_back(*r.test_rmse);
-      if (r.test_rmse_targets) targets.push_back(*r.test_rmse_targets);
-      if (r.tokens_per_s > 0) rate.push_back(r.tokens_per_s);
-      if (r.oracle_rmse_targets) oracle = r.oracle_rmse_targets;
-    }
-    md += fmt::format(
-        "| {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", run.name,
-        diverged ? fmt::format(" ({} diverged)", diverged) : "", enum_name(run.gp.model),
-        cem ? run.gp.variant : "–", cem ? std::to_string(run.gp.T) : "–", with_commas(p.params),
-        with_commas(run.gp.steps), seeds_cell(finished, run.seeds.size()),
-        p.lr > 0 ? lr_text(p.lr) + (run.lr_from.empty() ? "" : " (from " + run.lr_from + ")") : "—",
-        pm(mean_sd(val), "{:.4f}"), pm(mean_sd(test), "{:.4f}"), pm(mean_sd(targets), "{:.4f}"),
-        pm(mean_sd(rate), "{:.2f}"));
-    json lrj = json::object();
-    for (const auto& [k, v] : p.lr_search) lrj[k] = v ? json(*v) : json(nullptr);
-    runs.push_back({{"name", run.name},
-                    {"task", "gp"},
-                    {"model", enum_name(run.gp.model)},
-                    {"variant", cem ? json(run.gp.variant) : json(nullptr)},
-                    {"T", cem ? json(run.gp.T) : json(nullptr)},
-                    {"steps", run.gp.steps},
-                    {"params", p.params},
-                    {"lr", p.lr},
-                    {"lr_from", run.lr_from},
-                    {"lr_search", lrj},
-                    {"seeds", seeds}});
-    // Only where they vary, so that the results.json of earlier suites keep their exact keys.
-    if (!one_depth) runs.back()["layers"] = run.gp.layers;
-    if (!g.ffn.empty() || own_ffn) runs.back()["ffn"] = run.gp.ffn.empty() ? "default" : run.gp.ffn;
-  }
+  for (const RunPlan& p : plans)
+    if (p.gp) md += gp_run_row(p, results[p.run->name], g, shape, runs, oracle);
   md += "\n";
   if (oracle)
     md += fmt::format(
         "The oracle (the posterior mean itself) has RMSE {:.4f} against the noisy test targets: "
         "the floor of the \"vs targets\" column.\n\n",
         *oracle);
-
-  bool any_variant = false;
-  for (const RunPlan& p : plans) any_variant = any_variant || (p.gp && !p.run->variants.empty());
-  if (any_variant) {
-    // One row per run, one column per evaluated T (the union over runs): the trained T's cell is
-    // the run's own test RMSE, in bold.
-    std::set<int64_t> all_T;
-    for (const RunPlan& p : plans)
-      if (p.gp)
-        for (const SuiteVariant& v : p.run->variants) all_T.insert(v.cem_steps);
-    md +=
-        "### GP: evaluated at T (test RMSE, the weights trained at the run's T; bold: the trained "
-        "T)\n\n| run | trained T |";
-    for (const int64_t T : all_T) md += fmt::format(" T = {} |", T);
-    md += "\n|---|---:|";
-    for (size_t i = 0; i < all_T.size(); ++i) md += "---:|";
-    md += "\n";
-    for (const RunPlan& p : plans) {
-      if (!p.gp || p.run->variants.empty()) continue;
-      md += fmt::format("| {} | {} |", p.run->name, p.run->gp.T);
-      for (const int64_t T : all_T) {
-        const SuiteVariant* v = nullptr;
-        for (const SuiteVariant& c : p.run->variants)
-          if (c.cem_steps == T) v = &c;
-        if (!v) {
-          md += " |";
-          continue;
-        }
-        std::vector<double> x;
-        for (const SeedResult& r : results[p.run->name]) {
-          auto it = r.variant_loss.find(v->name);
-          if (!r.diverged && it != r.variant_loss.end()) x.push_back(it->second);
-        }
-        const std::string cell = pm(mean_sd(x), "{:.4f}");
-        md += T == p.run->gp.T && !x.empty() ? " **" + cell + "** |" : " " + cell + " |";
-      }
-      md += "\n";
-    }
-    md += "\n";
-  }
-  return md;
+  return md + gp_test_time_table(plans, results);
 }
 
 // Test RMSE against T (log axis): per CEM reading, its runs trained at each T (evaluated at that
