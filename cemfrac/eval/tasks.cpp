@@ -189,122 +189,143 @@ std::vector<ScoreRequest> rolling_requests(const Tokenizer& tokenizer, const std
   return out;
 }
 
+namespace {
+
+// Each request type's scoring: its requests (appended to `requests`), then out["metrics"] and
+// out["protocol"].
+void score_choice(const TaskSet& task, const Tokenizer& tokenizer, const LogitsFn& logits,
+                  const TaskOptions& options, std::vector<ScoreRequest>& requests,
+                  nlohmann::json& out) {
+  nlohmann::json& m = out["metrics"];
+  std::vector<size_t> first_request;
+  double chance = 0;
+  for (const ChoiceExample& ex : task.choice) {
+    first_request.push_back(requests.size());
+    for (const std::string& c : ex.choices)
+      requests.push_back(loglikelihood_request(tokenizer, ex.context, c));
+    chance += 1.0 / static_cast<double>(ex.choices.size());
+  }
+  const auto res = score_requests(logits, requests, score_options(options));
+  std::vector<double> acc, acc_norm, acc_bytes;
+  for (size_t e = 0; e < task.choice.size(); ++e) {
+    const ChoiceExample& ex = task.choice[e];
+    // The harness's three readings, each the first maximum on ties (as np.argmax): the summed
+    // log-likelihood; over the choice's length in characters (acc_norm, len(choice) in
+    // Python); over its UTF-8 bytes (acc_bytes). The choice as written, its leading space
+    // included; never over its tokens.
+    size_t best[3] = {0, 0, 0};
+    double best_ll[3] = {-INFINITY, -INFINITY, -INFINITY};
+    for (size_t c = 0; c < ex.choices.size(); ++c) {
+      const double ll = res[first_request[e] + c].loglik;
+      const double v[3] = {ll, ll / static_cast<double>(utf8_characters(ex.choices[c])),
+                           ll / static_cast<double>(ex.choices[c].size())};
+      for (int k = 0; k < 3; ++k)
+        if (v[k] > best_ll[k]) best_ll[k] = v[k], best[k] = c;
+    }
+    acc.push_back(static_cast<int64_t>(best[0]) == ex.gold ? 1.0 : 0.0);
+    acc_norm.push_back(static_cast<int64_t>(best[1]) == ex.gold ? 1.0 : 0.0);
+    acc_bytes.push_back(static_cast<int64_t>(best[2]) == ex.gold ? 1.0 : 0.0);
+  }
+  const MeanStderr a = mean_stderr(acc), an = mean_stderr(acc_norm), ab = mean_stderr(acc_bytes);
+  m["acc"] = a.mean;
+  m["acc_stderr"] = a.stderr_;
+  m["acc_norm"] = an.mean;
+  m["acc_norm_stderr"] = an.stderr_;
+  m["acc_bytes"] = ab.mean;
+  m["acc_bytes_stderr"] = ab.stderr_;
+  m["chance"] = chance / static_cast<double>(task.choice.size());
+  out["protocol"] =
+      "multiple choice: each choice's summed log-likelihood given the context; acc = "
+      "argmax is gold, acc_norm = argmax of log-likelihood / characters of the choice is gold, "
+      "acc_bytes = the same over its UTF-8 bytes";
+}
+
+void score_cloze(const TaskSet& task, const Tokenizer& tokenizer, const LogitsFn& logits,
+                 const TaskOptions& options, std::vector<ScoreRequest>& requests,
+                 nlohmann::json& out) {
+  nlohmann::json& m = out["metrics"];
+  for (const ClozeExample& ex : task.cloze)
+    requests.push_back(loglikelihood_request(tokenizer, ex.context, ex.target));
+  const auto res = score_requests(logits, requests, score_options(options));
+  std::vector<double> acc;
+  double sum_ll = 0;
+  int64_t tokens = 0;
+  for (const ScoreResult& r : res) {
+    acc.push_back(r.greedy ? 1.0 : 0.0);
+    sum_ll += r.loglik;
+    tokens += r.tokens;
+  }
+  const MeanStderr a = mean_stderr(acc);
+  const double n = static_cast<double>(res.size());
+  m["acc"] = a.mean;
+  m["acc_stderr"] = a.stderr_;
+  m["mean_loglik"] = sum_ll / n;
+  m["perplexity"] = std::exp(-sum_ll / n);
+  m["token_perplexity"] = weighted_perplexity(sum_ll, static_cast<double>(tokens));
+  m["target_tokens"] = tokens;
+  out["protocol"] =
+      "cloze: acc = greedy decoding reproduces every target token; perplexity = exp(-mean "
+      "target log-likelihood) (the harness's lambada), token_perplexity = exp(-sum / target "
+      "tokens)";
+}
+
+void score_rolling(const TaskSet& task, const Tokenizer& tokenizer, const LogitsFn& logits,
+                   const TaskOptions& options, std::vector<ScoreRequest>& requests,
+                   nlohmann::json& out) {
+  nlohmann::json& m = out["metrics"];
+  const int64_t stride = options.stride > 0 ? options.stride : options.context;
+  std::vector<size_t> doc_of;
+  double words = 0, bytes = 0;
+  for (size_t d = 0; d < task.rolling.size(); ++d) {
+    const std::string& text = task.rolling[d].text;
+    std::vector<ScoreRequest> doc = rolling_requests(tokenizer, text, options.context, stride);
+    CEMFRAC_CHECK(!doc.empty(), "{}: document {} encodes to no tokens", task.name, d + 1);
+    for (ScoreRequest& q : doc) {
+      requests.push_back(std::move(q));
+      doc_of.push_back(d);
+    }
+    words += static_cast<double>(harness_word_count(text));
+    bytes += static_cast<double>(text.size());
+  }
+  const auto res = score_requests(logits, requests, score_options(options));
+  double sum_ll = 0;
+  int64_t tokens = 0;
+  for (const ScoreResult& r : res) sum_ll += r.loglik, tokens += r.tokens;
+  m["word_perplexity"] = weighted_perplexity(sum_ll, words);
+  m["byte_perplexity"] = weighted_perplexity(sum_ll, bytes);
+  m["bits_per_byte"] = bits_per_byte(sum_ll, bytes);
+  m["token_perplexity"] = weighted_perplexity(sum_ll, static_cast<double>(tokens));
+  m["words"] = static_cast<int64_t>(words);
+  m["bytes"] = static_cast<int64_t>(bytes);
+  m["tokens"] = tokens;
+  m["documents"] = task.rolling.size();
+  m["stride"] = stride;
+  out["protocol"] = fmt::format(
+      "rolling log-likelihood: each document after an end-of-text id, windows of up to {} "
+      "inputs at stride {} (every token scored once{}); word_perplexity = exp(-sum loglik / "
+      "words), byte_perplexity = exp(-sum / bytes), bits_per_byte = -sum / bytes / ln 2",
+      options.context, stride,
+      stride == options.context ? ", the harness's non-overlapping windows" : "");
+}
+
+}  // namespace
+
 nlohmann::json evaluate_task(const TaskSet& task, const Tokenizer& tokenizer,
                              const LogitsFn& logits, const TaskOptions& options) {
   nlohmann::json out;
   out["task"] = task.name;
   out["request"] = to_string(task.type);
   out["examples"] = task.size();
-  nlohmann::json& m = out["metrics"];
+  out["metrics"] = nlohmann::json::object();
   std::vector<ScoreRequest> requests;
   switch (task.type) {
-    case RequestType::kMultipleChoice: {
-      std::vector<size_t> first_request;
-      double chance = 0;
-      for (const ChoiceExample& ex : task.choice) {
-        first_request.push_back(requests.size());
-        for (const std::string& c : ex.choices)
-          requests.push_back(loglikelihood_request(tokenizer, ex.context, c));
-        chance += 1.0 / static_cast<double>(ex.choices.size());
-      }
-      const auto res = score_requests(logits, requests, score_options(options));
-      std::vector<double> acc, acc_norm, acc_bytes;
-      for (size_t e = 0; e < task.choice.size(); ++e) {
-        const ChoiceExample& ex = task.choice[e];
-        // The harness's three readings, each the first maximum on ties (as np.argmax): the summed
-        // log-likelihood; over the choice's length in characters (acc_norm, len(choice) in
-        // Python); over its UTF-8 bytes (acc_bytes). The choice as written, its leading space
-        // included; never over its tokens.
-        size_t best[3] = {0, 0, 0};
-        double best_ll[3] = {-INFINITY, -INFINITY, -INFINITY};
-        for (size_t c = 0; c < ex.choices.size(); ++c) {
-          const double ll = res[first_request[e] + c].loglik;
-          const double v[3] = {ll, ll / static_cast<double>(utf8_characters(ex.choices[c])),
-                               ll / static_cast<double>(ex.choices[c].size())};
-          for (int k = 0; k < 3; ++k)
-            if (v[k] > best_ll[k]) best_ll[k] = v[k], best[k] = c;
-        }
-        acc.push_back(static_cast<int64_t>(best[0]) == ex.gold ? 1.0 : 0.0);
-        acc_norm.push_back(static_cast<int64_t>(best[1]) == ex.gold ? 1.0 : 0.0);
-        acc_bytes.push_back(static_cast<int64_t>(best[2]) == ex.gold ? 1.0 : 0.0);
-      }
-      const MeanStderr a = mean_stderr(acc), an = mean_stderr(acc_norm),
-                       ab = mean_stderr(acc_bytes);
-      m["acc"] = a.mean;
-      m["acc_stderr"] = a.stderr_;
-      m["acc_norm"] = an.mean;
-      m["acc_norm_stderr"] = an.stderr_;
-      m["acc_bytes"] = ab.mean;
-      m["acc_bytes_stderr"] = ab.stderr_;
-      m["chance"] = chance / static_cast<double>(task.choice.size());
-      out["protocol"] =
-          "multiple choice: each choice's summed log-likelihood given the context; acc = "
-          "argmax is gold, acc_norm = argmax of log-likelihood / characters of the choice is gold, "
-          "acc_bytes = the same over its UTF-8 bytes";
+    case RequestType::kMultipleChoice:
+      score_choice(task, tokenizer, logits, options, requests, out);
       break;
-    }
-    case RequestType::kCloze: {
-      for (const ClozeExample& ex : task.cloze)
-        requests.push_back(loglikelihood_request(tokenizer, ex.context, ex.target));
-      const auto res = score_requests(logits, requests, score_options(options));
-      std::vector<double> acc;
-      double sum_ll = 0;
-      int64_t tokens = 0;
-      for (const ScoreResult& r : res) {
-        acc.push_back(r.greedy ? 1.0 : 0.0);
-        sum_ll += r.loglik;
-        tokens += r.tokens;
-      }
-      const MeanStderr a = mean_stderr(acc);
-      const double n = static_cast<double>(res.size());
-      m["acc"] = a.mean;
-      m["acc_stderr"] = a.stderr_;
-      m["mean_loglik"] = sum_ll / n;
-      m["perplexity"] = std::exp(-sum_ll / n);
-      m["token_perplexity"] = weighted_perplexity(sum_ll, static_cast<double>(tokens));
-      m["target_tokens"] = tokens;
-      out["protocol"] =
-          "cloze: acc = greedy decoding reproduces every target token; perplexity = exp(-mean "
-          "target log-likelihood) (the harness's lambada), token_perplexity = exp(-sum / target "
-          "tokens)";
+    case RequestType::kCloze: score_cloze(task, tokenizer, logits, options, requests, out); break;
+    case RequestType::kRolling:
+      score_rolling(task, tokenizer, logits, options, requests, out);
       break;
-    }
-    case RequestType::kRolling: {
-      const int64_t stride = options.stride > 0 ? options.stride : options.context;
-      std::vector<size_t> doc_of;
-      double words = 0, bytes = 0;
-      for (size_t d = 0; d < task.rolling.size(); ++d) {
-        const std::string& text = task.rolling[d].text;
-        std::vector<ScoreRequest> doc = rolling_requests(tokenizer, text, options.context, stride);
-        CEMFRAC_CHECK(!doc.empty(), "{}: document {} encodes to no tokens", task.name, d + 1);
-        for (ScoreRequest& q : doc) {
-          requests.push_back(std::move(q));
-          doc_of.push_back(d);
-        }
-        words += static_cast<double>(harness_word_count(text));
-        bytes += static_cast<double>(text.size());
-      }
-      const auto res = score_requests(logits, requests, score_options(options));
-      double sum_ll = 0;
-      int64_t tokens = 0;
-      for (const ScoreResult& r : res) sum_ll += r.loglik, tokens += r.tokens;
-      m["word_perplexity"] = weighted_perplexity(sum_ll, words);
-      m["byte_perplexity"] = weighted_perplexity(sum_ll, bytes);
-      m["bits_per_byte"] = bits_per_byte(sum_ll, bytes);
-      m["token_perplexity"] = weighted_perplexity(sum_ll, static_cast<double>(tokens));
-      m["words"] = static_cast<int64_t>(words);
-      m["bytes"] = static_cast<int64_t>(bytes);
-      m["tokens"] = tokens;
-      m["documents"] = task.rolling.size();
-      m["stride"] = stride;
-      out["protocol"] = fmt::format(
-          "rolling log-likelihood: each document after an end-of-text id, windows of up to {} "
-          "inputs at stride {} (every token scored once{}); word_perplexity = exp(-sum loglik / "
-          "words), byte_perplexity = exp(-sum / bytes), bits_per_byte = -sum / bytes / ln 2",
-          options.context, stride,
-          stride == options.context ? ", the harness's non-overlapping windows" : "");
-      break;
-    }
     case RequestType::kAuto: fail("{}: the task's request type is not set", task.name);
   }
   out["requests"] = requests.size();
