@@ -140,6 +140,86 @@ GenerateResult generate(LmModelImpl& model, const std::vector<int64_t>& prompt,
   return result;
 }
 
+namespace {
+
+// The rows of one generate_batch: each row's prompt, drawn tokens, stop reason and generator.
+class BatchRows {
+ public:
+  BatchRows(const std::vector<std::vector<int64_t>>& prompts, const GenerateOptions& options,
+            int64_t context)
+      : prompts_(prompts), o_(options), context_(context),
+        greedy_(options.sampling.temperature == 0), results_(prompts.size()),
+        done_(prompts.size(), options.max_new_tokens == 0) {
+    // One generator per row, seeded alike: row i draws exactly the numbers generate() draws for
+    // its prompt alone (a shared generator would make a prompt's text depend on its neighbours).
+    if (!greedy_)
+      for (size_t i = 0; i < prompts.size(); ++i)
+        generators_.push_back(make_sampling_generator(o_.seed));
+  }
+
+  // Every row's token at `position` into `next`: its own prompt token while it lasts, then the
+  // token drawn from its logits (the same stops, in the same order, as generate()). Returns
+  // whether any row needs another forward.
+  bool choose(int64_t position, const torch::Tensor& logits, std::vector<int64_t>& next) {
+    torch::Tensor drawn;  // (B) greedy: every row's argmax at once
+    if (greedy_) drawn = sample_next(logits, o_.sampling, unused_);
+    bool any = false;
+    for (size_t row = 0; row < prompts_.size(); ++row) {
+      const auto& prompt = prompts_[row];
+      if (position < static_cast<int64_t>(prompt.size())) {
+        next[row] = prompt[static_cast<size_t>(position)];  // still reading its prompt
+        any = any || !done_[row];
+        continue;
+      }
+      if (done_[row]) {
+        next[row] = prompt.back();  // any id: this row's outputs are no longer read
+        continue;
+      }
+      const auto i = static_cast<int64_t>(row);
+      next[row] =
+          greedy_
+              ? drawn[i].item<int64_t>()
+              : sample_next(logits.narrow(0, i, 1), o_.sampling, generators_[row]).item<int64_t>();
+      any = take(row, next[row], position) || any;
+    }
+    return any;
+  }
+
+  std::vector<GenerateResult> take_results() { return std::move(results_); }
+
+ private:
+  // Row `row` drew `token` at `position`: kept, or the row stops. Whether it goes on.
+  bool take(size_t row, int64_t token, int64_t position) {
+    GenerateResult& r = results_[row];
+    if (token == o_.eos_id) {
+      r.stop = StopReason::kEndOfText;
+      done_[row] = true;
+      return false;
+    }
+    r.tokens.push_back(token);
+    if (static_cast<int64_t>(r.tokens.size()) == o_.max_new_tokens) {
+      r.stop = StopReason::kMaxNewTokens;
+    } else if (position >= context_) {
+      r.stop = StopReason::kContext;
+    } else {
+      return true;
+    }
+    done_[row] = true;
+    return false;
+  }
+
+  const std::vector<std::vector<int64_t>>& prompts_;
+  const GenerateOptions& o_;
+  const int64_t context_;
+  const bool greedy_;
+  std::vector<torch::Generator> generators_;
+  torch::Generator unused_ = make_sampling_generator(0);  // greedy draws nothing
+  std::vector<GenerateResult> results_;
+  std::vector<bool> done_;
+};
+
+}  // namespace
+
 std::vector<GenerateResult> generate_batch(LmModelImpl& model,
                                            const std::vector<std::vector<int64_t>>& prompts,
                                            const GenerateOptions& options,
@@ -147,24 +227,14 @@ std::vector<GenerateResult> generate_batch(LmModelImpl& model,
   CEMFRAC_CHECK(!prompts.empty(), "generate_batch needs at least one prompt");
   int64_t limit = 0;
   for (const auto& prompt : prompts) limit = check_request(model, prompt, options);
-  const int64_t context = model.config().context;
   const int64_t B = static_cast<int64_t>(prompts.size());
   size_t min_len = prompts[0].size();
   for (const auto& prompt : prompts) min_len = std::min(min_len, prompt.size());
 
   torch::NoGradGuard no_grad;
   const torch::Device device = model.head_weight().device();
-  const bool greedy = options.sampling.temperature == 0;
-  // One generator per row, seeded alike: row i draws exactly the numbers generate() draws for its
-  // prompt alone (a shared generator would make a prompt's text depend on its neighbours).
-  std::vector<torch::Generator> generators;
-  torch::Generator unused = make_sampling_generator(0);  // greedy draws nothing
-  if (!greedy) {
-    for (int64_t i = 0; i < B; ++i) generators.push_back(make_sampling_generator(options.seed));
-  }
+  BatchRows rows(prompts, options, model.config().context);
   DecodeState state = model.new_decode_state();
-  std::vector<GenerateResult> results(static_cast<size_t>(B));
-  std::vector<bool> done(static_cast<size_t>(B), options.max_new_tokens == 0);
 
   // 1. Every prompt's first min_len tokens in one forward.
   const auto t0 = std::chrono::steady_clock::now();
@@ -183,49 +253,9 @@ std::vector<GenerateResult> generate_batch(LmModelImpl& model,
   }
   const auto t1 = std::chrono::steady_clock::now();
 
-  // 2. One position per forward for every row: the row's own prompt token while it lasts, then the
-  // token drawn from its logits (the same stops, in the same order, as generate()).
+  // 2. One position per forward for every row.
   std::vector<int64_t> next(static_cast<size_t>(B));
-  while (true) {
-    const int64_t position = state.position;  // where `next` will go
-    torch::Tensor drawn;                      // (B) greedy: every row's argmax at once
-    if (greedy) drawn = sample_next(logits, options.sampling, unused);
-    bool any = false;
-    for (int64_t i = 0; i < B; ++i) {
-      const auto& prompt = prompts[static_cast<size_t>(i)];
-      GenerateResult& r = results[static_cast<size_t>(i)];
-      const size_t row = static_cast<size_t>(i);
-      if (position < static_cast<int64_t>(prompt.size())) {
-        next[row] = prompt[static_cast<size_t>(position)];  // still reading its prompt
-        any = any || !done[row];
-        continue;
-      }
-      if (done[row]) {
-        next[row] = prompt.back();  // any id: this row's outputs are no longer read
-        continue;
-      }
-      const int64_t token =
-          greedy ? drawn[i].item<int64_t>()
-                 : sample_next(logits.narrow(0, i, 1), options.sampling, generators[row])
-                       .item<int64_t>();
-      next[row] = token;
-      if (token == options.eos_id) {
-        r.stop = StopReason::kEndOfText;
-        done[row] = true;
-        continue;
-      }
-      r.tokens.push_back(token);
-      if (static_cast<int64_t>(r.tokens.size()) == options.max_new_tokens) {
-        r.stop = StopReason::kMaxNewTokens;
-        done[row] = true;
-      } else if (position >= context) {
-        r.stop = StopReason::kContext;
-        done[row] = true;
-      } else {
-        any = true;
-      }
-    }
-    if (!any) break;
+  while (rows.choose(state.position, logits, next)) {
     input = torch::tensor(next, torch::kInt64).view({B, 1}).to(device);
     logits = model.forward(input, &state).select(1, -1).narrow(-1, 0, limit);  // (B, limit)
     if (timings) ++timings->decode_steps;
@@ -234,7 +264,7 @@ std::vector<GenerateResult> generate_batch(LmModelImpl& model,
     timings->decode_s = seconds_since(t1);
     timings->cache_bytes = decode_state_bytes(state);
   }
-  return results;
+  return rows.take_results();
 }
 
 }  // namespace cemfrac
