@@ -606,6 +606,9 @@ void causal_attention_head_diag_forward_cpu(const at::Tensor& q, const at::Tenso
   });
 }
 
+// Longer than ~80 lines for the reason the shared-bias backward above is: one parallel pass per
+// (batch, key/value head) whose query-block loop shares its pointers, bounds and write-then-
+// accumulate order; the per-head diagonal only adds its own terms to that pass.
 void causal_attention_head_diag_backward_cpu(const at::Tensor& q, const at::Tensor& k,
                                              const at::Tensor& v, const at::Tensor& x,
                                              const at::Tensor& h, const at::Tensor& delta,

@@ -384,6 +384,9 @@ CEMFRAC_LADDER_INLINE void backward_ladder_scalar(const T* a, const T* ks, int64
   *kd1_out = prev;
 }
 
+// Longer than ~80 lines on purpose: the vector loop over one tile of ladders keeps the continuants
+// of every depth in registers between the forward recomputation and the closed-form gradient;
+// split into functions, they would go through memory (docs/results.md, the ladder kernel's floor).
 template <typename T>
 CEMFRAC_LADDER_INLINE void backward_tile(const LadderArgs<T>& p, int64_t row, int64_t l0, int64_t n,
                                          SlowScratch& scratch) {

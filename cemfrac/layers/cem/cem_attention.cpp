@@ -184,11 +184,86 @@ CemAttentionCondition CemAttentionImpl::condition(const torch::Tensor& h, const 
   return c;
 }
 
+namespace {
+
+// The read-out a and the diagonal term under the per-head D+LR diagonal: the fused op, the
+// explicit logits against a cache, or attention over keys augmented with the diagonal's columns.
+void per_head_dlr_read(const torch::Tensor& q, const torch::Tensor& x, const torch::Tensor& delta,
+                       const CemAttentionCondition& c, const CemAttentionOptions& opt, int64_t d_h,
+                       torch::Tensor& a, torch::Tensor& diag) {
+  const int64_t B = x.size(0), N = x.size(1), H = opt.n_heads(), D = opt.d_model();
+  const int64_t T = c.k.size(2);
+  const double beta = 1.0 / std::sqrt(double(d_h));
+  if (c.per_head_fused) {
+    // One op: head k's logits beta (q_k k_k^T + (delta_k * x) h^T) and the read-outs
+    // sum_k delta_k * (P_k h), with no (B, H, T, d_h + D) key, query or output tensor and no
+    // (B, H, N, D) product of delta and x.
+    const AttentionWithRead o = causal_attention_head_diag(q, c.k, c.v, x, c.h, delta, c.offset);
+    a = o.out;
+    diag = o.read;
+    return;
+  }
+  if (!c.k_aug.defined()) {
+    // Explicit logits beta (q k^T + (delta_k * x) h^T [+ key bias]) against the cache.
+    const torch::Tensor xd = x.unsqueeze(1) * delta.view({1, H, 1, D});  // (B, H, N, D)
+    const torch::Tensor hs = c.h.unsqueeze(1);                           // (B, 1, T, D)
+    torch::Tensor scores =
+        torch::matmul(q, c.k.transpose(-2, -1)) + torch::matmul(xd, hs.transpose(-2, -1));
+    if (c.key_bias.defined()) scores = scores + c.key_bias;
+    scores = (scores * beta)
+                 .masked_fill(hidden_mask(N, T, c.offset, x.device()),
+                              -std::numeric_limits<double>::infinity());
+    const torch::Tensor probs = torch::softmax(scores, -1);               // (B, H, N, T)
+    a = torch::matmul(probs, c.v);                                        // (B, H, N, d_h)
+    diag = (torch::matmul(probs, hs) * delta.view({1, H, 1, D})).sum(1);  // (B, N, D)
+    if (opt.dlr_distance()) diag = diag - delta.sum(0) * x;
+    return;
+  }
+  std::vector<torch::Tensor> qp{q, x.unsqueeze(1) * delta.view({1, H, 1, D})};  // (B, H, N, D)
+  if (opt.dlr_distance()) qp.push_back(torch::ones({B, H, N, 1}, x.options()));
+  torch::Tensor q_aug = torch::cat(qp, -1);
+  const int64_t W = q_aug.size(-1);
+  q_aug = q_aug * std::sqrt(double(W) / double(d_h));  // causal_attention's 1/sqrt(W) -> beta
+  torch::Tensor o = causal_attention(q_aug, c.k_aug, c.v_aug, c.offset);  // (B, H, N, W)
+  a = o.narrow(-1, 0, d_h);
+  diag = (o.narrow(-1, d_h, D) * delta.view({1, H, 1, D})).sum(1);  // sum_k delta_k * (P_k h)
+  if (opt.dlr_distance()) diag = diag - delta.sum(0) * x;           // - sum_k delta_k * x
+}
+
+// The same under the diagonal shared by the heads: the fused op, or (distance form) explicit
+// logits with the key bias.
+void shared_dlr_read(const torch::Tensor& q, const torch::Tensor& x, const torch::Tensor& delta,
+                     const CemAttentionCondition& c, const CemAttentionOptions& opt, int64_t d_h,
+                     torch::Tensor& a, torch::Tensor& diag) {
+  const int64_t N = x.size(1), H = opt.n_heads();
+  const int64_t T = c.k.size(2);
+  const double beta = 1.0 / std::sqrt(double(d_h));
+  if (!opt.dlr_distance()) {
+    // One op: the bias (delta * x) h^T shared by the heads, and (sum_k P_k) h read once.
+    const AttentionWithRead o =
+        causal_attention_shared_bias(q, c.k, c.v, x * delta, c.h, c.h, c.offset);
+    a = o.out;
+    diag = delta * o.read;
+    return;
+  }
+  // Distance form: logits beta (q k^T + (delta * x) h^T + key bias), causal mask, softmax.
+  torch::Tensor scores = torch::matmul(q, c.k.transpose(-2, -1));                  // (B, H, N, T)
+  scores = scores + torch::matmul(x * delta, c.h.transpose(-2, -1)).unsqueeze(1);  // + (B, 1, N, T)
+  if (c.key_bias.defined()) scores = scores + c.key_bias;
+  scores = (scores * beta)
+               .masked_fill(hidden_mask(N, T, c.offset, x.device()),
+                            -std::numeric_limits<double>::infinity());
+  torch::Tensor probs = torch::softmax(scores, -1);  // (B, H, N, T)
+  a = torch::matmul(probs, c.v);                     // (B, H, N, d_h)
+  diag = delta * torch::matmul(probs.sum(1), c.h);   // (B, N, D)
+  if (opt.dlr_distance()) diag = diag - double(H) * delta * x;
+}
+
+}  // namespace
+
 torch::Tensor CemAttentionImpl::direction(const torch::Tensor& x,
                                           const CemAttentionCondition& c) const {
-  const int64_t B = x.size(0), N = x.size(1), H = options_.n_heads(), D = options_.d_model();
-  const int64_t d_h = head_dim_, T = c.k.size(2);
-  const double beta = 1.0 / std::sqrt(double(d_h));
+  const int64_t H = options_.n_heads(), d_h = head_dim_;
 
   // 1. Queries from the iterate (the only projection repeated per step): (B, H, N, d_h).
   torch::Tensor q = split_heads(cemfrac::linear(x, w_q), H);
@@ -202,67 +277,8 @@ torch::Tensor CemAttentionImpl::direction(const torch::Tensor& x,
               ? causal_linear_attention(q, c.k, c.v, c.offset)
               : causal_attention(q, c.k, c.v, c.offset);
       break;
-    case CemDiagonal::kPerHead: {
-      if (c.per_head_fused) {
-        // One op: head k's logits beta (q_k k_k^T + (delta_k * x) h^T) and the read-outs
-        // sum_k delta_k * (P_k h), with no (B, H, T, d_h + D) key, query or output tensor and no
-        // (B, H, N, D) product of delta and x.
-        const AttentionWithRead o =
-            causal_attention_head_diag(q, c.k, c.v, x, c.h, delta, c.offset);
-        a = o.out;
-        diag = o.read;
-        break;
-      }
-      if (!c.k_aug.defined()) {
-        // Explicit logits beta (q k^T + (delta_k * x) h^T [+ key bias]) against the cache.
-        const torch::Tensor xd = x.unsqueeze(1) * delta.view({1, H, 1, D});  // (B, H, N, D)
-        const torch::Tensor hs = c.h.unsqueeze(1);                           // (B, 1, T, D)
-        torch::Tensor scores =
-            torch::matmul(q, c.k.transpose(-2, -1)) + torch::matmul(xd, hs.transpose(-2, -1));
-        if (c.key_bias.defined()) scores = scores + c.key_bias;
-        scores = (scores * beta)
-                     .masked_fill(hidden_mask(N, T, c.offset, x.device()),
-                                  -std::numeric_limits<double>::infinity());
-        const torch::Tensor probs = torch::softmax(scores, -1);               // (B, H, N, T)
-        a = torch::matmul(probs, c.v);                                        // (B, H, N, d_h)
-        diag = (torch::matmul(probs, hs) * delta.view({1, H, 1, D})).sum(1);  // (B, N, D)
-        if (options_.dlr_distance()) diag = diag - delta.sum(0) * x;
-        break;
-      }
-      std::vector<torch::Tensor> qp{q, x.unsqueeze(1) * delta.view({1, H, 1, D})};  // (B, H, N, D)
-      if (options_.dlr_distance()) qp.push_back(torch::ones({B, H, N, 1}, x.options()));
-      torch::Tensor q_aug = torch::cat(qp, -1);
-      const int64_t W = q_aug.size(-1);
-      q_aug = q_aug * std::sqrt(double(W) / double(d_h));  // causal_attention's 1/sqrt(W) -> beta
-      torch::Tensor o = causal_attention(q_aug, c.k_aug, c.v_aug, c.offset);  // (B, H, N, W)
-      a = o.narrow(-1, 0, d_h);
-      diag = (o.narrow(-1, d_h, D) * delta.view({1, H, 1, D})).sum(1);  // sum_k delta_k * (P_k h)
-      if (options_.dlr_distance()) diag = diag - delta.sum(0) * x;      // - sum_k delta_k * x
-      break;
-    }
-    case CemDiagonal::kShared: {
-      if (!options_.dlr_distance()) {
-        // One op: the bias (delta * x) h^T shared by the heads, and (sum_k P_k) h read once.
-        const AttentionWithRead o =
-            causal_attention_shared_bias(q, c.k, c.v, x * delta, c.h, c.h, c.offset);
-        a = o.out;
-        diag = delta * o.read;
-        break;
-      }
-      // Distance form: logits beta (q k^T + (delta * x) h^T + key bias), causal mask, softmax.
-      torch::Tensor scores = torch::matmul(q, c.k.transpose(-2, -1));  // (B, H, N, T)
-      scores =
-          scores + torch::matmul(x * delta, c.h.transpose(-2, -1)).unsqueeze(1);  // + (B, 1, N, T)
-      if (c.key_bias.defined()) scores = scores + c.key_bias;
-      scores = (scores * beta)
-                   .masked_fill(hidden_mask(N, T, c.offset, x.device()),
-                                -std::numeric_limits<double>::infinity());
-      torch::Tensor probs = torch::softmax(scores, -1);  // (B, H, N, T)
-      a = torch::matmul(probs, c.v);                     // (B, H, N, d_h)
-      diag = delta * torch::matmul(probs.sum(1), c.h);   // (B, N, D)
-      if (options_.dlr_distance()) diag = diag - double(H) * delta * x;
-      break;
-    }
+    case CemDiagonal::kPerHead: per_head_dlr_read(q, x, delta, c, options_, d_h, a, diag); break;
+    case CemDiagonal::kShared: shared_dlr_read(q, x, delta, c, options_, d_h, a, diag); break;
   }
 
   // 3. Exact RoPE: rotate the read-out back by R_{-i}; then the output projection W_Q^T.
