@@ -195,6 +195,27 @@ Trainer::Trainer(TrainModel model, TrainerOptions options)
   }
   CEMFRAC_CHECK(options_.write_files || options_.resume.empty(),
                 "a training in memory (no run directory) cannot resume {}", options_.resume);
+  size_steps();
+  bf16_ = t.precision == "bf16";
+  schedule_ = CosineSchedule{t.lr_max, t.lr_min, t.warmup_steps, t.steps};
+  open_data();
+  make_optimizer();
+
+  state_.data_seed = t.seed;
+  state_.schedule = schedule_;
+  if (options_.resume.empty()) {
+    if (!options_.write_files) return;
+    // A new run goes only into a new or empty folder (train/run_dir.h), whichever command asks.
+    if (options_.rank == 0 && options_.require_new_dir)
+      check_new_run_dir(t.out, options_.out_key, options_.data_dir);
+    lock_run_dir();
+    return;
+  }
+  resume_from_checkpoint();
+}
+
+void Trainer::size_steps() {
+  const TrainConfig& t = options_.train;
   seq_len_ = t.seq_len > 0 ? t.seq_len : model_.context;
   CEMFRAC_CHECK(seq_len_ >= 1,
                 "train.seq_len = {} and the model has no context length; set "
@@ -213,9 +234,10 @@ Trainer::Trainer(TrainModel model, TrainerOptions options)
     accum_ = t.tokens_per_step / micro_tokens;  // a multiple (train_config_problem)
   }
   tokens_per_step_ = accum_ * micro_tokens * options_.world_size;
-  bf16_ = t.precision == "bf16";
-  schedule_ = CosineSchedule{t.lr_max, t.lr_min, t.warmup_steps, t.steps};
+}
 
+void Trainer::open_data() {
+  const TrainConfig& t = options_.train;
   data_ = options_.data;
   if (!data_) {
     TokenDataOptions token;
@@ -232,7 +254,10 @@ Trainer::Trainer(TrainModel model, TrainerOptions options)
   layout.seed = t.seed;
   layout.eval_tokens = t.eval_tokens;
   data_->open(layout);
+}
 
+void Trainer::make_optimizer() {
+  const TrainConfig& t = options_.train;
   AdamWConfig ac;
   ac.lr = schedule_.lr(0);
   ac.beta1 = t.beta1;
@@ -249,17 +274,10 @@ Trainer::Trainer(TrainModel model, TrainerOptions options)
     }
   }
   optimizer_ = std::make_unique<Optimizer>(*model_.module, groups, ac);
+}
 
-  state_.data_seed = t.seed;
-  state_.schedule = schedule_;
-  if (options_.resume.empty()) {
-    if (!options_.write_files) return;
-    // A new run goes only into a new or empty folder (train/run_dir.h), whichever command asks.
-    if (options_.rank == 0 && options_.require_new_dir)
-      check_new_run_dir(t.out, options_.out_key, options_.data_dir);
-    lock_run_dir();
-    return;
-  }
+void Trainer::resume_from_checkpoint() {
+  const TrainConfig& t = options_.train;
   // A resumed run continues in its own directory, whatever train.out says. Its directory is known
   // from the path alone, so it is locked before any checkpoint is looked at: a live writer may be
   // rotating them (and is then named, rather than a checkpoint it just removed).

@@ -205,6 +205,13 @@ class Trainer {
   double train_step(double* grad_norm);  // returns the step's mean loss
   void begin_step(int64_t step);         // dyadic unfreezing and on_train_step, before step `step`
   TrainResult run_loop();                // run() after the run directory is set up
+  // The constructor's parts: the step's sizes (seq_len_, accum_, tokens_per_step_), the batch
+  // source, the optimizer (with the dyadic schedule's frozen depths), and the resume from
+  // options_.resume (locks the run's own directory, loads every tensor and the state).
+  void size_steps();
+  void open_data();
+  void make_optimizer();
+  void resume_from_checkpoint();
   // run_loop's parts: a non-finite step (summary "diverged", then TrainingDiverged); a good step
   // into the state; the validation of step m; the progress line; the result of the loop.
   [[noreturn]] void stop_diverged(double loss, double grad_norm, double lr, double elapsed_s);
