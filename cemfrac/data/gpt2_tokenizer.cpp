@@ -266,15 +266,13 @@ struct Gpt2Tokenizer::CacheShard {
 
 // ---- Gpt2Tokenizer -----------------------------------------------------------------------------
 
-Gpt2Tokenizer::Gpt2Tokenizer(std::string encoder_json, std::string vocab_bpe,
-                             const std::string& where)
-    : encoder_json_(std::move(encoder_json)), vocab_bpe_(std::move(vocab_bpe)),
-      ranks_(std::make_unique<BytesTable>(kVocabSize)),
-      cache_(std::make_unique<CacheShard[]>(kCacheShards)) {
-  const std::string encoder_path = where + "/" + kEncoderFile;
-  const std::string merges_path = where + "/" + kMergesFile;
-  const char* fix = "the file is not GPT-2's (re-run scripts/setup.sh or re-save the tokenizer)";
+namespace {
+const char* const kNotGpt2 =
+    "the file is not GPT-2's (re-run scripts/setup.sh or re-save the tokenizer)";
+}  // namespace
 
+std::vector<std::string> Gpt2Tokenizer::read_encoder(const std::string& encoder_path) {
+  const char* fix = kNotGpt2;
   // encoder.json: {"token": id, ...} with ids 0..50256, each once; 50256 is <|endoftext|>.
   nlohmann::json encoder;
   try {
@@ -312,13 +310,12 @@ Gpt2Tokenizer::Gpt2Tokenizer(std::string encoder_json, std::string vocab_bpe,
                   encoder_path, nlohmann::json(token).dump(), id, fix);
     tokens[id] = bytes;
   }
-  token_offsets_.reserve(kVocabSize + 1);
-  for (const auto& t : tokens) {
-    token_offsets_.push_back(static_cast<uint32_t>(token_arena_.size()));
-    token_arena_ += t;
-  }
-  token_offsets_.push_back(static_cast<uint32_t>(token_arena_.size()));
+  return tokens;
+}
 
+void Gpt2Tokenizer::check_merges(const std::string& encoder_path,
+                                 const std::string& merges_path) const {
+  const char* fix = kNotGpt2;
   // vocab.bpe: "#version: 0.2", then merge i as "left right", which must make token 256 + i.
   std::string_view rest = vocab_bpe_;
   auto next_line = [&rest]() {
@@ -350,6 +347,24 @@ Gpt2Tokenizer::Gpt2Tokenizer(std::string encoder_json, std::string vocab_bpe,
   }
   CEMFRAC_CHECK(merges == kVocabSize - 257, "{} holds {} merges, GPT-2 has {}: {}", merges_path,
                 merges, kVocabSize - 257, fix);
+}
+
+Gpt2Tokenizer::Gpt2Tokenizer(std::string encoder_json, std::string vocab_bpe,
+                             const std::string& where)
+    : encoder_json_(std::move(encoder_json)), vocab_bpe_(std::move(vocab_bpe)),
+      ranks_(std::make_unique<BytesTable>(kVocabSize)),
+      cache_(std::make_unique<CacheShard[]>(kCacheShards)) {
+  const std::string encoder_path = where + "/" + kEncoderFile;
+  const std::string merges_path = where + "/" + kMergesFile;
+  const std::vector<std::string> tokens = read_encoder(encoder_path);
+  token_offsets_.reserve(kVocabSize + 1);
+  for (const auto& t : tokens) {
+    token_offsets_.push_back(static_cast<uint32_t>(token_arena_.size()));
+    token_arena_ += t;
+  }
+  token_offsets_.push_back(static_cast<uint32_t>(token_arena_.size()));
+
+  check_merges(encoder_path, merges_path);
 }
 
 Gpt2Tokenizer::~Gpt2Tokenizer() = default;

@@ -98,6 +98,10 @@ class Gpt2Tokenizer final : public Tokenizer {
   class BytesTable;
   struct CacheShard;
   void encode_piece(std::string_view piece, std::vector<TokenId>& out) const;
+  // The constructor's two checks: encoder.json's ids into ranks_ (returns each id's bytes), and
+  // vocab.bpe's merges, which must make ids 256, 257, ... in order.
+  std::vector<std::string> read_encoder(const std::string& encoder_path);
+  void check_merges(const std::string& encoder_path, const std::string& merges_path) const;
 
   std::string encoder_json_, vocab_bpe_;  // kept verbatim for save()
   std::unique_ptr<BytesTable> ranks_;     // token bytes -> id (end-of-text excluded)
