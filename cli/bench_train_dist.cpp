@@ -52,6 +52,68 @@ struct Case {
 
 }  // namespace
 
+namespace {
+
+// One run's median tokens/s after the warm-up (metrics.jsonl) and its all-reduce times (the
+// train command's last lines, in <name>.out).
+Case read_case(const fs::path& tmp, const std::string& name, int warmup) {
+  Case c;
+  c.name = name;
+  std::vector<double> rates;
+  std::istringstream lines(slurp((tmp / name / "metrics.jsonl").string()));
+  for (std::string line; std::getline(lines, line);) {
+    const json j = json::parse(line);
+    if (j["step"].get<int64_t>() > warmup) rates.push_back(j["tokens_per_s"].get<double>());
+  }
+  CEMFRAC_CHECK(!rates.empty(), "bench train --nproc: no timed steps in the {} run", name);
+  c.tokens_per_s = summarize_times(rates).median_ms;  // the median of the values
+  const std::string text = slurp((tmp / (name + ".out")).string());
+  if (const size_t at = text.find("all-reduce "); at != std::string::npos) {
+    const size_t ms = text.find("ms/step", at);
+    if (ms != std::string::npos) {
+      const size_t open = text.rfind('(', ms);
+      c.allreduce_ms = std::atof(text.substr(open + 1, ms - open - 1).c_str());
+    }
+    if (const size_t e = text.find("exposed ", at); e != std::string::npos)
+      c.exposed_ms = std::atof(text.c_str() + e + 8);
+  }
+  return c;
+}
+
+// The human-readable table of one run_train_bench_nproc.
+void print_dp_bench(const json& j) {
+  const int nproc = j["nproc"].get<int>();
+  const double dp = j["tokens_per_s"]["dp"].get<double>(),
+               one = j["tokens_per_s"]["1x1"].get<double>(),
+               many = j["tokens_per_s"][fmt::format("1x{}", nproc)].get<double>();
+  const double overlap = j["allreduce_overlap_with_backward"].get<double>();
+  const std::string config = j["config"].get<std::string>();
+  const int64_t global_tokens = j["global_tokens_per_step"].get<int64_t>();
+  const int steps = j["steps"].get<int>(), warmup = j["warmup"].get<int>();
+  const bool dist_overlap = j["dist_overlap"].get<bool>();
+  const double allreduce_ms = j["allreduce_ms_per_step"].get<double>(),
+               exposed_ms = j["allreduce_exposed_ms_per_step"].get<double>();
+  fmt::print(
+      "bench train --nproc {} ({}; global batch {} tokens; median of {} steps after {} warm-up)\n",
+      nproc, config, global_tokens, steps, warmup);
+  fmt::print("  {:<14} {:>12}\n", "run", "tokens/s");
+  fmt::print("  {:<14} {:>12.0f}\n", fmt::format("{} ranks x 1", nproc), dp);
+  fmt::print("  {:<14} {:>12.0f}\n", "1 rank x 1", one);
+  fmt::print("  {:<14} {:>12.0f}\n", fmt::format("1 rank x {}", nproc), many);
+  fmt::print("speed-up over 1x1 {:.2f} (scaling efficiency {:.0f}%), over 1x{} {:.2f}\n", dp / one,
+             100 * dp / (one * nproc), nproc, dp / many);
+  fmt::print(
+      "all-reduce {:.1f} ms/step, exposed {:.1f} ms/step (waiting after backward): {:.0f}% "
+      "overlapped with backward (train.dist_overlap = {})\n",
+      allreduce_ms, exposed_ms, 100 * overlap, dist_overlap);
+  fmt::print(
+      "(targets: >= 1.8x over 1x1 and not slower than 1x{}; measure on a quiet "
+      "machine)\n",
+      nproc);
+}
+
+}  // namespace
+
 int run_train_bench_nproc(const std::string& config, const std::vector<std::string>& sets,
                           int nproc, int steps, int warmup, bool as_json) {
   CEMFRAC_CHECK(nproc >= 2, "--nproc {} must be at least 2", nproc);
@@ -113,27 +175,7 @@ int run_train_bench_nproc(const std::string& config, const std::vector<std::stri
                0, text.find('\n',
                             text.rfind("error") == std::string::npos ? 0 : text.rfind("error"))));
     }
-    Case c;
-    c.name = spec.name;
-    std::vector<double> rates;
-    std::istringstream lines(slurp((tmp / spec.name / "metrics.jsonl").string()));
-    for (std::string line; std::getline(lines, line);) {
-      const json j = json::parse(line);
-      if (j["step"].get<int64_t>() > warmup) rates.push_back(j["tokens_per_s"].get<double>());
-    }
-    CEMFRAC_CHECK(!rates.empty(), "bench train --nproc: no timed steps in the {} run", spec.name);
-    c.tokens_per_s = summarize_times(rates).median_ms;  // the median of the values
-    const std::string text = slurp(out);
-    if (const size_t at = text.find("all-reduce "); at != std::string::npos) {
-      const size_t ms = text.find("ms/step", at);
-      if (ms != std::string::npos) {
-        const size_t open = text.rfind('(', ms);
-        c.allreduce_ms = std::atof(text.substr(open + 1, ms - open - 1).c_str());
-      }
-      if (const size_t e = text.find("exposed ", at); e != std::string::npos)
-        c.exposed_ms = std::atof(text.c_str() + e + 8);
-    }
-    cases.push_back(c);
+    cases.push_back(read_case(tmp, spec.name, warmup));
   }
   std::error_code ec;
   fs::remove_all(tmp, ec);
@@ -162,23 +204,7 @@ int run_train_bench_nproc(const std::string& config, const std::vector<std::stri
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
-  fmt::print(
-      "bench train --nproc {} ({}; global batch {} tokens; median of {} steps after {} warm-up)\n",
-      nproc, config, global_tokens, steps, warmup);
-  fmt::print("  {:<14} {:>12}\n", "run", "tokens/s");
-  fmt::print("  {:<14} {:>12.0f}\n", fmt::format("{} ranks x 1", nproc), dp);
-  fmt::print("  {:<14} {:>12.0f}\n", "1 rank x 1", one);
-  fmt::print("  {:<14} {:>12.0f}\n", fmt::format("1 rank x {}", nproc), many);
-  fmt::print("speed-up over 1x1 {:.2f} (scaling efficiency {:.0f}%), over 1x{} {:.2f}\n", dp / one,
-             100 * dp / (one * nproc), nproc, dp / many);
-  fmt::print(
-      "all-reduce {:.1f} ms/step, exposed {:.1f} ms/step (waiting after backward): {:.0f}% "
-      "overlapped with backward (train.dist_overlap = {})\n",
-      cases[0].allreduce_ms, cases[0].exposed_ms, 100 * overlap, rc.train.dist_overlap);
-  fmt::print(
-      "(targets: >= 1.8x over 1x1 and not slower than 1x{}; measure on a quiet "
-      "machine)\n",
-      nproc);
+  print_dp_bench(j);
   return 0;
 }
 
