@@ -135,11 +135,44 @@ nlohmann::json run_ladder_peer(const LadderFlags& flags, const c10::Device& devi
 
 // One depth: the fused op and its raw kernels checked against the reference on the same inputs,
 // then every implementation timed, forward and forward + backward, beside the bytes floor.
+// The ladder kernels alone (no dispatcher, no autograd), into preallocated tensors: forward with
+// the cached reciprocal, then backward; on the CPU or, in a CUDA build, the GPU.
+struct RawLadderKernels {
+  RawLadderKernels(const at::Tensor& a_, const at::Tensor& g_, const c10::Device& device_)
+      : a(a_), g(g_), device(device_), f(at::empty_like(g_)), r(at::empty_like(g_)),
+        grad_a(at::empty_like(a_)) {}
+
+  void forward() {
+#ifdef CEMFRAC_WITH_CUDA
+    if (device.is_cuda()) {
+      kernels::continuant_forward_cuda(a, 0.01, f, at::Tensor(), at::Tensor());
+      return;
+    }
+#endif
+    kernels::continuant_forward_cpu(a, 0.01, f, at::Tensor(), at::Tensor());
+  }
+  void forward_backward() {
+#ifdef CEMFRAC_WITH_CUDA
+    if (device.is_cuda()) {
+      kernels::continuant_forward_cuda(a, 0.01, f, r, at::Tensor());
+      kernels::continuant_backward_cuda(a, r, at::Tensor(), g, 0.01, false, grad_a);
+      return;
+    }
+#endif
+    kernels::continuant_forward_cpu(a, 0.01, f, r, at::Tensor());
+    kernels::continuant_backward_cpu(a, r, at::Tensor(), g, 0.01, false, grad_a);
+  }
+
+  const at::Tensor& a;
+  const at::Tensor& g;
+  c10::Device device;
+  at::Tensor f, r, grad_a;
+};
+
 nlohmann::json ladder_depth_row(const LadderFlags& flags, int64_t d, int64_t rows,
                                 const c10::Device& device, double copy_gbs,
                                 const nlohmann::json& peer) {
   const int64_t n = rows * flags.width;
-  const auto on_device = at::TensorOptions().device(device);
   torch::manual_seed(0);
   // Drawn on the CPU and moved, so every device times the same numbers.
   const at::Tensor a = (at::rand({rows, d, flags.width}) * 6 - 3).to(device);  // U(-3, 3)
@@ -160,30 +193,9 @@ nlohmann::json ladder_depth_row(const LadderFlags& flags, int64_t d, int64_t row
       return torch::autograd::grad({f}, {x}, {g})[0];
     };
   };
-  // Kernels alone, into preallocated tensors: forward with the cached reciprocal, then backward.
-  at::Tensor kf = at::empty({rows, flags.width}, on_device);
-  at::Tensor kr = at::empty_like(kf);
-  at::Tensor kga = at::empty_like(a);
-  auto kernel_forward = [&] {
-#ifdef CEMFRAC_WITH_CUDA
-    if (device.is_cuda()) {
-      kernels::continuant_forward_cuda(a, 0.01, kf, at::Tensor(), at::Tensor());
-      return;
-    }
-#endif
-    kernels::continuant_forward_cpu(a, 0.01, kf, at::Tensor(), at::Tensor());
-  };
-  auto kernel_forward_backward = [&] {
-#ifdef CEMFRAC_WITH_CUDA
-    if (device.is_cuda()) {
-      kernels::continuant_forward_cuda(a, 0.01, kf, kr, at::Tensor());
-      kernels::continuant_backward_cuda(a, kr, at::Tensor(), g, 0.01, false, kga);
-      return;
-    }
-#endif
-    kernels::continuant_forward_cpu(a, 0.01, kf, kr, at::Tensor());
-    kernels::continuant_backward_cpu(a, kr, at::Tensor(), g, 0.01, false, kga);
-  };
+  RawLadderKernels k(a, g, device);
+  auto kernel_forward = [&k] { k.forward(); };
+  auto kernel_forward_backward = [&k] { k.forward_backward(); };
 
   // Check before timing: fused (op and raw kernels) against the reference on these inputs.
   {
@@ -192,7 +204,7 @@ nlohmann::json ladder_depth_row(const LadderFlags& flags, int64_t d, int64_t row
     const double e_f = max_rel_diff(forward(fused)(), f_ref);
     const double e_g = max_rel_diff(forward_backward(fused)(), g_ref);
     kernel_forward_backward();
-    const double e_k = std::max(max_rel_diff(kf, f_ref), max_rel_diff(kga, g_ref));
+    const double e_k = std::max(max_rel_diff(k.f, f_ref), max_rel_diff(k.grad_a, g_ref));
     CEMFRAC_CHECK(e_f <= 1e-6 && e_g <= 1e-6 && e_k <= 1e-6,
                   "ladder check failed at d={}: fused vs reference max rel. diff f {:.2e}, grad "
                   "{:.2e}, kernel {:.2e}",
