@@ -298,6 +298,57 @@ Step0 cpp_step0(LmModelImpl& model, const torch::Tensor& data, int64_t S, int64_
   return out;
 }
 
+// The PyTorch peer's step-0 loss and gradient norm in float32 or (f64) float64, on the weights and
+// batch in `weights`; the `last` call removes that file, and any failure does too.
+Step0 peer_step0(const std::string& core, const fs::path& peer_script, const json& cfg,
+                 const std::string& weights, bool f64, bool last, bool quiet) {
+  const std::string cmd = fmt::format(
+      "OPENBLAS_CORETYPE={} {} {} --config-json {} --steps 0 --warmup 1 --threads {} --weights "
+      "{}{}",
+      quote_for_shell(core), kPython, quote_for_shell(peer_script.string()),
+      quote_for_shell(cfg.dump()), at::get_num_threads(), quote_for_shell(weights),
+      f64 ? " --float64" : "");
+  if (!quiet) fmt::print(stderr, "running the PyTorch peer: {}\n", cmd);
+  std::string out;
+  if (last) {
+    out = run_peer(cmd, "the PyTorch peer", weights);  // removes the weights
+  } else {
+    try {
+      out = capture_stdout(cmd, "the PyTorch peer");
+    } catch (...) {
+      std::error_code ec;
+      fs::remove(weights, ec);
+      throw;
+    }
+  }
+  const json j = json::parse(out, nullptr, /*allow_exceptions=*/false);
+  CEMFRAC_CHECK(j.is_object() && j.contains("first_loss") && j.contains("first_grad_norm") &&
+                    j["first_loss"].is_number() && j["first_grad_norm"].is_number(),
+                "the PyTorch peer printed no step-0 loss and gradient norm: {}", cmd);
+  return Step0{j["first_loss"].get<double>(), j["first_grad_norm"].get<double>()};
+}
+
+// The float64 check's table (without --json).
+void print_float64_check(const TrainBenchFlags& flags, const TrainConfig& t, int64_t S,
+                         double loss_rel, double grad_rel, const json& f32,
+                         const std::string& verdict) {
+  fmt::print("step 0 of {} ({} x {} tokens), relative differences:\n", flags.config, t.micro_batch,
+             S);
+  fmt::print(
+      "  float64, peer vs cemfrac:      loss {:.3g}, gradient norm {:.3g} (tolerance {:.0e})\n",
+      loss_rel, grad_rel, kFloat64Rtol);
+  fmt::print(
+      "  float32, peer vs cemfrac:      loss {:.3g}, gradient norm {:.3g} (the timed check "
+      "allows {:.0e} and {:.0e})\n",
+      f32["loss_rel_diff"].get<double>(), f32["grad_norm_rel_diff"].get<double>(), kPeerLossRtol,
+      kPeerGradNormRtol);
+  fmt::print("  float32 vs float64, cemfrac:   loss {:.3g}, gradient norm {:.3g}\n",
+             f32["cpp_loss_err"].get<double>(), f32["cpp_grad_norm_err"].get<double>());
+  fmt::print("  float32 vs float64, peer:      loss {:.3g}, gradient norm {:.3g}\n",
+             f32["peer_loss_err"].get<double>(), f32["peer_grad_norm_err"].get<double>());
+  fmt::print("{}\n", verdict);
+}
+
 int run_float64_check(const RunConfig& rc, int64_t S, const TrainBenchFlags& flags,
                       const fs::path& peer_script, const std::string& core) {
   const TrainConfig& t = rc.train;
@@ -322,34 +373,10 @@ int run_float64_check(const RunConfig& rc, int64_t S, const TrainBenchFlags& fla
   model = nullptr;  // free the C++ side before the peer starts
 
   const json cfg = peer_config(rc, S, /*grad_clip=*/0.0);  // 0: the norm of all, unclipped
-  auto peer_step0 = [&](bool f64, bool last) {
-    const std::string cmd = fmt::format(
-        "OPENBLAS_CORETYPE={} {} {} --config-json {} --steps 0 --warmup 1 --threads {} --weights "
-        "{}{}",
-        quote_for_shell(core), kPython, quote_for_shell(peer_script.string()),
-        quote_for_shell(cfg.dump()), at::get_num_threads(), quote_for_shell(weights),
-        f64 ? " --float64" : "");
-    if (!flags.json) fmt::print(stderr, "running the PyTorch peer: {}\n", cmd);
-    std::string out;
-    if (last) {
-      out = run_peer(cmd, "the PyTorch peer", weights);  // removes the weights
-    } else {
-      try {
-        out = capture_stdout(cmd, "the PyTorch peer");
-      } catch (...) {
-        std::error_code ec;
-        fs::remove(weights, ec);
-        throw;
-      }
-    }
-    const json j = json::parse(out, nullptr, /*allow_exceptions=*/false);
-    CEMFRAC_CHECK(j.is_object() && j.contains("first_loss") && j.contains("first_grad_norm") &&
-                      j["first_loss"].is_number() && j["first_grad_norm"].is_number(),
-                  "the PyTorch peer printed no step-0 loss and gradient norm: {}", cmd);
-    return Step0{j["first_loss"].get<double>(), j["first_grad_norm"].get<double>()};
-  };
-  const Step0 b32 = peer_step0(/*f64=*/false, /*last=*/false);
-  const Step0 b64 = peer_step0(/*f64=*/true, /*last=*/true);
+  const Step0 b32 =
+      peer_step0(core, peer_script, cfg, weights, /*f64=*/false, /*last=*/false, flags.json);
+  const Step0 b64 =
+      peer_step0(core, peer_script, cfg, weights, /*f64=*/true, /*last=*/true, flags.json);
 
   auto rel = [](double x, double ref) { return std::abs(x - ref) / std::abs(ref); };
   const double loss_rel = rel(b64.loss, a64.loss), grad_rel = rel(b64.grad_norm, a64.grad_norm);
@@ -390,21 +417,7 @@ int run_float64_check(const RunConfig& rc, int64_t S, const TrainBenchFlags& fla
                             {"float32", f32}}
                            .dump(2));
   } else {
-    fmt::print("step 0 of {} ({} x {} tokens), relative differences:\n", flags.config,
-               t.micro_batch, S);
-    fmt::print(
-        "  float64, peer vs cemfrac:      loss {:.3g}, gradient norm {:.3g} (tolerance {:.0e})\n",
-        loss_rel, grad_rel, kFloat64Rtol);
-    fmt::print(
-        "  float32, peer vs cemfrac:      loss {:.3g}, gradient norm {:.3g} (the timed check "
-        "allows {:.0e} and {:.0e})\n",
-        f32["loss_rel_diff"].get<double>(), f32["grad_norm_rel_diff"].get<double>(), kPeerLossRtol,
-        kPeerGradNormRtol);
-    fmt::print("  float32 vs float64, cemfrac:   loss {:.3g}, gradient norm {:.3g}\n",
-               f32["cpp_loss_err"].get<double>(), f32["cpp_grad_norm_err"].get<double>());
-    fmt::print("  float32 vs float64, peer:      loss {:.3g}, gradient norm {:.3g}\n",
-               f32["peer_loss_err"].get<double>(), f32["peer_grad_norm_err"].get<double>());
-    fmt::print("{}\n", verdict);
+    print_float64_check(flags, t, S, loss_rel, grad_rel, f32, verdict);
   }
   if (!agree)
     fmt::print(stderr,
