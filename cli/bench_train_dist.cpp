@@ -54,6 +54,25 @@ struct Case {
 
 namespace {
 
+// Runs `exe args` with its output in <tmp>/<name>.out; a failure removes tmp and names the run's
+// error line.
+void run_case(const std::string& exe, const std::vector<std::string>& args, const fs::path& tmp,
+              const std::string& name) {
+  // Not "/proc/self/exe" itself: std::system runs the line through /bin/sh, where that names the
+  // shell.
+  std::string cmd = quote_for_shell(exe);
+  for (const auto& a : args) cmd += " " + quote_for_shell(a);
+  const std::string out = (tmp / (name + ".out")).string();
+  cmd += " >" + quote_for_shell(out) + " 2>&1";
+  if (std::system(cmd.c_str()) == 0) return;
+  const std::string text = slurp(out);
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  fail("bench train --nproc: the {} run failed: {}", name,
+       text.substr(
+           0, text.find('\n', text.rfind("error") == std::string::npos ? 0 : text.rfind("error"))));
+}
+
 // One run's median tokens/s after the warm-up (metrics.jsonl) and its all-reduce times (the
 // train command's last lines, in <name>.out).
 Case read_case(const fs::path& tmp, const std::string& name, int warmup) {
@@ -157,24 +176,10 @@ int run_train_bench_nproc(const std::string& config, const std::vector<std::stri
                 exe_ec.message());
   std::vector<Case> cases;
   for (const Spec& spec : specs) {
-    // Not "/proc/self/exe" itself: std::system runs the line through /bin/sh, where that names the
-    // shell.
-    std::string cmd = quote_for_shell(self_exe);
-    for (const auto& a : spec.prefix) cmd += " " + quote_for_shell(a);
-    for (const auto& a : train_args(spec.name)) cmd += " " + quote_for_shell(a);
-    const std::string out = (tmp / (spec.name + ".out")).string();
-    cmd += " >" + quote_for_shell(out) + " 2>&1";
+    std::vector<std::string> args = spec.prefix;
+    for (const auto& x : train_args(spec.name)) args.push_back(x);
     if (!as_json) fmt::print(stderr, "running {} ...\n", spec.name);
-    const int status = std::system(cmd.c_str());
-    if (status != 0) {
-      const std::string text = slurp(out);
-      std::error_code ec;
-      fs::remove_all(tmp, ec);
-      fail("bench train --nproc: the {} run failed: {}", spec.name,
-           text.substr(
-               0, text.find('\n',
-                            text.rfind("error") == std::string::npos ? 0 : text.rfind("error"))));
-    }
+    run_case(self_exe, args, tmp, spec.name);
     cases.push_back(read_case(tmp, spec.name, warmup));
   }
   std::error_code ec;
