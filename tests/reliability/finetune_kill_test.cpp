@@ -54,10 +54,11 @@ const Fixture& fixture() {
   return f;
 }
 
-std::vector<std::string> args(const std::vector<std::string>& where) {
+std::vector<std::string> args(const std::vector<std::string>& where,
+                              const std::string& epochs = "80") {
   std::vector<std::string> a = {
       "--threads",    "1",        "finetune", "--task",  "tsv", "--data",
-      fixture().task, "--epochs", "80",       "--batch", "4",   "--max-len",
+      fixture().task, "--epochs", epochs,     "--batch", "4",   "--max-len",
       "16",           "--lr",     "1e-3",     "--seed",  "3",   "--quiet"};
   a.insert(a.end(), where.begin(), where.end());
   return a;
@@ -142,6 +143,34 @@ TEST(FinetuneKill, AReaderRacingTheWriterSeesNoResultOrTheWholeOne) {
   }
   EXPECT_EQ(partial, 0) << seen << " reads";
   EXPECT_TRUE(report(out).contains("evals"));
+}
+
+// One writer per run folder: while a fine-tuning runs, another one into its folder and a --resume of
+// it are refused in one line (the resume naming the live writer) and write nothing; after the first
+// stops, its metrics hold every step once, in order, and the resume goes through.
+TEST(FinetuneKill, ASecondWriterOfALiveRunIsRefused) {
+  const Fixture& f = fixture();
+  const std::string dir = test::temp_dir("finetune_one_writer");
+  const std::string run = dir + "/run";
+  test::Background a(args({"--checkpoint", f.pretrained, "--out", run}, "5000"), dir);
+  ASSERT_TRUE(a.wait_for([&] { return test::has_complete_checkpoint(run + "/checkpoints"); }))
+      << a.err();
+  const std::string holder = "(pid " + std::to_string(a.pid) + ", finetune)";
+  test::expect_one_line_error(
+      test::run_cemfrac(args({"--checkpoint", f.pretrained, "--out", run}, "5000")), run);
+  test::expect_one_line_error(test::run_cemfrac(args({"--resume", run}, "5000")), holder);
+  EXPECT_FALSE(fs::exists(run + "/finetune.json"));
+
+  EXPECT_EQ(a.stop(SIGINT), 3) << a.err();
+  const std::vector<nlohmann::json> lines = metrics(run);
+  ASSERT_GE(lines.size(), 2u);
+  for (size_t i = 1; i < lines.size(); ++i)
+    EXPECT_GT(lines[i]["step"].get<int64_t>(), lines[i - 1]["step"].get<int64_t>());
+  // The lock died with its holder: the run resumes (for ten more steps).
+  const int64_t step = nlohmann::json::parse(test::read_file(run + "/summary.json"))["step"];
+  const test::RunResult resumed = test::run_cemfrac(
+      args({"--resume", run, "--stop-at-step", std::to_string(step + 10)}, "5000"));
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
 }
 
 }  // namespace
