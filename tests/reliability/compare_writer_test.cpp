@@ -160,5 +160,42 @@ TEST(CompareWriter, AKilledCompareRunAgainFinishesWithTheSameResults) {
   EXPECT_TRUE(want[0]["test_rmse"].is_number());
 }
 
+// A reader racing the report's writer: while `compare` finishes a suite and while `compare --report`
+// rewrites it, results.json and results.md are either absent or whole (the last run's or the new
+// one), never a part.
+TEST(CompareWriter, AReaderRacingTheReportSeesItWholeOrNotAtAll) {
+  const std::string root = test::temp_dir("compare-report-race");
+  const std::string suite =
+      write_suite(root,
+                  "[suite]\nname = \"race\"\nseeds = [1, 2]\nlr = [3e-3]\n\n[gp]\n"
+                  "steps = 30\nbatch = 2\nlayers = 1\nval_seqs = 4\ntest_seqs = 4\n\n"
+                  "[[run]]\nname = \"g\"\ntask = \"gp\"\nT = 1\n");
+  const std::string out = root + "/out";
+  int reads = 0, partial = 0;
+  auto poll = [&] {
+    std::error_code ec;
+    if (fs::exists(out + "/results.json", ec)) {
+      const auto j = nlohmann::json::parse(test::read_file(out + "/results.json"), nullptr, false);
+      ++reads;
+      if (j.is_discarded() || !j.contains("runs") || !j.contains("claims")) ++partial;
+    }
+    if (fs::exists(out + "/results.md", ec)) {
+      const std::string md = test::read_file(out + "/results.md");
+      ++reads;
+      if (md.find("## Plots") == std::string::npos) ++partial;
+    }
+    return false;  // poll until it exits
+  };
+  for (const bool report_only : {false, true, true, true}) {
+    std::vector<std::string> args = {"--threads", "1", "compare", "--suite", suite, "--out", out};
+    if (report_only) args.push_back("--report");
+    test::Background run(args, root);
+    run.wait_for(poll);
+    ASSERT_EQ(run.wait(), 0) << run.err();
+  }
+  EXPECT_EQ(partial, 0) << reads << " reads";
+  EXPECT_GT(reads, 0);
+}
+
 }  // namespace
 }  // namespace cemfrac
