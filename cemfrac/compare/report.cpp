@@ -335,6 +335,8 @@ std::string lm_run_row(const RunPlan& p, const std::vector<SeedResult>& rs, cons
       seeds.back()["task_acc"] = r.task_acc;
       seeds.back()["task_acc_norm"] = r.task_acc_norm;
       seeds.back()["finetune_acc"] = r.finetune_acc;
+      seeds.back()["task_chance"] = r.task_chance;
+      seeds.back()["finetune_majority"] = r.finetune_majority;
     }
     if (r.diverged) {
       ++diverged;
@@ -495,6 +497,18 @@ std::string downstream_section(const Suite& suite, const std::vector<RunPlan>& p
     }
     md += "\n";
   }
+  // The floors each accuracy has to clear, from any seed that has them.
+  std::map<std::string, double> chance, majority;
+  for (const auto& [name, rs] : results)
+    for (const SeedResult& r : rs) {
+      chance.insert(r.task_chance.begin(), r.task_chance.end());
+      majority.insert(r.finetune_majority.begin(), r.finetune_majority.end());
+    }
+  std::string floors;
+  for (const auto& [task, c] : chance) floors += fmt::format("; {} chance {:.3f}", task, c);
+  for (const auto& [name, m] : majority)
+    floors += fmt::format("; ft {} majority class {:.3f}", name, m);
+  if (!floors.empty()) md += "\nFloors:" + floors.substr(1) + ".\n";
   return md + "\n";
 }
 

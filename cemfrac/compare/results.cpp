@@ -51,6 +51,7 @@ SeedResult collect(const std::string& dir, uint64_t seed, const Suite& suite, co
     const json m = e->value("metrics", json());
     if (const auto acc = number(m, "acc")) r.task_acc[task_key(t)] = *acc;
     if (const auto acc = number(m, "acc_norm")) r.task_acc_norm[task_key(t)] = *acc;
+    if (const auto chance = number(m, "chance")) r.task_chance[task_key(t)] = *chance;
   }
   for (const SuiteFinetune& f : suite.finetunes) {
     r.finetune_seeds[f.name] = f.seeds.size();
@@ -61,6 +62,7 @@ SeedResult collect(const std::string& dir, uint64_t seed, const Suite& suite, co
       const json& evals = (*e)["evals"];
       const json& set = evals.contains("test") ? evals["test"] : evals.begin().value();
       if (const auto acc = number(set, "acc")) r.finetune_acc[f.name].push_back(*acc);
+      if (const auto majority = number(set, "majority")) r.finetune_majority[f.name] = *majority;
     }
   }
   return r;

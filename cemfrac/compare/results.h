@@ -27,6 +27,9 @@ struct SeedResult {
   std::map<std::string, double> task_acc, task_acc_norm;
   std::map<std::string, std::vector<double>> finetune_acc;
   std::map<std::string, size_t> finetune_seeds;  // how many seeds each fine-tuning has in all
+  // The floors: a multiple-choice task's chance accuracy; a fine-tuning evaluation set's
+  // majority-class accuracy (the same for every seed).
+  std::map<std::string, double> task_chance, finetune_majority;
   // GP runs: RMSE against the posterior mean (validation, test) and against the noisy targets.
   std::optional<double> val_rmse, test_rmse, test_rmse_targets, oracle_rmse_targets;
   int64_t steps_done = 0;

@@ -514,6 +514,13 @@ TEST(CompareCli, DownstreamJobsFollowTrainingAndFeedTheirClaims) {
   const std::string md = test::read_file(out + "/results.md");
   EXPECT_NE(md.find("## Downstream"), std::string::npos) << md;
   EXPECT_NE(md.find("| ft genre (brown-genre, 2 seeds) |"), std::string::npos) << md;
+  // The floors: the task file's chance (1/2 for two choices) and brown-genre's majority class.
+  const double majority = nlohmann::json::parse(test::read_file(
+      out + "/final/cem/seed-1/ft-genre/seed-1/finetune.json"))["evals"]["test"]["majority"];
+  EXPECT_NE(
+      md.find(fmt::format("Floors: mc chance 0.500; ft genre majority class {:.3f}.", majority)),
+      std::string::npos)
+      << md;
   EXPECT_NE(md.find("error rate, 1 − accuracy"), std::string::npos) << md;
   EXPECT_EQ(j["provenance"]["final_runs_finished"], 4) << j["provenance"].dump();
 
