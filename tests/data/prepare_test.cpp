@@ -315,13 +315,15 @@ TEST(Prepare, OptionErrors) {
   const std::string src = make_text_dir();
   const std::string out = test::temp_dir("prepare-out") + "/data";
   PrepareOptions none = byte_options("", out);
-  expect_error([&] { prepare_dataset(none); }, {"no input", "--corpus brown, --corpus mix or --text"});
+  expect_error([&] { prepare_dataset(none); },
+               {"no input", "--corpus brown, --corpus mix or --text"});
   PrepareOptions both = byte_options(src, out);
   both.corpus = "brown";
   expect_error([&] { prepare_dataset(both); }, {"both --corpus and --text"});
   PrepareOptions unknown = byte_options("", out);
   unknown.corpus = "gutenberg";
-  expect_error([&] { prepare_dataset(unknown); }, {"unknown corpus 'gutenberg'", "'brown' and 'mix'"});
+  expect_error([&] { prepare_dataset(unknown); },
+               {"unknown corpus 'gutenberg'", "'brown' and 'mix'"});
   expect_error([&] { prepare_dataset(byte_options(src, "")); }, {"--out"});
   // One file is one document: the default split needs three.
   expect_error([&] { prepare_dataset(byte_options(src + "/a.txt", out)); },
