@@ -253,9 +253,8 @@ TEST(SplitByGroup, EachGroupSplitOnItsOwn) {
   }
 }
 
-TEST(PrepareMix, MetaJsonAccountsForEveryPart) {
-  const std::string cache = fixture_cache();
-  const std::string out = test::temp_dir("prepare-mix") + "/data";
+// `cemfrac prepare --corpus mix` (byte tokenizer) into `out`, with the cache `cache`.
+test::RunResult prepare_mix(const std::string& cache, const std::string& out) {
   const char* old = std::getenv("CEMFRAC_CACHE");
   const std::string saved = old ? old : "";
   ::setenv("CEMFRAC_CACHE", cache.c_str(), 1);
@@ -265,6 +264,13 @@ TEST(PrepareMix, MetaJsonAccountsForEveryPart) {
     ::setenv("CEMFRAC_CACHE", saved.c_str(), 1);
   else
     ::unsetenv("CEMFRAC_CACHE");
+  return r;
+}
+
+TEST(PrepareMix, MetaJsonAccountsForEveryPart) {
+  const std::string cache = fixture_cache();
+  const std::string out = test::temp_dir("prepare-mix") + "/data";
+  const test::RunResult r = prepare_mix(cache, out);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json meta = nlohmann::json::parse(test::read_file(out + "/meta.json"));
   EXPECT_EQ(meta["source"]["name"], "mix");
@@ -292,15 +298,7 @@ TEST(PrepareMix, MetaJsonAccountsForEveryPart) {
 TEST(PrepareMix, WithoutThePackagesOneLineSaysHowToFetch) {
   const std::string cache = test::temp_dir("corpus-mix-empty");
   const std::string out = test::temp_dir("prepare-mix-none") + "/data";
-  const char* old = std::getenv("CEMFRAC_CACHE");
-  const std::string saved = old ? old : "";
-  ::setenv("CEMFRAC_CACHE", cache.c_str(), 1);
-  const test::RunResult r =
-      test::run_cemfrac({"prepare", "--corpus", "mix", "--tokenizer", "byte", "--out", out});
-  if (old)
-    ::setenv("CEMFRAC_CACHE", saved.c_str(), 1);
-  else
-    ::unsetenv("CEMFRAC_CACHE");
+  const test::RunResult r = prepare_mix(cache, out);
   test::expect_one_line_error(r, "scripts/setup.sh --corpus mix");
   EXPECT_FALSE(fs::exists(out));
 }
